@@ -1,0 +1,45 @@
+# The two commands:
+#   make run    quick start: installs what it needs, starts the local ClickHouse unless
+#               CLICKHOUSE_URL is set, and runs the CLI end to end
+#   make test   installs the same and runs every test (what .ci/run runs)
+
+SHELL := /bin/bash
+VENV := .venv
+PYTHON := $(VENV)/bin/python
+CHDB_VERSION := 26.9.0
+CLI := target/debug/clickhouse-component
+
+.PHONY: run test setup wasm-target venv build bench lint fmt clean
+
+run: setup build
+	scripts/with-clickhouse scripts/quickstart
+
+test: setup
+	scripts/with-clickhouse cargo test --workspace --all-targets
+
+setup: wasm-target venv
+
+wasm-target:
+	@rustup target list --installed 2>/dev/null | grep -qx wasm32-wasip2 || rustup target add wasm32-wasip2
+
+venv: $(VENV)/.chdb-$(CHDB_VERSION)
+
+$(VENV)/.chdb-$(CHDB_VERSION):
+	python3 -m venv $(VENV)
+	$(VENV)/bin/pip install --quiet "chdb-core==$(CHDB_VERSION)"
+	touch $@
+
+build:
+	cargo build -p clickhouse-component-host
+
+lint:
+	cargo fmt --all -- --check
+	cargo clippy --workspace --all-targets -- -D warnings
+	cargo clippy -p clickhouse-component --target wasm32-wasip2 -- -D warnings
+
+fmt:
+	cargo fmt --all
+
+clean:
+	cargo clean
+	rm -rf $(VENV)

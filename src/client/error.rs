@@ -1,0 +1,465 @@
+//! The component's one error type: kinds (the retry taxonomy), server errors, classification of
+//! HTTP answers and transport failures, and redaction of secrets from messages.
+
+use std::fmt;
+
+/// Longest message an [`Error`] carries (in characters, before the `…` marker).
+pub const MAX_MESSAGE_CHARS: usize = 500;
+
+/// What kind of failure happened; decides whether a retry can help. Mirrors the WIT
+/// `error-kind` enum one to one.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ErrorKind {
+    /// Rejected before any request: bad connection string, row, JSON, identifier, option.
+    InvalidInput,
+    /// Unknown database/table/column/setting, authentication, access denied, read-only, or a
+    /// destination the host does not allow.
+    Misconfigured,
+    /// Could not connect (refused, DNS, connect timeout, TLS handshake): nothing reached the server.
+    Disconnected,
+    /// A server error that is safe to retry, or a read that timed out or was cut off.
+    Transient,
+    /// The server is overloaded: retry later, slower.
+    Throttled,
+    /// The server rejected the request itself (syntax, parse or type error in the data).
+    Permanent,
+    /// A write may or may not have committed.
+    Uncertain,
+    /// A lock was not acquired within its timeout.
+    Locked,
+    /// The named item does not exist, where that is an error.
+    NotFound,
+}
+
+impl ErrorKind {
+    /// Every kind, in WIT order.
+    pub const ALL: [ErrorKind; 9] = [
+        ErrorKind::InvalidInput,
+        ErrorKind::Misconfigured,
+        ErrorKind::Disconnected,
+        ErrorKind::Transient,
+        ErrorKind::Throttled,
+        ErrorKind::Permanent,
+        ErrorKind::Uncertain,
+        ErrorKind::Locked,
+        ErrorKind::NotFound,
+    ];
+
+    /// The kind's WIT name, e.g. `invalid-input`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ErrorKind::InvalidInput => "invalid-input",
+            ErrorKind::Misconfigured => "misconfigured",
+            ErrorKind::Disconnected => "disconnected",
+            ErrorKind::Transient => "transient",
+            ErrorKind::Throttled => "throttled",
+            ErrorKind::Permanent => "permanent",
+            ErrorKind::Uncertain => "uncertain",
+            ErrorKind::Locked => "locked",
+            ErrorKind::NotFound => "not-found",
+        }
+    }
+
+    /// Process exit code for this kind, shared by every command-line runner. 0 is success and
+    /// 1 an unexpected failure of the runner itself; kinds use 2..=10.
+    pub fn exit_code(self) -> i32 {
+        match self {
+            ErrorKind::InvalidInput => 2,
+            ErrorKind::Misconfigured => 3,
+            ErrorKind::Disconnected => 4,
+            ErrorKind::Transient => 5,
+            ErrorKind::Throttled => 6,
+            ErrorKind::Permanent => 7,
+            ErrorKind::Uncertain => 8,
+            ErrorKind::Locked => 9,
+            ErrorKind::NotFound => 10,
+        }
+    }
+
+    /// Whether repeating the same call may succeed without any change.
+    pub fn is_retryable(self) -> bool {
+        matches!(
+            self,
+            ErrorKind::Disconnected | ErrorKind::Transient | ErrorKind::Throttled
+        )
+    }
+}
+
+impl fmt::Display for ErrorKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// The server's own description of an error.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ServerError {
+    /// ClickHouse error code.
+    pub code: i32,
+    /// ClickHouse error name, e.g. `UNKNOWN_DATABASE`; empty when the server gave none.
+    pub name: String,
+    /// HTTP status of the answer.
+    pub http_status: u16,
+}
+
+/// A failure of any operation of the component.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Error {
+    /// The retry class.
+    pub kind: ErrorKind,
+    /// A message for people, already redacted and capped at [`MAX_MESSAGE_CHARS`].
+    pub message: String,
+    /// The server's error, when it answered with one.
+    pub server: Option<ServerError>,
+    /// Rows known to be committed before the failure (writes only).
+    pub committed_rows: u64,
+}
+
+impl Error {
+    /// A new error; the message is capped (callers that may hold secrets use
+    /// [`Redactor::error`]).
+    pub fn new(kind: ErrorKind, message: impl Into<String>) -> Self {
+        Error {
+            kind,
+            message: cap(message.into()),
+            server: None,
+            committed_rows: 0,
+        }
+    }
+
+    /// An `invalid-input` error.
+    pub fn invalid(message: impl Into<String>) -> Self {
+        Error::new(ErrorKind::InvalidInput, message)
+    }
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.kind, self.message)
+    }
+}
+
+impl std::error::Error for Error {}
+
+/// Whether a request may have changed data on the server; decides how an interrupted request
+/// is classified (a cut-off read is `transient`, a cut-off write `uncertain`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Operation {
+    /// Reads, and writes that are idempotent by construction (DDL with `IF NOT EXISTS`).
+    Read,
+    /// Anything whose repetition could duplicate data.
+    Write,
+}
+
+/// Classifies an error answer from the server by its ClickHouse code (when known) and HTTP status.
+pub fn classify_server(http_status: u16, code: Option<i32>, op: Operation) -> ErrorKind {
+    if let Some(code) = code {
+        if let Some(kind) = kind_for_code(code) {
+            return kind;
+        }
+    }
+    match http_status {
+        401 | 403 | 404 | 407 => ErrorKind::Misconfigured,
+        408 | 502 | 503 | 504 if op == Operation::Write && code.is_none() => ErrorKind::Uncertain,
+        408 | 502 | 503 | 504 => ErrorKind::Transient,
+        429 => ErrorKind::Throttled,
+        400..=499 | 501 => ErrorKind::Permanent,
+        _ if code.is_none() && op == Operation::Write => ErrorKind::Uncertain,
+        _ => ErrorKind::Transient,
+    }
+}
+
+/// The kind for ClickHouse error codes whose meaning is clear; `None` leaves it to the status.
+pub fn kind_for_code(code: i32) -> Option<ErrorKind> {
+    Some(match code {
+        // The server may or may not have committed the insert.
+        319 => ErrorKind::Uncertain, // UNKNOWN_STATUS_OF_INSERT
+        // Configuration: names, credentials, permissions.
+        16 | 47 | 60 | 81 | 115 | 164 | 192 | 193 | 194 | 195 | 291 | 452 | 497 | 516 | 46 | 56
+        | 73 => ErrorKind::Misconfigured,
+        // Overload.
+        173 | 201 | 202 | 203 | 241 | 252 | 439 => ErrorKind::Throttled,
+        // Passing trouble on the server side.
+        3 | 32 | 159 | 209 | 210 | 225 | 242 | 279 | 285 | 394 | 425 | 473 | 999 | 1000 => {
+            ErrorKind::Transient
+        }
+        // The request or its data is wrong.
+        6 | 8 | 25 | 26 | 27 | 36 | 38 | 41 | 43 | 44 | 53 | 62 | 69 | 70 | 72 | 117 | 131
+        | 321 | 349 | 456 | 457 => ErrorKind::Permanent,
+        _ => return None,
+    })
+}
+
+/// Why a request failed below HTTP (mirrors the useful cases of `wasi:http` `error-code`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum TransportFailure {
+    /// The host refused to send the request (not on its allow-list).
+    Denied,
+    /// Name resolution failed or timed out.
+    Dns,
+    /// Connection refused, destination unreachable.
+    Refused,
+    /// No connection within the connect timeout.
+    ConnectTimeout,
+    /// TLS handshake failed (protocol or alert).
+    Tls,
+    /// The server's certificate was rejected.
+    TlsCertificate,
+    /// No answer (first byte, or next bytes) within the request timeout.
+    Timeout,
+    /// The connection was closed or reset after the request started.
+    Reset,
+    /// The answer was not valid HTTP, or incomplete.
+    Protocol,
+    /// The request could not be built (an internal error or an unsendable header value).
+    InvalidRequest,
+    /// Anything else.
+    Other,
+}
+
+/// A failure of the transport, before any HTTP answer was read.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TransportError {
+    /// What went wrong.
+    pub failure: TransportFailure,
+    /// Details from the transport (may be empty).
+    pub detail: String,
+}
+
+impl TransportError {
+    /// A transport error with details.
+    pub fn new(failure: TransportFailure, detail: impl Into<String>) -> Self {
+        TransportError {
+            failure,
+            detail: detail.into(),
+        }
+    }
+}
+
+/// Classifies a transport failure. Failures before a connection existed cannot have changed
+/// anything; failures after it can have, for writes.
+pub fn classify_transport(failure: &TransportFailure, op: Operation) -> ErrorKind {
+    match failure {
+        TransportFailure::Denied | TransportFailure::TlsCertificate => ErrorKind::Misconfigured,
+        TransportFailure::Dns
+        | TransportFailure::Refused
+        | TransportFailure::ConnectTimeout
+        | TransportFailure::Tls => ErrorKind::Disconnected,
+        TransportFailure::InvalidRequest => ErrorKind::InvalidInput,
+        TransportFailure::Timeout
+        | TransportFailure::Reset
+        | TransportFailure::Protocol
+        | TransportFailure::Other => match op {
+            Operation::Read => ErrorKind::Transient,
+            Operation::Write => ErrorKind::Uncertain,
+        },
+    }
+}
+
+/// Removes secrets (password, secret settings) from messages and caps their length.
+#[derive(Clone, Default)]
+pub struct Redactor {
+    secrets: Vec<String>,
+}
+
+impl fmt::Debug for Redactor {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Redactor({} secrets)", self.secrets.len())
+    }
+}
+
+impl Redactor {
+    /// A redactor for these secret values (empty values are ignored). Each secret is also
+    /// redacted in its percent-encoded forms, as it may appear in a URL.
+    pub fn new<I, S>(secrets: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        let mut all: Vec<String> = Vec::new();
+        for secret in secrets.into_iter().map(Into::into) {
+            if secret.is_empty() {
+                continue;
+            }
+            let encoded = crate::client::url::encode_component(&secret);
+            let form_encoded = encoded.replace("%20", "+");
+            for s in [secret, encoded, form_encoded] {
+                if !all.contains(&s) {
+                    all.push(s);
+                }
+            }
+        }
+        // Longest first, so a secret that contains another is removed whole.
+        all.sort_by_key(|s| std::cmp::Reverse(s.len()));
+        Redactor { secrets: all }
+    }
+
+    /// The text with every secret replaced by `***`, capped at [`MAX_MESSAGE_CHARS`].
+    pub fn redact(&self, text: &str) -> String {
+        let mut out = text.to_string();
+        for secret in &self.secrets {
+            if out.contains(secret.as_str()) {
+                out = out.replace(secret.as_str(), "***");
+            }
+        }
+        cap(out)
+    }
+
+    /// A new error with a redacted message.
+    pub fn error(&self, kind: ErrorKind, message: &str) -> Error {
+        Error::new(kind, self.redact(message))
+    }
+}
+
+/// Caps a message at [`MAX_MESSAGE_CHARS`] characters, on a character boundary.
+pub fn cap(message: String) -> String {
+    match message.char_indices().nth(MAX_MESSAGE_CHARS) {
+        Some((cut, _)) => {
+            let mut capped = message[..cut].to_string();
+            capped.push('…');
+            capped
+        }
+        None => message,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ErrorKind::*;
+    use Operation::{Read, Write};
+
+    #[test]
+    fn server_codes_decide_before_status() {
+        let cases: &[(u16, Option<i32>, Operation, ErrorKind)] = &[
+            (403, Some(516), Read, Misconfigured),  // AUTHENTICATION_FAILED
+            (401, Some(194), Read, Misconfigured),  // REQUIRED_PASSWORD
+            (404, Some(81), Read, Misconfigured),   // UNKNOWN_DATABASE
+            (404, Some(60), Write, Misconfigured),  // UNKNOWN_TABLE
+            (404, Some(115), Read, Misconfigured),  // UNKNOWN_SETTING
+            (500, Some(497), Read, Misconfigured),  // ACCESS_DENIED
+            (500, Some(164), Write, Misconfigured), // READONLY
+            (500, Some(252), Write, Throttled),     // TOO_MANY_PARTS
+            (500, Some(241), Read, Throttled),      // MEMORY_LIMIT_EXCEEDED
+            (500, Some(202), Read, Throttled),      // TOO_MANY_SIMULTANEOUS_QUERIES
+            (400, Some(62), Read, Permanent),       // SYNTAX_ERROR
+            (400, Some(27), Write, Permanent),      // CANNOT_PARSE_INPUT_ASSERTION_FAILED
+            (400, Some(53), Write, Permanent),      // TYPE_MISMATCH
+            (500, Some(319), Write, Uncertain),     // UNKNOWN_STATUS_OF_INSERT
+            (500, Some(319), Read, Uncertain),
+            (408, Some(159), Read, Transient),  // TIMEOUT_EXCEEDED
+            (500, Some(242), Write, Transient), // TABLE_IS_READ_ONLY (keeper)
+            (500, Some(999), Write, Transient), // KEEPER_EXCEPTION
+            (503, Some(209), Read, Transient),  // SOCKET_TIMEOUT
+        ];
+        for &(status, code, op, want) in cases {
+            assert_eq!(
+                classify_server(status, code, op),
+                want,
+                "status {status} code {code:?} {op:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn unknown_codes_fall_back_to_status() {
+        let cases: &[(u16, Option<i32>, Operation, ErrorKind)] = &[
+            (401, None, Read, Misconfigured),
+            (403, Some(12345), Read, Misconfigured),
+            (404, None, Write, Misconfigured),
+            (400, Some(12345), Read, Permanent),
+            (413, None, Write, Permanent),
+            (429, None, Write, Throttled),
+            (408, None, Read, Transient),
+            (408, None, Write, Uncertain), // a proxy timed out: the insert may have run
+            (502, None, Read, Transient),
+            (502, None, Write, Uncertain),
+            (503, None, Read, Transient),
+            (504, None, Write, Uncertain),
+            (500, Some(12345), Write, Transient), // the server said it failed
+            (500, None, Write, Uncertain),        // something without a code: unknown outcome
+            (500, None, Read, Transient),
+        ];
+        for &(status, code, op, want) in cases {
+            assert_eq!(
+                classify_server(status, code, op),
+                want,
+                "status {status} code {code:?} {op:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn transport_failures_before_and_after_connecting() {
+        use TransportFailure as F;
+        let before = [F::Dns, F::Refused, F::ConnectTimeout, F::Tls];
+        for f in &before {
+            assert_eq!(classify_transport(f, Read), Disconnected, "{f:?}");
+            assert_eq!(classify_transport(f, Write), Disconnected, "{f:?}");
+        }
+        for f in [F::Timeout, F::Reset, F::Protocol, F::Other] {
+            assert_eq!(classify_transport(&f, Read), Transient, "{f:?}");
+            assert_eq!(classify_transport(&f, Write), Uncertain, "{f:?}");
+        }
+        assert_eq!(classify_transport(&F::Denied, Write), Misconfigured);
+        assert_eq!(classify_transport(&F::TlsCertificate, Read), Misconfigured);
+        assert_eq!(classify_transport(&F::InvalidRequest, Read), InvalidInput);
+    }
+
+    #[test]
+    fn exit_codes_are_distinct_and_documented_range() {
+        let mut seen = std::collections::HashSet::new();
+        for kind in ErrorKind::ALL {
+            let code = kind.exit_code();
+            assert!((2..=10).contains(&code), "{kind}");
+            assert!(seen.insert(code), "{kind} reuses {code}");
+        }
+        assert_eq!(InvalidInput.exit_code(), 2);
+    }
+
+    #[test]
+    fn only_connection_and_load_failures_are_retryable() {
+        let retryable: Vec<_> = ErrorKind::ALL
+            .into_iter()
+            .filter(|k| k.is_retryable())
+            .collect();
+        assert_eq!(retryable, vec![Disconnected, Transient, Throttled]);
+    }
+
+    #[test]
+    fn redaction_removes_plain_and_encoded_secrets() {
+        let r = Redactor::new(["p@ss word/1", "", "tok3n"]);
+        let msg =
+            "auth failed for p@ss word/1 at http://u:p%40ss%20word%2F1@h/?x=p%40ss+word%2F1 tok3n";
+        let out = r.redact(msg);
+        assert!(!out.contains("p@ss word/1"), "{out}");
+        assert!(!out.contains("p%40ss"), "{out}");
+        assert!(!out.contains("tok3n"), "{out}");
+        assert_eq!(out.matches("***").count(), 4, "{out}");
+    }
+
+    #[test]
+    fn redaction_prefers_the_longest_secret() {
+        let r = Redactor::new(["abc", "abcdef"]);
+        assert_eq!(r.redact("x abcdef y abc"), "x *** y ***");
+    }
+
+    #[test]
+    fn messages_are_capped_on_a_char_boundary() {
+        let long = "é".repeat(2000);
+        let e = Error::invalid(long);
+        assert_eq!(e.message.chars().count(), MAX_MESSAGE_CHARS + 1);
+        assert!(e.message.ends_with('…'));
+        let short = Error::invalid("short");
+        assert_eq!(short.message, "short");
+    }
+
+    #[test]
+    fn redacted_error_carries_kind_and_no_secret() {
+        let r = Redactor::new(["hunter2"]);
+        let e = r.error(Misconfigured, "password hunter2 rejected");
+        assert_eq!(e.kind, Misconfigured);
+        assert_eq!(e.message, "password *** rejected");
+        assert_eq!(e.to_string(), "misconfigured: password *** rejected");
+    }
+}

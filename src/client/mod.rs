@@ -1,0 +1,196 @@
+//! ClickHouse HTTP client: connection strings ([`dsn`]), requests ([`request`]), answers
+//! ([`response`]), the error taxonomy ([`error`]) and the transport seam ([`transport`]).
+//!
+//! Everything here except [`wasi_http`] is plain Rust with native unit tests.
+
+pub mod dsn;
+pub mod error;
+pub mod request;
+pub mod response;
+pub mod transport;
+pub mod url;
+#[cfg(target_arch = "wasm32")]
+pub mod wasi_http;
+
+pub use dsn::{ConnectionOptions, Endpoint};
+pub use error::{Error, ErrorKind, Operation, Redactor, ServerError};
+pub use request::{HttpRequest, Query};
+pub use response::{HttpResponse, QuerySummary, Response};
+pub use transport::Transport;
+
+use error::classify_transport;
+
+/// A ClickHouse client bound to one endpoint and one transport.
+pub struct Client<T: Transport> {
+    endpoint: Endpoint,
+    redactor: Redactor,
+    transport: T,
+}
+
+impl<T: Transport> Client<T> {
+    /// Validates the connection (no request is sent).
+    pub fn new(options: &ConnectionOptions, transport: T) -> Result<Self, Error> {
+        let endpoint = Endpoint::parse(options)?;
+        let redactor = Redactor::new(endpoint.secrets());
+        Ok(Client {
+            endpoint,
+            redactor,
+            transport,
+        })
+    }
+
+    /// The resolved endpoint.
+    pub fn endpoint(&self) -> &Endpoint {
+        &self.endpoint
+    }
+
+    /// The redactor for this endpoint's secrets.
+    pub fn redactor(&self) -> &Redactor {
+        &self.redactor
+    }
+
+    /// Sends one statement and returns the server's successful answer, or a classified error.
+    pub fn execute(&self, query: &Query) -> Result<Response, Error> {
+        let request = query.to_http(&self.endpoint)?;
+        match self.transport.send(&request) {
+            Ok(http) => response::interpret(http, request.operation, &self.redactor),
+            Err(failure) => {
+                let kind = classify_transport(&failure.failure, request.operation);
+                let what = describe_failure(&failure.failure);
+                let origin = self.endpoint.origin();
+                let message = if failure.detail.is_empty() {
+                    format!("{what} ({origin})")
+                } else {
+                    format!("{what} ({origin}): {}", failure.detail)
+                };
+                Err(self.redactor.error(kind, &message))
+            }
+        }
+    }
+}
+
+fn describe_failure(failure: &error::TransportFailure) -> &'static str {
+    use error::TransportFailure as F;
+    match failure {
+        F::Denied => "the host's allow-list does not permit requests to this destination",
+        F::Dns => "could not resolve the server's host name",
+        F::Refused => "could not connect to the server (connection refused or unreachable)",
+        F::ConnectTimeout => "could not connect to the server within the connect timeout",
+        F::Tls => "TLS handshake with the server failed",
+        F::TlsCertificate => "the server's TLS certificate was rejected",
+        F::Timeout => "no answer from the server within the request timeout",
+        F::Reset => "the connection to the server was closed before the answer was complete",
+        F::Protocol => "the server's answer was not valid HTTP",
+        F::InvalidRequest => "the request could not be built",
+        F::Other => "the request failed",
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod testing {
+    //! An in-memory transport for unit tests of request flow (never a stand-in for ClickHouse
+    //! in integration tests).
+    use super::*;
+    use std::cell::RefCell;
+
+    /// Replays canned answers and records requests.
+    #[derive(Default)]
+    pub struct Scripted {
+        pub answers: RefCell<Vec<Result<HttpResponse, error::TransportError>>>,
+        pub sent: RefCell<Vec<HttpRequest>>,
+    }
+
+    impl Scripted {
+        pub fn new(answers: Vec<Result<HttpResponse, error::TransportError>>) -> Self {
+            let mut answers = answers;
+            answers.reverse();
+            Scripted {
+                answers: RefCell::new(answers),
+                sent: RefCell::default(),
+            }
+        }
+    }
+
+    impl Transport for Scripted {
+        fn send(&self, request: &HttpRequest) -> Result<HttpResponse, error::TransportError> {
+            self.sent.borrow_mut().push(request.clone());
+            self.answers
+                .borrow_mut()
+                .pop()
+                .expect("no scripted answer left")
+        }
+    }
+
+    pub fn ok(body: &str) -> Result<HttpResponse, error::TransportError> {
+        Ok(HttpResponse {
+            status: 200,
+            headers: vec![],
+            body: body.as_bytes().to_vec(),
+            elapsed_us: 1,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::error::{TransportError, TransportFailure};
+    use super::testing::*;
+    use super::*;
+
+    #[test]
+    fn transport_failures_name_the_origin_not_the_password() {
+        let t = Scripted::new(vec![Err(TransportError::new(
+            TransportFailure::Refused,
+            "connect to http://u:hunter2@h failed",
+        ))]);
+        let c = Client::new(&ConnectionOptions::from_url("http://u:hunter2@h:1"), &t).unwrap();
+        let e = c.execute(&Query::read("ping", "SELECT 1")).unwrap_err();
+        assert_eq!(e.kind, ErrorKind::Disconnected);
+        assert!(e.message.contains("http://h:1"), "{}", e.message);
+        assert!(!e.message.contains("hunter2"), "{}", e.message);
+    }
+
+    #[test]
+    fn timeouts_of_writes_are_uncertain() {
+        let t = Scripted::new(vec![
+            Err(TransportError::new(TransportFailure::Timeout, "")),
+            Err(TransportError::new(TransportFailure::Timeout, "")),
+        ]);
+        let c = Client::new(&ConnectionOptions::from_url("http://h"), &t).unwrap();
+        let read = c.execute(&Query::read("x", "SELECT 1")).unwrap_err();
+        let write = c
+            .execute(&Query::write("x", "INSERT INTO t FORMAT JSONEachRow").data(vec![]))
+            .unwrap_err();
+        assert_eq!(read.kind, ErrorKind::Transient);
+        assert_eq!(write.kind, ErrorKind::Uncertain);
+    }
+
+    #[test]
+    fn server_errors_are_redacted_with_secret_settings() {
+        let t = Scripted::new(vec![Ok(HttpResponse {
+            status: 500,
+            headers: vec![],
+            body: b"Code: 36. DB::Exception: bad key AKIAXYZ (BAD_ARGUMENTS)".to_vec(),
+            elapsed_us: 1,
+        })]);
+        let c = Client::new(
+            &ConnectionOptions::from_url("http://h?s3_access_key_id=AKIAXYZ"),
+            &t,
+        )
+        .unwrap();
+        let e = c.execute(&Query::read("x", "SELECT 1")).unwrap_err();
+        assert!(!e.message.contains("AKIAXYZ"), "{}", e.message);
+        assert_eq!(e.kind, ErrorKind::Permanent);
+    }
+
+    #[test]
+    fn success_passes_the_body_through() {
+        let t = Scripted::new(vec![ok("hello")]);
+        let c = Client::new(&ConnectionOptions::from_url("http://h"), &t).unwrap();
+        assert_eq!(
+            c.execute(&Query::read("x", "SELECT 1")).unwrap().body,
+            b"hello"
+        );
+        assert_eq!(t.sent.borrow().len(), 1);
+    }
+}

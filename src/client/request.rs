@@ -1,0 +1,335 @@
+//! Turns a [`Query`] into an HTTP request for ClickHouse's HTTP interface: URL (settings, typed
+//! `param_*` values), auth headers, body.
+
+use std::time::Duration;
+
+use super::dsn::Endpoint;
+use super::error::{Error, Operation};
+use super::url::encode_component;
+
+/// Version sent in the `User-Agent` header.
+pub const USER_AGENT: &str = concat!("clickhouse-component/", env!("CARGO_PKG_VERSION"));
+
+/// Header naming the component operation that caused a request (for the host's logs).
+pub const OPERATION_HEADER: &str = "x-component-operation";
+
+/// HTTP method.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Method {
+    /// GET (only the server's `/ping`).
+    Get,
+    /// POST (every query).
+    Post,
+}
+
+/// A fully built HTTP request, ready for a [`Transport`](super::transport::Transport).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HttpRequest {
+    /// Method.
+    pub method: Method,
+    /// HTTPS when true.
+    pub tls: bool,
+    /// `host:port`.
+    pub authority: String,
+    /// Path and query string, starting with `/`.
+    pub path_and_query: String,
+    /// Header names (lower case) and values; `content-length` is the transport's business.
+    pub headers: Vec<(String, Vec<u8>)>,
+    /// Request body.
+    pub body: Vec<u8>,
+    /// Connect timeout.
+    pub connect_timeout: Duration,
+    /// First-byte and between-bytes timeout.
+    pub request_timeout: Duration,
+    /// Whether the request may change data (decides how interruptions are classified).
+    pub operation: Operation,
+}
+
+/// One ClickHouse statement with its typed parameters, settings and data.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Query {
+    /// Short name of the component operation, e.g. `ping` (logged by the host).
+    pub name: &'static str,
+    /// SQL text. Values and identifiers never go here: use `{name:Type}` placeholders.
+    pub sql: String,
+    /// Parameter values by name, already in ClickHouse's text form (unescaped).
+    pub params: Vec<(String, String)>,
+    /// Settings for this statement only (after the endpoint's).
+    pub settings: Vec<(String, String)>,
+    /// Output format (`default_format`), if the statement returns rows.
+    pub format: Option<String>,
+    /// INSERT data: when present the SQL travels in the URL and this is the body.
+    pub data: Option<Vec<u8>>,
+    /// Read or write.
+    pub operation: Operation,
+}
+
+impl Query {
+    /// A read-only statement.
+    pub fn read(name: &'static str, sql: impl Into<String>) -> Self {
+        Query {
+            name,
+            sql: sql.into(),
+            params: Vec::new(),
+            settings: Vec::new(),
+            format: None,
+            data: None,
+            operation: Operation::Read,
+        }
+    }
+
+    /// A statement that may change data.
+    pub fn write(name: &'static str, sql: impl Into<String>) -> Self {
+        Query {
+            operation: Operation::Write,
+            ..Query::read(name, sql)
+        }
+    }
+
+    /// Binds `{name:Type}` to a value (its text form, e.g. `42`, `it's`, an identifier).
+    pub fn param(mut self, name: &str, value: impl Into<String>) -> Self {
+        self.params.push((name.to_string(), value.into()));
+        self
+    }
+
+    /// Adds a setting for this statement.
+    pub fn setting(mut self, name: &str, value: impl Into<String>) -> Self {
+        self.settings.push((name.to_string(), value.into()));
+        self
+    }
+
+    /// Asks for rows in this format.
+    pub fn format(mut self, format: &str) -> Self {
+        self.format = Some(format.to_string());
+        self
+    }
+
+    /// Attaches INSERT data (the SQL must end in `FORMAT <name>`).
+    pub fn data(mut self, data: Vec<u8>) -> Self {
+        self.data = Some(data);
+        self
+    }
+
+    /// Builds the HTTP request for `endpoint`.
+    ///
+    /// The statement goes in the body, or in the `query` URL parameter when the body holds
+    /// INSERT data. Every request waits for the end of the query on the server
+    /// (`wait_end_of_query=1`), so a 200 status means the whole statement succeeded.
+    pub fn to_http(&self, endpoint: &Endpoint) -> Result<HttpRequest, Error> {
+        let mut url = String::from("/?");
+        let mut push = |key: &str, value: &str| {
+            if url.len() > 2 {
+                url.push('&');
+            }
+            url.push_str(&encode_component(key));
+            url.push('=');
+            url.push_str(&encode_component(value));
+        };
+        if let Some(db) = &endpoint.database {
+            push("database", db);
+        }
+        if let Some(format) = &self.format {
+            push("default_format", format);
+        }
+        push("wait_end_of_query", "1");
+        for (name, value) in endpoint.settings.iter().chain(&self.settings) {
+            push(name, value);
+        }
+        for (name, value) in &self.params {
+            if name.is_empty() || !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
+                return Err(Error::invalid(format!(
+                    "query parameter name '{}' is not an identifier",
+                    name.escape_debug()
+                )));
+            }
+            push(&format!("param_{name}"), &escape_param(value));
+        }
+        let body = match &self.data {
+            Some(data) => {
+                push("query", &self.sql);
+                data.clone()
+            }
+            None => self.sql.clone().into_bytes(),
+        };
+        Ok(HttpRequest {
+            method: Method::Post,
+            tls: endpoint.tls,
+            authority: endpoint.authority(),
+            path_and_query: url,
+            headers: headers(endpoint, self.name),
+            body,
+            connect_timeout: endpoint.connect_timeout,
+            request_timeout: endpoint.request_timeout,
+            operation: self.operation,
+        })
+    }
+}
+
+/// Escapes a parameter value the way the server unescapes it (TabSeparated escaping).
+pub fn escape_param(value: &str) -> String {
+    let mut out = String::with_capacity(value.len());
+    for c in value.chars() {
+        match c {
+            '\\' => out.push_str("\\\\"),
+            '\t' => out.push_str("\\t"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\0' => out.push_str("\\0"),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// Auth, user agent and operation headers. Credentials go in `X-ClickHouse-User`/`-Key`, or
+/// in HTTP Basic when they hold characters a header value cannot carry.
+fn headers(endpoint: &Endpoint, operation: &str) -> Vec<(String, Vec<u8>)> {
+    let header_safe = |s: &str| !s.chars().any(|c| c.is_control());
+    let mut headers = Vec::with_capacity(4);
+    if header_safe(&endpoint.user) && header_safe(&endpoint.password) {
+        headers.push((
+            "x-clickhouse-user".into(),
+            endpoint.user.clone().into_bytes(),
+        ));
+        headers.push((
+            "x-clickhouse-key".into(),
+            endpoint.password.clone().into_bytes(),
+        ));
+    } else {
+        let raw = format!("{}:{}", endpoint.user, endpoint.password);
+        let mut value = b"Basic ".to_vec();
+        value.extend(base64(raw.as_bytes()).into_bytes());
+        headers.push(("authorization".into(), value));
+    }
+    headers.push(("user-agent".into(), USER_AGENT.as_bytes().to_vec()));
+    headers.push((OPERATION_HEADER.into(), operation.as_bytes().to_vec()));
+    headers
+}
+
+/// Standard base64 with padding.
+fn base64(bytes: &[u8]) -> String {
+    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut out = String::with_capacity(bytes.len().div_ceil(3) * 4);
+    for chunk in bytes.chunks(3) {
+        let b = [
+            chunk[0],
+            *chunk.get(1).unwrap_or(&0),
+            *chunk.get(2).unwrap_or(&0),
+        ];
+        let n = (u32::from(b[0]) << 16) | (u32::from(b[1]) << 8) | u32::from(b[2]);
+        for i in 0..4 {
+            if i <= chunk.len() {
+                out.push(ALPHABET[((n >> (18 - 6 * i)) & 63) as usize] as char);
+            } else {
+                out.push('=');
+            }
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::client::dsn::ConnectionOptions;
+
+    fn endpoint(url: &str) -> Endpoint {
+        Endpoint::parse(&ConnectionOptions::from_url(url)).unwrap()
+    }
+
+    fn header<'a>(req: &'a HttpRequest, name: &str) -> Option<&'a [u8]> {
+        req.headers
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, v)| v.as_slice())
+    }
+
+    #[test]
+    fn select_goes_in_the_body_with_typed_params() {
+        let ep = endpoint("clickhouse://alice:pw@h:9/db?max_threads=2");
+        let q = Query::read("get", "SELECT * FROM {t:Identifier} WHERE id = {id:String}")
+            .param("t", "state")
+            .param("id", "a\tb\\c'd&e")
+            .format("JSONEachRow");
+        let req = q.to_http(&ep).unwrap();
+        assert_eq!(req.method, Method::Post);
+        assert_eq!(req.authority, "h:9");
+        assert_eq!(
+            req.path_and_query,
+            "/?database=db&default_format=JSONEachRow&wait_end_of_query=1&max_threads=2&param_t=state&param_id=a%5Ctb%5C%5Cc%27d%26e"
+        );
+        assert_eq!(req.body, q.sql.as_bytes());
+        assert_eq!(header(&req, "x-clickhouse-user"), Some(&b"alice"[..]));
+        assert_eq!(header(&req, "x-clickhouse-key"), Some(&b"pw"[..]));
+        assert_eq!(header(&req, OPERATION_HEADER), Some(&b"get"[..]));
+        assert_eq!(req.operation, Operation::Read);
+    }
+
+    #[test]
+    fn insert_sql_goes_in_the_url_and_data_in_the_body() {
+        let ep = endpoint("http://h");
+        let q = Query::write("send", "INSERT INTO {t:Identifier} FORMAT JSONEachRow")
+            .param("t", "events")
+            .setting("insert_deduplication_token", "abc")
+            .data(b"{\"a\":1}\n".to_vec());
+        let req = q.to_http(&ep).unwrap();
+        assert!(req
+            .path_and_query
+            .contains("&query=INSERT%20INTO%20%7Bt%3AIdentifier%7D%20FORMAT%20JSONEachRow"));
+        assert!(req
+            .path_and_query
+            .contains("insert_deduplication_token=abc"));
+        assert_eq!(req.body, b"{\"a\":1}\n");
+        assert_eq!(req.operation, Operation::Write);
+    }
+
+    #[test]
+    fn param_escaping_matches_server_unescaping() {
+        assert_eq!(escape_param("plain"), "plain");
+        assert_eq!(escape_param("a\tb\nc\\d\re\0"), "a\\tb\\nc\\\\d\\re\\0");
+        assert_eq!(escape_param("quote'`\"ok"), "quote'`\"ok");
+    }
+
+    #[test]
+    fn bad_param_names_are_rejected() {
+        let ep = endpoint("http://h");
+        let err = Query::read("x", "SELECT 1")
+            .param("a b", "1")
+            .to_http(&ep)
+            .unwrap_err();
+        assert!(err.message.contains("not an identifier"));
+    }
+
+    #[test]
+    fn control_characters_in_credentials_use_basic_auth() {
+        let ep = Endpoint::parse(&ConnectionOptions {
+            url: "http://h".into(),
+            password: Some("line\nbreak".into()),
+            ..Default::default()
+        })
+        .unwrap();
+        let req = Query::read("x", "SELECT 1").to_http(&ep).unwrap();
+        assert_eq!(header(&req, "x-clickhouse-key"), None);
+        let auth = header(&req, "authorization").unwrap();
+        assert_eq!(
+            auth,
+            format!("Basic {}", base64(b"default:line\nbreak")).as_bytes()
+        );
+    }
+
+    #[test]
+    fn base64_matches_rfc4648_vectors() {
+        let cases = [
+            ("", ""),
+            ("f", "Zg=="),
+            ("fo", "Zm8="),
+            ("foo", "Zm9v"),
+            ("foob", "Zm9vYg=="),
+            ("fooba", "Zm9vYmE="),
+            ("foobar", "Zm9vYmFy"),
+        ];
+        for (input, want) in cases {
+            assert_eq!(base64(input.as_bytes()), want);
+        }
+    }
+}

@@ -1,0 +1,327 @@
+//! Reads ClickHouse's HTTP answers: success with its `X-ClickHouse-Summary`, or an error from
+//! the status, `X-ClickHouse-Exception-Code` and the `Code: N. DB::Exception: ... (NAME)` body.
+
+use super::error::{classify_server, Error, Operation, Redactor, ServerError};
+
+/// An HTTP answer as the transport read it.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct HttpResponse {
+    /// Status code.
+    pub status: u16,
+    /// Header names (lower case) and raw values.
+    pub headers: Vec<(String, Vec<u8>)>,
+    /// The whole body.
+    pub body: Vec<u8>,
+    /// Time from sending the request to reading the whole answer, in microseconds.
+    pub elapsed_us: u64,
+}
+
+impl HttpResponse {
+    /// The first value of a header, as text (lossy).
+    pub fn header(&self, name: &str) -> Option<String> {
+        self.headers
+            .iter()
+            .find(|(n, _)| n.eq_ignore_ascii_case(name))
+            .map(|(_, v)| String::from_utf8_lossy(v).into_owned())
+    }
+}
+
+/// Progress counters of a finished query (`X-ClickHouse-Summary`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct QuerySummary {
+    /// Rows read.
+    pub read_rows: u64,
+    /// Bytes read.
+    pub read_bytes: u64,
+    /// Rows written (INSERT).
+    pub written_rows: u64,
+    /// Bytes written (INSERT).
+    pub written_bytes: u64,
+    /// Rows in the result.
+    pub result_rows: u64,
+    /// Server-side time in nanoseconds.
+    pub elapsed_ns: u64,
+}
+
+impl QuerySummary {
+    /// Parses the header's JSON object; ClickHouse sends the numbers as strings. Returns `None`
+    /// for anything that is not a JSON object.
+    pub fn parse(text: &str) -> Option<QuerySummary> {
+        let value: serde_json::Value = serde_json::from_str(text).ok()?;
+        let object = value.as_object()?;
+        let field = |name: &str| -> u64 {
+            match object.get(name) {
+                Some(serde_json::Value::String(s)) => s.parse().unwrap_or(0),
+                Some(serde_json::Value::Number(n)) => n.as_u64().unwrap_or(0),
+                _ => 0,
+            }
+        };
+        Some(QuerySummary {
+            read_rows: field("read_rows"),
+            read_bytes: field("read_bytes"),
+            written_rows: field("written_rows"),
+            written_bytes: field("written_bytes"),
+            result_rows: field("result_rows"),
+            elapsed_ns: field("elapsed_ns"),
+        })
+    }
+}
+
+/// A successful answer.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Response {
+    /// The body (rows in the requested format; empty for statements without a result).
+    pub body: Vec<u8>,
+    /// `X-ClickHouse-Summary`, when the server sent it.
+    pub summary: Option<QuerySummary>,
+    /// `X-ClickHouse-Query-Id`.
+    pub query_id: Option<String>,
+    /// Round trip as measured by the transport, in microseconds.
+    pub elapsed_us: u64,
+}
+
+/// Parts of a `Code: N. DB::Exception: message (NAME) (version V)` body.
+#[derive(Debug, PartialEq, Eq)]
+pub struct ExceptionText {
+    /// The code, if the body starts with `Code: N.`.
+    pub code: Option<i32>,
+    /// The error name in parentheses at the end, if any.
+    pub name: Option<String>,
+    /// The message without the `Code:` prefix, `DB::Exception:` and the version suffix.
+    pub message: String,
+}
+
+/// Splits a ClickHouse exception body into code, name and message.
+pub fn parse_exception(body: &str) -> ExceptionText {
+    let text = body.trim();
+    let mut code = None;
+    let mut rest = text;
+    if let Some(after) = text.strip_prefix("Code: ") {
+        let digits: String = after.chars().take_while(char::is_ascii_digit).collect();
+        if let Ok(n) = digits.parse::<i32>() {
+            code = Some(n);
+            rest = after[digits.len()..].trim_start_matches('.').trim_start();
+        }
+    }
+    let rest = rest.strip_prefix("DB::Exception: ").unwrap_or(rest);
+    // Drop " (version X)" and take "(NAME)" at the end.
+    let mut message = rest.trim_end();
+    if let Some(i) = message.rfind(" (version ") {
+        if message.ends_with(')') {
+            message = message[..i].trim_end();
+        }
+    }
+    let mut name = None;
+    if let Some(open) = message.rfind(" (") {
+        let candidate = &message[open + 2..];
+        if let Some(inner) = candidate.strip_suffix(')') {
+            if !inner.is_empty()
+                && inner
+                    .chars()
+                    .all(|c| c.is_ascii_uppercase() || c.is_ascii_digit() || c == '_')
+            {
+                name = Some(inner.to_string());
+                message = message[..open].trim_end();
+            }
+        }
+    }
+    ExceptionText {
+        code,
+        name,
+        message: message.to_string(),
+    }
+}
+
+/// Turns an HTTP answer into a [`Response`] or a classified, redacted [`Error`].
+pub fn interpret(
+    http: HttpResponse,
+    operation: Operation,
+    redactor: &Redactor,
+) -> Result<Response, Error> {
+    let header_code = http
+        .header("x-clickhouse-exception-code")
+        .and_then(|c| c.trim().parse::<i32>().ok());
+    if http.status == 200 && header_code.is_none() {
+        return Ok(Response {
+            summary: http
+                .header("x-clickhouse-summary")
+                .and_then(|s| QuerySummary::parse(&s)),
+            query_id: http.header("x-clickhouse-query-id"),
+            elapsed_us: http.elapsed_us,
+            body: http.body,
+        });
+    }
+    let text = String::from_utf8_lossy(&http.body);
+    let parsed = parse_exception(&text);
+    let code = header_code.or(parsed.code);
+    let kind = classify_server(http.status, code, operation);
+    let name = parsed.name.unwrap_or_default();
+    let detail = if parsed.message.is_empty() {
+        "(no message)".to_string()
+    } else {
+        parsed.message
+    };
+    let message = match code {
+        Some(code) if !name.is_empty() => {
+            format!(
+                "ClickHouse error {code} {name} (HTTP {}): {detail}",
+                http.status
+            )
+        }
+        Some(code) => format!("ClickHouse error {code} (HTTP {}): {detail}", http.status),
+        None => format!("HTTP {} from the server: {detail}", http.status),
+    };
+    let mut error = redactor.error(kind, &message);
+    error.server = code.map(|code| ServerError {
+        code,
+        name,
+        http_status: http.status,
+    });
+    Err(error)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::client::error::ErrorKind;
+
+    fn answer(status: u16, headers: &[(&str, &str)], body: &str) -> HttpResponse {
+        HttpResponse {
+            status,
+            headers: headers
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.as_bytes().to_vec()))
+                .collect(),
+            body: body.as_bytes().to_vec(),
+            elapsed_us: 7,
+        }
+    }
+
+    #[test]
+    fn parses_exception_bodies() {
+        let p = parse_exception(
+            "Code: 81. DB::Exception: Database nope does not exist. (UNKNOWN_DATABASE) (version 25.8.1.1)\n",
+        );
+        assert_eq!(p.code, Some(81));
+        assert_eq!(p.name.as_deref(), Some("UNKNOWN_DATABASE"));
+        assert_eq!(p.message, "Database nope does not exist.");
+        let p = parse_exception("Code: 62. DB::Exception: Syntax error (at x). (SYNTAX_ERROR)");
+        assert_eq!(
+            (p.code, p.name.as_deref()),
+            (Some(62), Some("SYNTAX_ERROR"))
+        );
+        assert_eq!(p.message, "Syntax error (at x).");
+        let p = parse_exception("Bad Gateway");
+        assert_eq!(
+            (p.code, p.name, p.message.as_str()),
+            (None, None, "Bad Gateway")
+        );
+        let p = parse_exception("Code: 999999999999. x");
+        assert_eq!(p.code, None);
+    }
+
+    #[test]
+    fn success_carries_summary_and_query_id() {
+        let r = interpret(
+            answer(
+                200,
+                &[
+                    ("X-ClickHouse-Summary", r#"{"read_rows":"1","written_rows":"10","written_bytes":"99","elapsed_ns":"5"}"#),
+                    ("x-clickhouse-query-id", "q1"),
+                ],
+                "1\n",
+            ),
+            Operation::Read,
+            &Redactor::default(),
+        )
+        .unwrap();
+        assert_eq!(r.body, b"1\n");
+        let s = r.summary.unwrap();
+        assert_eq!(
+            (s.read_rows, s.written_rows, s.written_bytes, s.elapsed_ns),
+            (1, 10, 99, 5)
+        );
+        assert_eq!(r.query_id.as_deref(), Some("q1"));
+        assert_eq!(r.elapsed_us, 7);
+    }
+
+    #[test]
+    fn summary_accepts_numbers_and_rejects_garbage() {
+        let s = QuerySummary::parse(r#"{"written_rows":3}"#).unwrap();
+        assert_eq!(s.written_rows, 3);
+        assert_eq!(QuerySummary::parse("not json"), None);
+        assert_eq!(QuerySummary::parse("[1]"), None);
+    }
+
+    #[test]
+    fn errors_use_the_header_code_then_the_body() {
+        let e = interpret(
+            answer(
+                403,
+                &[("X-ClickHouse-Exception-Code", "516")],
+                "Code: 516. DB::Exception: default: Authentication failed: password is incorrect. (AUTHENTICATION_FAILED) (version 1)",
+            ),
+            Operation::Read,
+            &Redactor::default(),
+        )
+        .unwrap_err();
+        assert_eq!(e.kind, ErrorKind::Misconfigured);
+        let server = e.server.unwrap();
+        assert_eq!(
+            (server.code, server.name.as_str(), server.http_status),
+            (516, "AUTHENTICATION_FAILED", 403)
+        );
+        assert!(e.message.starts_with("ClickHouse error 516 AUTHENTICATION_FAILED (HTTP 403): default: Authentication failed"), "{}", e.message);
+
+        // No header: the body's code decides.
+        let e = interpret(
+            answer(
+                500,
+                &[],
+                "Code: 252. DB::Exception: Too many parts. (TOO_MANY_PARTS)",
+            ),
+            Operation::Write,
+            &Redactor::default(),
+        )
+        .unwrap_err();
+        assert_eq!(e.kind, ErrorKind::Throttled);
+        assert_eq!(e.server.unwrap().code, 252);
+
+        // A 200 carrying an exception code is still an error.
+        let e = interpret(
+            answer(
+                200,
+                &[("x-clickhouse-exception-code", "319")],
+                "Code: 319. DB::Exception: Unknown status",
+            ),
+            Operation::Write,
+            &Redactor::default(),
+        )
+        .unwrap_err();
+        assert_eq!(e.kind, ErrorKind::Uncertain);
+
+        // A proxy's answer without any code.
+        let e = interpret(
+            answer(502, &[], "Bad Gateway"),
+            Operation::Write,
+            &Redactor::default(),
+        )
+        .unwrap_err();
+        assert_eq!(e.kind, ErrorKind::Uncertain);
+        assert_eq!(e.server, None);
+        assert_eq!(e.message, "HTTP 502 from the server: Bad Gateway");
+    }
+
+    #[test]
+    fn error_messages_are_redacted_and_capped() {
+        let redactor = Redactor::new(["topsecret"]);
+        let body = format!(
+            "Code: 36. DB::Exception: bad value topsecret {} (BAD_ARGUMENTS)",
+            "x".repeat(3000)
+        );
+        let e = interpret(answer(400, &[], &body), Operation::Read, &redactor).unwrap_err();
+        assert!(!e.message.contains("topsecret"));
+        assert!(e.message.chars().count() <= crate::client::error::MAX_MESSAGE_CHARS + 1);
+        assert_eq!(e.kind, ErrorKind::Permanent);
+    }
+}

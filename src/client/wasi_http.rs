@@ -1,0 +1,211 @@
+//! The [`Transport`] of the component: one `wasi:http/outgoing-handler` request per call, with
+//! `content-length` set, the body written without a trailing flush, and the response future's
+//! error preferred over a secondary body-write error (design.md, "wasi:http pitfalls").
+
+use wasip2::clocks::monotonic_clock;
+use wasip2::http::outgoing_handler;
+use wasip2::http::types::{
+    ErrorCode, Fields, IncomingBody, Method as WasiMethod, OutgoingBody, OutgoingRequest,
+    RequestOptions, Scheme,
+};
+use wasip2::io::streams::StreamError;
+
+use super::error::{TransportError, TransportFailure};
+use super::request::{HttpRequest, Method};
+use super::response::HttpResponse;
+use super::transport::Transport;
+
+/// Largest read asked of the response stream at once.
+const READ_CHUNK: u64 = 256 * 1024;
+
+/// Sends requests through the host's `wasi:http/outgoing-handler`.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct WasiHttpTransport;
+
+impl Transport for WasiHttpTransport {
+    fn send(&self, request: &HttpRequest) -> Result<HttpResponse, TransportError> {
+        let started = monotonic_clock::now();
+        let mut entries: Vec<(String, Vec<u8>)> = request.headers.clone();
+        entries.push((
+            "content-length".to_string(),
+            request.body.len().to_string().into_bytes(),
+        ));
+        let headers = Fields::from_list(&entries).map_err(|e| {
+            TransportError::new(
+                TransportFailure::InvalidRequest,
+                format!("a header value cannot be sent: {e:?}"),
+            )
+        })?;
+        let outgoing = OutgoingRequest::new(headers);
+        let invalid = |what: &str| TransportError::new(TransportFailure::InvalidRequest, what);
+        outgoing
+            .set_method(&match request.method {
+                Method::Get => WasiMethod::Get,
+                Method::Post => WasiMethod::Post,
+            })
+            .map_err(|()| invalid("method rejected"))?;
+        outgoing
+            .set_scheme(Some(if request.tls {
+                &Scheme::Https
+            } else {
+                &Scheme::Http
+            }))
+            .map_err(|()| invalid("scheme rejected"))?;
+        outgoing
+            .set_authority(Some(&request.authority))
+            .map_err(|()| invalid("authority rejected"))?;
+        outgoing
+            .set_path_with_query(Some(&request.path_and_query))
+            .map_err(|()| invalid("path rejected"))?;
+
+        let options = RequestOptions::new();
+        let nanos = |d: std::time::Duration| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
+        // Hosts may not support every timeout; an unsupported one is not an error.
+        let _ = options.set_connect_timeout(Some(nanos(request.connect_timeout)));
+        let _ = options.set_first_byte_timeout(Some(nanos(request.request_timeout)));
+        let _ = options.set_between_bytes_timeout(Some(nanos(request.request_timeout)));
+
+        let body = outgoing
+            .body()
+            .map_err(|()| invalid("request body unavailable"))?;
+        let future = outgoing_handler::handle(outgoing, Some(options)).map_err(from_error_code)?;
+
+        // Write the body. A failure here usually means the request itself failed (refused,
+        // denied): the response future then carries the real cause.
+        let write_result = write_body(body, &request.body);
+
+        let incoming = loop {
+            match future.get() {
+                Some(Ok(Ok(response))) => break response,
+                Some(Ok(Err(code))) => return Err(from_error_code(code)),
+                Some(Err(())) => {
+                    return Err(TransportError::new(
+                        TransportFailure::Other,
+                        "response already taken",
+                    ))
+                }
+                None => future.subscribe().block(),
+            }
+        };
+        if let Err(detail) = write_result {
+            return Err(TransportError::new(TransportFailure::Reset, detail));
+        }
+
+        let status = incoming.status();
+        let headers = incoming
+            .headers()
+            .entries()
+            .into_iter()
+            .map(|(name, value)| (name.to_ascii_lowercase(), value))
+            .collect();
+        let body_resource = incoming.consume().map_err(|()| {
+            TransportError::new(TransportFailure::Other, "response body unavailable")
+        })?;
+        let body = read_body(&body_resource)?;
+        let _trailers = IncomingBody::finish(body_resource);
+        let elapsed_ns = monotonic_clock::now().saturating_sub(started);
+        Ok(HttpResponse {
+            status,
+            headers,
+            body,
+            elapsed_us: elapsed_ns / 1_000,
+        })
+    }
+}
+
+/// Writes all of `data` and finishes the body; never flushes after the last write.
+fn write_body(body: OutgoingBody, data: &[u8]) -> Result<(), String> {
+    let stream = body
+        .write()
+        .map_err(|()| "request body stream unavailable".to_string())?;
+    let mut rest = data;
+    while !rest.is_empty() {
+        let permitted = match stream.check_write() {
+            Ok(0) => {
+                stream.subscribe().block();
+                continue;
+            }
+            Ok(n) => usize::try_from(n).unwrap_or(usize::MAX).min(rest.len()),
+            Err(e) => return Err(stream_error("writing the request body", e)),
+        };
+        stream
+            .write(&rest[..permitted])
+            .map_err(|e| stream_error("writing the request body", e))?;
+        rest = &rest[permitted..];
+    }
+    drop(stream);
+    OutgoingBody::finish(body, None).map_err(|code| format!("finishing the request body: {code:?}"))
+}
+
+fn read_body(body: &IncomingBody) -> Result<Vec<u8>, TransportError> {
+    let stream = body.stream().map_err(|()| {
+        TransportError::new(TransportFailure::Other, "response stream unavailable")
+    })?;
+    let mut out = Vec::new();
+    loop {
+        match stream.blocking_read(READ_CHUNK) {
+            Ok(chunk) => out.extend_from_slice(&chunk),
+            Err(StreamError::Closed) => break,
+            Err(StreamError::LastOperationFailed(e)) => {
+                return Err(match wasip2::http::types::http_error_code(&e) {
+                    Some(code) => from_error_code(code),
+                    None => TransportError::new(TransportFailure::Reset, e.to_debug_string()),
+                })
+            }
+        }
+    }
+    Ok(out)
+}
+
+fn stream_error(context: &str, e: StreamError) -> String {
+    match e {
+        StreamError::Closed => format!("{context}: stream closed"),
+        StreamError::LastOperationFailed(e) => format!("{context}: {}", e.to_debug_string()),
+    }
+}
+
+/// Maps a `wasi:http` error code to the client's transport failures.
+fn from_error_code(code: ErrorCode) -> TransportError {
+    use TransportFailure as F;
+    let failure = match &code {
+        ErrorCode::HttpRequestDenied => F::Denied,
+        ErrorCode::DnsTimeout | ErrorCode::DnsError(_) => F::Dns,
+        ErrorCode::DestinationNotFound
+        | ErrorCode::DestinationUnavailable
+        | ErrorCode::DestinationIpProhibited
+        | ErrorCode::DestinationIpUnroutable
+        | ErrorCode::ConnectionRefused
+        | ErrorCode::ConnectionLimitReached => F::Refused,
+        ErrorCode::ConnectionTimeout => F::ConnectTimeout,
+        ErrorCode::TlsProtocolError | ErrorCode::TlsAlertReceived(_) => F::Tls,
+        ErrorCode::TlsCertificateError => F::TlsCertificate,
+        ErrorCode::ConnectionReadTimeout
+        | ErrorCode::ConnectionWriteTimeout
+        | ErrorCode::HttpResponseTimeout => F::Timeout,
+        ErrorCode::ConnectionTerminated | ErrorCode::HttpResponseIncomplete => F::Reset,
+        ErrorCode::HttpProtocolError
+        | ErrorCode::HttpResponseHeaderSectionSize(_)
+        | ErrorCode::HttpResponseHeaderSize(_)
+        | ErrorCode::HttpResponseBodySize(_)
+        | ErrorCode::HttpResponseTrailerSectionSize(_)
+        | ErrorCode::HttpResponseTrailerSize(_)
+        | ErrorCode::HttpResponseTransferCoding(_)
+        | ErrorCode::HttpResponseContentCoding(_)
+        | ErrorCode::HttpUpgradeFailed => F::Protocol,
+        ErrorCode::HttpRequestMethodInvalid
+        | ErrorCode::HttpRequestUriInvalid
+        | ErrorCode::HttpRequestUriTooLong
+        | ErrorCode::HttpRequestLengthRequired
+        | ErrorCode::HttpRequestBodySize(_)
+        | ErrorCode::HttpRequestHeaderSectionSize(_)
+        | ErrorCode::HttpRequestHeaderSize(_)
+        | ErrorCode::HttpRequestTrailerSectionSize(_)
+        | ErrorCode::HttpRequestTrailerSize(_) => F::InvalidRequest,
+        _ => F::Other,
+    };
+    let detail = match &code {
+        ErrorCode::InternalError(Some(msg)) => format!("wasi:http internal-error: {msg}"),
+        other => format!("wasi:http {other:?}"),
+    };
+    TransportError::new(failure, detail)
+}

@@ -1,0 +1,12 @@
+//! clickhouse-component: a WebAssembly component (wasm32-wasip2) that gives data pipelines a
+//! ClickHouse state store and an acknowledged table sink, talking to ClickHouse over
+//! `wasi:http`.
+//!
+//! The core ([`client`], [`server`]) is plain Rust that compiles natively for unit tests; the
+//! WIT glue ([`glue`], wasm32 only) only converts between WIT types and core types.
+
+pub mod client;
+pub mod server;
+
+#[cfg(target_arch = "wasm32")]
+mod glue;

@@ -1,0 +1,170 @@
+//! Shared fixtures for the integration tests: one ClickHouse per test process (the server named
+//! by `CLICKHOUSE_URL`, else the local ClickHouse started on a free loopback port), one
+//! component runtime, and the path of the CLI binary.
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::OnceLock;
+
+use clickhouse_component::client::ConnectionOptions;
+use clickhouse_component_host::{CachePolicy, ComponentSource, Runtime};
+
+/// A ClickHouse server the tests may use.
+#[derive(Clone, Debug)]
+pub struct Server {
+    /// `http://host:port` (no credentials).
+    pub url: String,
+    /// User.
+    pub user: String,
+    /// Password.
+    pub password: String,
+    /// Whether this is the local ClickHouse this process started.
+    pub local: bool,
+}
+
+impl Server {
+    /// Connection options with this server's credentials.
+    pub fn connection(&self) -> ConnectionOptions {
+        ConnectionOptions {
+            url: self.url.clone(),
+            user: Some(self.user.clone()),
+            password: Some(self.password.clone()),
+            ..Default::default()
+        }
+    }
+}
+
+/// The repository root.
+pub fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .unwrap()
+        .to_path_buf()
+}
+
+/// The ClickHouse for this test process.
+pub fn clickhouse() -> &'static Server {
+    static SERVER: OnceLock<Server> = OnceLock::new();
+    SERVER.get_or_init(|| match std::env::var("CLICKHOUSE_URL") {
+        Ok(url) if !url.is_empty() => Server {
+            url,
+            user: std::env::var("CLICKHOUSE_USER").unwrap_or_else(|_| "default".into()),
+            password: std::env::var("CLICKHOUSE_PASSWORD").unwrap_or_default(),
+            local: false,
+        },
+        _ => start_local(),
+    })
+}
+
+/// Starts the local ClickHouse (tests/local_clickhouse/server.py) with a random password. It
+/// exits by itself when this process ends.
+fn start_local() -> Server {
+    let python = std::env::var("LOCAL_CLICKHOUSE_PYTHON")
+        .map(PathBuf::from)
+        .unwrap_or_else(|_| repo_root().join(".venv/bin/python"));
+    assert!(
+        python.exists(),
+        "no Python with chdb-core at {}: run `make test` (it installs one) or set CLICKHOUSE_URL",
+        python.display()
+    );
+    let password = format!("pw-{}-{}", std::process::id(), nanos());
+    let data_dir =
+        std::env::temp_dir().join(format!("local-clickhouse-test-{}", std::process::id()));
+    let mut child = Command::new(python)
+        .arg(repo_root().join("tests/local_clickhouse/server.py"))
+        .args([
+            "--port",
+            "0",
+            "--exit-with-parent",
+            "--password",
+            &password,
+            "--data-dir",
+        ])
+        .arg(&data_dir)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("starting the local ClickHouse");
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .expect("reading the local ClickHouse's URL");
+    let url = line.trim().to_string();
+    assert!(
+        url.starts_with("http://"),
+        "local ClickHouse did not start: {url:?}"
+    );
+    // The child is reaped by nobody on purpose: it watches its parent and exits with it.
+    std::mem::forget(child);
+    Server {
+        url,
+        user: "default".into(),
+        password,
+        local: true,
+    }
+}
+
+fn nanos() -> u128 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos()
+}
+
+/// A name unique to this process and call, for databases and tables.
+pub fn unique_name(prefix: &str) -> String {
+    static COUNTER: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = COUNTER.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    format!("{prefix}_{}_{n}", std::process::id())
+}
+
+/// The component runtime, loaded once per process (precompiled copy cached under target/).
+pub fn runtime() -> &'static Runtime {
+    static RUNTIME: OnceLock<Runtime> = OnceLock::new();
+    RUNTIME.get_or_init(|| {
+        Runtime::new(&ComponentSource::Embedded, &CachePolicy::Dir(cache_dir()))
+            .expect("loading the component")
+    })
+}
+
+/// The test cache directory for precompiled components.
+pub fn cache_dir() -> PathBuf {
+    repo_root().join("target/test-component-cache")
+}
+
+/// The `clickhouse-component` binary built with the tests.
+pub fn cli_binary() -> PathBuf {
+    let exe = std::env::current_exe().unwrap();
+    // target/<profile>/deps/<test> -> target/<profile>/clickhouse-component
+    let dir = exe.parent().unwrap().parent().unwrap();
+    let bin = dir.join("clickhouse-component");
+    assert!(
+        bin.exists(),
+        "{} not built: run the tests with `cargo test --workspace`",
+        bin.display()
+    );
+    bin
+}
+
+/// The CLI with the server's connection in its environment (and nothing inherited that could
+/// point it elsewhere).
+pub fn cli(server: &Server) -> Command {
+    let mut cmd = Command::new(cli_binary());
+    for var in [
+        "CLICKHOUSE_URL",
+        "CLICKHOUSE_HOST",
+        "CLICKHOUSE_PORT",
+        "CLICKHOUSE_USER",
+        "CLICKHOUSE_PASSWORD",
+        "CLICKHOUSE_DATABASE",
+        "CLICKHOUSE_ALLOW_HOSTS",
+    ] {
+        cmd.env_remove(var);
+    }
+    cmd.env("CLICKHOUSE_URL", &server.url)
+        .env("CLICKHOUSE_USER", &server.user)
+        .env("CLICKHOUSE_PASSWORD", &server.password)
+        .env("CLICKHOUSE_COMPONENT_CACHE_DIR", cache_dir());
+    cmd
+}

@@ -1,0 +1,317 @@
+//! Foundation: the real component in the real host against a real ClickHouse engine.
+
+use std::io::Read;
+use std::net::TcpListener;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use clickhouse_component::client::{ConnectionOptions, ErrorKind};
+use clickhouse_component_host::{
+    default_allow_list, AllowList, CachePolicy, ComponentSource, LoadKind, Runtime,
+};
+use clickhouse_component_tests::{cli, clickhouse, runtime};
+use serde_json::Value;
+
+async fn ping(
+    connection: &ConnectionOptions,
+    allow: AllowList,
+) -> Result<clickhouse_component_host::bindings::ServerInfo, clickhouse_component::client::Error> {
+    let mut instance = runtime().instantiate(allow).await.unwrap();
+    instance.ping(connection).await.expect("no trap")
+}
+
+#[tokio::test]
+async fn ping_reports_the_server() {
+    let server = clickhouse();
+    let conn = server.connection();
+    let info = ping(&conn, default_allow_list(&conn).unwrap())
+        .await
+        .unwrap();
+    assert!(
+        info.version.chars().next().unwrap().is_ascii_digit(),
+        "{}",
+        info.version
+    );
+    assert_eq!(info.user, server.user);
+    assert!(!info.timezone.is_empty());
+    assert_eq!(info.database, "default");
+    assert!(info.round_trip_us > 0);
+}
+
+#[tokio::test]
+async fn database_and_settings_reach_the_server() {
+    let server = clickhouse();
+    let conn = ConnectionOptions {
+        database: Some("system".into()),
+        settings: vec![("max_threads".into(), "1".into())],
+        ..server.connection()
+    };
+    let info = ping(&conn, default_allow_list(&conn).unwrap())
+        .await
+        .unwrap();
+    assert_eq!(info.database, "system");
+
+    // An unknown setting is rejected by the server itself: proof that settings are sent.
+    let conn = ConnectionOptions {
+        settings: vec![("no_such_setting_xyz".into(), "1".into())],
+        ..server.connection()
+    };
+    let err = ping(&conn, default_allow_list(&conn).unwrap())
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind, ErrorKind::Misconfigured, "{err}");
+    assert_eq!(err.server.unwrap().code, 115); // UNKNOWN_SETTING
+}
+
+#[tokio::test]
+async fn wrong_password_is_misconfigured_with_the_servers_code() {
+    let server = clickhouse();
+    let conn = ConnectionOptions {
+        password: Some("definitely-Wrong-pw".into()),
+        ..server.connection()
+    };
+    let err = ping(&conn, default_allow_list(&conn).unwrap())
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind, ErrorKind::Misconfigured, "{err}");
+    let code = err.server.as_ref().expect("server error").code;
+    assert!([516, 193, 194, 192].contains(&code), "code {code}");
+    assert!([401, 403].contains(&err.server.as_ref().unwrap().http_status));
+    assert!(
+        !err.message.contains("definitely-Wrong-pw"),
+        "{}",
+        err.message
+    );
+}
+
+#[tokio::test]
+async fn unknown_database_is_misconfigured() {
+    let server = clickhouse();
+    let conn = ConnectionOptions {
+        database: Some("no_such_db_for_tests".into()),
+        ..server.connection()
+    };
+    let err = ping(&conn, default_allow_list(&conn).unwrap())
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind, ErrorKind::Misconfigured, "{err}");
+    let server_error = err.server.unwrap();
+    assert_eq!(server_error.code, 81);
+    assert_eq!(server_error.name, "UNKNOWN_DATABASE");
+}
+
+#[tokio::test]
+async fn closed_port_is_disconnected() {
+    let port = {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    }; // closed again here
+    let conn = ConnectionOptions::from_url(format!("http://127.0.0.1:{port}"));
+    let err = ping(&conn, default_allow_list(&conn).unwrap())
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind, ErrorKind::Disconnected, "{err}");
+    assert!(
+        err.message.contains(&format!("127.0.0.1:{port}")),
+        "{}",
+        err.message
+    );
+}
+
+/// A TCP listener that counts connections and never answers.
+fn black_hole() -> (u16, Arc<AtomicUsize>) {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let count = Arc::new(AtomicUsize::new(0));
+    let seen = count.clone();
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            seen.fetch_add(1, Ordering::SeqCst);
+            let mut stream = stream.unwrap();
+            std::thread::spawn(move || {
+                let mut buf = [0u8; 4096];
+                while matches!(stream.read(&mut buf), Ok(n) if n > 0) {}
+            });
+        }
+    });
+    (port, count)
+}
+
+#[tokio::test]
+async fn destinations_outside_the_allow_list_are_denied_without_connecting() {
+    let (port, connections) = black_hole();
+    let conn = ConnectionOptions::from_url(format!("http://127.0.0.1:{port}"));
+    // Allow only the real ClickHouse, not the listener.
+    let allow = default_allow_list(&clickhouse().connection()).unwrap();
+    let err = ping(&conn, allow).await.unwrap_err();
+    assert_eq!(err.kind, ErrorKind::Misconfigured, "{err}");
+    assert!(err.message.contains("allow-list"), "{}", err.message);
+    assert!(
+        err.message.contains(&format!("127.0.0.1:{port}")),
+        "{}",
+        err.message
+    );
+    std::thread::sleep(Duration::from_millis(100));
+    assert_eq!(
+        connections.load(Ordering::SeqCst),
+        0,
+        "a connection was attempted"
+    );
+
+    // An empty allow-list denies even the configured server.
+    let server = clickhouse().connection();
+    let err = ping(&server, AllowList::default()).await.unwrap_err();
+    assert_eq!(err.kind, ErrorKind::Misconfigured);
+}
+
+#[tokio::test]
+async fn request_timeout_of_a_read_is_transient() {
+    let (port, connections) = black_hole();
+    let conn = ConnectionOptions {
+        request_timeout_ms: Some(300),
+        ..ConnectionOptions::from_url(format!("http://127.0.0.1:{port}"))
+    };
+    let started = Instant::now();
+    let err = ping(&conn, default_allow_list(&conn).unwrap())
+        .await
+        .unwrap_err();
+    let elapsed = started.elapsed();
+    assert_eq!(err.kind, ErrorKind::Transient, "{err}");
+    assert!(err.message.contains("timeout"), "{}", err.message);
+    assert!(elapsed >= Duration::from_millis(300), "{elapsed:?}");
+    assert!(elapsed < Duration::from_secs(5), "{elapsed:?}");
+    assert_eq!(connections.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test]
+async fn malformed_connection_is_invalid_input_before_any_request() {
+    let conn = ConnectionOptions::from_url("clickhouse://user:S3cret@host:99999");
+    let mut instance = runtime()
+        .instantiate(AllowList::parse(["*://*:*"]).unwrap())
+        .await
+        .unwrap();
+    let err = instance.ping(&conn).await.unwrap().unwrap_err();
+    assert_eq!(err.kind, ErrorKind::InvalidInput);
+    assert!(err.message.contains("invalid port"), "{}", err.message);
+    assert!(!err.message.contains("S3cret"));
+}
+
+#[tokio::test]
+async fn one_instance_serves_many_calls() {
+    let conn = clickhouse().connection();
+    let mut instance = runtime()
+        .instantiate(default_allow_list(&conn).unwrap())
+        .await
+        .unwrap();
+    for _ in 0..20 {
+        instance.ping(&conn).await.unwrap().unwrap();
+    }
+}
+
+#[test]
+fn precompiled_component_is_cached_by_hash() {
+    let dir = std::env::temp_dir().join(format!("chc-cache-test-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let first = Runtime::new(&ComponentSource::Embedded, &CachePolicy::Dir(dir.clone())).unwrap();
+    assert_eq!(first.load_report().kind, LoadKind::CompiledAndCached);
+    let second = Runtime::new(&ComponentSource::Embedded, &CachePolicy::Dir(dir.clone())).unwrap();
+    assert_eq!(second.load_report().kind, LoadKind::CacheHit);
+    assert_eq!(
+        first.load_report().cache_file,
+        second.load_report().cache_file
+    );
+    // A damaged cache file is recompiled, not trusted.
+    let file = second.load_report().cache_file.clone().unwrap();
+    std::fs::write(&file, b"garbage").unwrap();
+    let third = Runtime::new(&ComponentSource::Embedded, &CachePolicy::Dir(dir.clone())).unwrap();
+    assert_eq!(third.load_report().kind, LoadKind::CompiledAndCached);
+    let disabled = Runtime::new(&ComponentSource::Embedded, &CachePolicy::Disabled).unwrap();
+    assert_eq!(disabled.load_report().kind, LoadKind::Compiled);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn cli_check_prints_the_server_and_exits_zero() {
+    let server = clickhouse();
+    let out = cli(server).args(["check", "--json"]).output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["ok"], true);
+    assert_eq!(v["user"], server.user.as_str());
+    assert!(v["round_trip_ms"].as_f64().unwrap() > 0.0);
+
+    let out = cli(server).arg("check").output().unwrap();
+    assert!(out.status.success());
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.starts_with("ClickHouse "), "{text}");
+    assert!(text.contains("round trip"), "{text}");
+}
+
+#[test]
+fn cli_exit_codes_follow_the_error_kind() {
+    let server = clickhouse();
+    let wrong = cli(server)
+        .args(["check", "--json"])
+        .env("CLICKHOUSE_PASSWORD", "Not-The-Password")
+        .output()
+        .unwrap();
+    assert_eq!(wrong.status.code(), Some(3));
+    let v: Value = serde_json::from_slice(&wrong.stdout).unwrap();
+    assert_eq!(v["error"]["kind"], "misconfigured");
+    assert!(v["error"]["server"]["code"].as_i64().is_some());
+    let all = format!(
+        "{}{}",
+        String::from_utf8_lossy(&wrong.stdout),
+        String::from_utf8_lossy(&wrong.stderr)
+    );
+    assert!(!all.contains("Not-The-Password"), "{all}");
+
+    let bad_url = cli(server)
+        .args(["check", "--url", "clickhouse://h:0"])
+        .output()
+        .unwrap();
+    assert_eq!(bad_url.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&bad_url.stderr).contains("invalid port"));
+
+    let port = TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let refused = cli(server)
+        .args(["check", "--url", &format!("http://127.0.0.1:{port}")])
+        .output()
+        .unwrap();
+    assert_eq!(refused.status.code(), Some(4));
+
+    let (hole, _) = black_hole();
+    let timeout = cli(server)
+        .args([
+            "check",
+            "--request-timeout-ms",
+            "200",
+            "--url",
+            &format!("http://127.0.0.1:{hole}"),
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(timeout.status.code(), Some(5));
+
+    let no_url = cli(server)
+        .env_remove("CLICKHOUSE_URL")
+        .arg("check")
+        .output()
+        .unwrap();
+    assert_eq!(no_url.status.code(), Some(2));
+
+    let usage = cli(server)
+        .args(["check", "--no-such-flag"])
+        .output()
+        .unwrap();
+    assert_eq!(usage.status.code(), Some(2));
+}
