@@ -15,6 +15,7 @@ run: setup build
 	scripts/with-clickhouse scripts/quickstart
 
 test: setup
+	cargo build --workspace --bins
 	scripts/with-clickhouse cargo test --workspace --all-targets
 
 setup: wasm-target venv

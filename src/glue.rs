@@ -1,8 +1,14 @@
 //! WIT glue (wasm32 only): converts WIT records to core types and core errors to the WIT
 //! `error` record. No logic lives here.
 
+use std::cell::Cell;
+use std::rc::Rc;
+use std::time::Duration;
+
 use crate::client::wasi_http::WasiHttpTransport;
 use crate::client::{Client, ConnectionOptions, Error, ErrorKind};
+use crate::platform::wasi::WasiPlatform;
+use crate::state::{self, json, LockHandle, LockOptions, StateStore, StoreOptions};
 
 mod bindings {
     wit_bindgen::generate!({
@@ -24,7 +30,154 @@ use bindings::exports::clickhouse::connector::types::{
     Connection, Error as WitError, ErrorKind as WitErrorKind, ServerError as WitServerError,
 };
 
+use bindings::exports::clickhouse::connector::state_store::{
+    self as wit_state, Guest as StateGuest, GuestLock, GuestStore, State as WitState,
+    StoreOptions as WitStoreOptions,
+};
+
 struct Component;
+
+type CoreStore = StateStore<WasiHttpTransport, WasiPlatform>;
+
+impl StateGuest for Component {
+    type Store = StoreResource;
+    type Lock = LockResource;
+}
+
+/// The `store` resource: a core state store shared with the locks it hands out.
+struct StoreResource {
+    store: Rc<CoreStore>,
+}
+
+impl GuestStore for StoreResource {
+    fn open(
+        connection: Connection,
+        options: WitStoreOptions,
+    ) -> Result<wit_state::Store, WitError> {
+        let defaults = StoreOptions::default();
+        let ms =
+            |v: Option<u32>, d: Duration| v.map(|ms| Duration::from_millis(ms.into())).unwrap_or(d);
+        let options = StoreOptions {
+            database: options.database.unwrap_or(defaults.database),
+            table: options.table.unwrap_or(defaults.table),
+            lock_table: options.lock_table,
+            create_schema: options.create_schema.unwrap_or(defaults.create_schema),
+            lock: LockOptions {
+                timeout: ms(options.lock_timeout_ms, defaults.lock.timeout),
+                retry: ms(options.lock_retry_ms, defaults.lock.retry),
+                stale_after: ms(options.stale_after_ms, defaults.lock.stale_after),
+            },
+        };
+        let store =
+            StateStore::open(client(connection)?, WasiPlatform, &options).map_err(to_wit)?;
+        Ok(wit_state::Store::new(StoreResource {
+            store: Rc::new(store),
+        }))
+    }
+
+    fn get(&self, id: String) -> Result<Option<WitState>, WitError> {
+        Ok(self.store.get(&id).map_err(to_wit)?.map(to_wit_state))
+    }
+
+    fn set(&self, state: WitState) -> Result<(), WitError> {
+        self.store.set(&from_wit_state(state)?).map_err(to_wit)
+    }
+
+    fn update(&self, state: WitState) -> Result<WitState, WitError> {
+        let stored = self.store.update(&from_wit_state(state)?).map_err(to_wit)?;
+        Ok(to_wit_state(stored))
+    }
+
+    fn delete(&self, id: String) -> Result<u64, WitError> {
+        self.store.delete(&id).map_err(to_wit)
+    }
+
+    fn ids(&self, pattern: Option<String>) -> Result<Vec<String>, WitError> {
+        self.store.ids(pattern.as_deref()).map_err(to_wit)
+    }
+
+    fn get_all(&self, pattern: Option<String>) -> Result<Vec<WitState>, WitError> {
+        let states = self.store.get_all(pattern.as_deref()).map_err(to_wit)?;
+        Ok(states.into_iter().map(to_wit_state).collect())
+    }
+
+    fn set_all(&self, states: Vec<WitState>) -> Result<(), WitError> {
+        let states = states
+            .into_iter()
+            .map(from_wit_state)
+            .collect::<Result<Vec<_>, _>>()?;
+        self.store.set_all(&states).map_err(to_wit)
+    }
+
+    fn clear_all(&self) -> Result<u64, WitError> {
+        self.store.clear_all().map_err(to_wit)
+    }
+
+    fn lock(&self, id: String) -> Result<wit_state::Lock, WitError> {
+        let handle = self.store.lock(&id).map_err(to_wit)?;
+        Ok(wit_state::Lock::new(LockResource {
+            store: self.store.clone(),
+            handle,
+            released: Cell::new(false),
+        }))
+    }
+}
+
+/// The `lock` resource: released on `release` or, best effort, when dropped.
+struct LockResource {
+    store: Rc<CoreStore>,
+    handle: LockHandle,
+    released: Cell<bool>,
+}
+
+impl GuestLock for LockResource {
+    fn id(&self) -> String {
+        self.handle.id.clone()
+    }
+
+    fn token(&self) -> String {
+        self.handle.token.clone()
+    }
+
+    fn renew(&self) -> Result<(), WitError> {
+        if self.released.get() {
+            return Err(to_wit(Error::new(
+                ErrorKind::Locked,
+                "the lock was released",
+            )));
+        }
+        self.store.renew(&self.handle).map_err(to_wit)
+    }
+
+    fn release(&self) -> Result<(), WitError> {
+        if self.released.get() {
+            return Ok(());
+        }
+        self.store.release(&self.handle).map_err(to_wit)?;
+        self.released.set(true);
+        Ok(())
+    }
+}
+
+impl Drop for LockResource {
+    fn drop(&mut self) {
+        if !self.released.get() {
+            let _ = self.store.release(&self.handle);
+        }
+    }
+}
+
+fn from_wit_state(state: WitState) -> Result<state::State, WitError> {
+    state::State::from_json(&state.id, &state.partial, &state.completed).map_err(to_wit)
+}
+
+fn to_wit_state(state: state::State) -> WitState {
+    WitState {
+        partial: json::object_text(&state.partial),
+        completed: json::object_text(&state.completed),
+        id: state.id,
+    }
+}
 
 impl ServerGuest for Component {
     fn ping(connection: Connection) -> Result<ServerInfo, WitError> {

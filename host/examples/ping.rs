@@ -25,7 +25,7 @@ async fn main() -> anyhow::Result<()> {
     let mut instance = runtime
         .instantiate(default_allow_list(&connection)?)
         .await?;
-    match instance.ping(&connection).await? {
+    match instance.ping(&connection).await {
         Ok(info) => {
             println!(
                 "ClickHouse {} ({}), user {}, round trip {} us",
@@ -35,7 +35,7 @@ async fn main() -> anyhow::Result<()> {
         }
         Err(e) => {
             eprintln!("{e}");
-            std::process::exit(e.kind.exit_code());
+            std::process::exit(e.exit_code());
         }
     }
 }

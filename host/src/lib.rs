@@ -14,9 +14,9 @@
 //! let runtime = Runtime::new(&ComponentSource::Embedded, &CachePolicy::Default)?;
 //! let connection = ConnectionOptions::from_url("http://127.0.0.1:8123");
 //! let mut instance = runtime.instantiate(default_allow_list(&connection)?).await?;
-//! match instance.ping(&connection).await? {
+//! match instance.ping(&connection).await {
 //!     Ok(info) => println!("ClickHouse {}", info.version),
-//!     Err(e) => eprintln!("{} (exit code {})", e, e.kind.exit_code()),
+//!     Err(e) => eprintln!("{e} (exit code {})", e.exit_code()),
 //! }
 //! # Ok(()) }
 //! ```
@@ -28,5 +28,6 @@ pub mod config;
 pub mod runtime;
 
 pub use allow_list::{AllowList, AllowListError};
+pub use bindings::{ServerInfo, State, StoreOptions};
 pub use component::{CachePolicy, ComponentSource, LoadKind, LoadReport};
-pub use runtime::{default_allow_list, Instance, Runtime};
+pub use runtime::{default_allow_list, CallError, Instance, LockHandle, Runtime, StoreHandle};

@@ -14,8 +14,11 @@ use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
 use wasmtime_wasi_http::{WasiBody, WasiHttpCtx, WasiHttpCtxView, WasiHttpHooks, WasiHttpView};
 
 use crate::allow_list::AllowList;
-use crate::bindings::{Connection, Connector, ConnectorPre, ServerInfo, WitError, WitErrorKind};
+use crate::bindings::{
+    Connection, Connector, ConnectorPre, ServerInfo, State, StoreOptions, WitError, WitErrorKind,
+};
 use crate::component::{self, CachePolicy, ComponentSource, LoadReport};
+use wasmtime::component::ResourceAny;
 
 /// Engine, compiled component and linker: load once, share (it is cheap to clone).
 #[derive(Clone)]
@@ -74,22 +77,196 @@ pub struct Instance {
     connector: Connector,
 }
 
+/// A failed call: the component's classified error, or a failure of the runner (a trap).
+#[derive(Debug, thiserror::Error)]
+pub enum CallError {
+    /// The component returned an error.
+    #[error("{0}")]
+    Component(Error),
+    /// The runtime failed (trap, resource misuse).
+    #[error("runner failure: {0:#}")]
+    Runner(anyhow::Error),
+}
+
+impl CallError {
+    /// The component error's kind, if it is one.
+    pub fn kind(&self) -> Option<ErrorKind> {
+        match self {
+            CallError::Component(e) => Some(e.kind),
+            CallError::Runner(_) => None,
+        }
+    }
+
+    /// The component error; panics on a runner failure (for tests and examples).
+    pub fn into_component(self) -> Error {
+        match self {
+            CallError::Component(e) => e,
+            CallError::Runner(e) => panic!("runner failure: {e:#}"),
+        }
+    }
+
+    /// Process exit code: the kind's, or 1 for a runner failure.
+    pub fn exit_code(&self) -> i32 {
+        self.kind().map_or(1, ErrorKind::exit_code)
+    }
+}
+
+impl From<anyhow::Error> for CallError {
+    fn from(e: anyhow::Error) -> Self {
+        CallError::Runner(e)
+    }
+}
+
+impl From<wasmtime::Error> for CallError {
+    fn from(e: wasmtime::Error) -> Self {
+        CallError::Runner(anyhow::Error::from(e))
+    }
+}
+
+fn flatten<T>(result: Result<T, WitError>) -> Result<T, CallError> {
+    result.map_err(|e| CallError::Component(from_wit_error(e)))
+}
+
+/// An open state store inside an [`Instance`] (a `store` resource handle).
+#[derive(Clone, Copy, Debug)]
+pub struct StoreHandle(ResourceAny);
+
+/// A held lock inside an [`Instance`] (a `lock` resource handle).
+#[derive(Clone, Copy, Debug)]
+pub struct LockHandle(ResourceAny);
+
 impl Instance {
     /// `server.ping`: connects, authenticates and returns the server's identity.
-    ///
-    /// The outer error is a failure of the runtime (a trap); the inner one the component's
-    /// classified error.
-    pub async fn ping(
-        &mut self,
-        connection: &ConnectionOptions,
-    ) -> anyhow::Result<Result<ServerInfo, Error>> {
+    pub async fn ping(&mut self, connection: &ConnectionOptions) -> Result<ServerInfo, CallError> {
         let conn = to_wit_connection(connection);
         let result = self
             .connector
             .clickhouse_connector_server()
             .call_ping(&mut self.store, &conn)
             .await?;
-        Ok(result.map_err(from_wit_error))
+        flatten(result)
+    }
+
+    /// `store.open`.
+    pub async fn open_store(
+        &mut self,
+        connection: &ConnectionOptions,
+        options: &StoreOptions,
+    ) -> Result<StoreHandle, CallError> {
+        let conn = to_wit_connection(connection);
+        let result = self
+            .connector
+            .clickhouse_connector_state_store()
+            .store()
+            .call_open(&mut self.store, &conn, options)
+            .await?;
+        flatten(result).map(StoreHandle)
+    }
+
+    /// `store.get`.
+    pub async fn state_get(
+        &mut self,
+        s: StoreHandle,
+        id: &str,
+    ) -> Result<Option<State>, CallError> {
+        let r = self.connector.clickhouse_connector_state_store().store();
+        flatten(r.call_get(&mut self.store, s.0, id).await?)
+    }
+
+    /// `store.set`.
+    pub async fn state_set(&mut self, s: StoreHandle, state: &State) -> Result<(), CallError> {
+        let r = self.connector.clickhouse_connector_state_store().store();
+        flatten(r.call_set(&mut self.store, s.0, state).await?)
+    }
+
+    /// `store.update`.
+    pub async fn state_update(
+        &mut self,
+        s: StoreHandle,
+        state: &State,
+    ) -> Result<State, CallError> {
+        let r = self.connector.clickhouse_connector_state_store().store();
+        flatten(r.call_update(&mut self.store, s.0, state).await?)
+    }
+
+    /// `store.delete`.
+    pub async fn state_delete(&mut self, s: StoreHandle, id: &str) -> Result<u64, CallError> {
+        let r = self.connector.clickhouse_connector_state_store().store();
+        flatten(r.call_delete(&mut self.store, s.0, id).await?)
+    }
+
+    /// `store.ids`.
+    pub async fn state_ids(
+        &mut self,
+        s: StoreHandle,
+        pattern: Option<&str>,
+    ) -> Result<Vec<String>, CallError> {
+        let r = self.connector.clickhouse_connector_state_store().store();
+        flatten(r.call_ids(&mut self.store, s.0, pattern).await?)
+    }
+
+    /// `store.get-all`.
+    pub async fn state_get_all(
+        &mut self,
+        s: StoreHandle,
+        pattern: Option<&str>,
+    ) -> Result<Vec<State>, CallError> {
+        let r = self.connector.clickhouse_connector_state_store().store();
+        flatten(r.call_get_all(&mut self.store, s.0, pattern).await?)
+    }
+
+    /// `store.set-all`.
+    pub async fn state_set_all(
+        &mut self,
+        s: StoreHandle,
+        states: &[State],
+    ) -> Result<(), CallError> {
+        let r = self.connector.clickhouse_connector_state_store().store();
+        flatten(r.call_set_all(&mut self.store, s.0, states).await?)
+    }
+
+    /// `store.clear-all`.
+    pub async fn state_clear_all(&mut self, s: StoreHandle) -> Result<u64, CallError> {
+        let r = self.connector.clickhouse_connector_state_store().store();
+        flatten(r.call_clear_all(&mut self.store, s.0).await?)
+    }
+
+    /// `store.lock`.
+    pub async fn lock(&mut self, s: StoreHandle, id: &str) -> Result<LockHandle, CallError> {
+        let r = self.connector.clickhouse_connector_state_store().store();
+        flatten(r.call_lock(&mut self.store, s.0, id).await?).map(LockHandle)
+    }
+
+    /// `lock.token`.
+    pub async fn lock_token(&mut self, lock: LockHandle) -> Result<String, CallError> {
+        let r = self.connector.clickhouse_connector_state_store().lock();
+        Ok(r.call_token(&mut self.store, lock.0).await?)
+    }
+
+    /// `lock.renew`.
+    pub async fn lock_renew(&mut self, lock: LockHandle) -> Result<(), CallError> {
+        let r = self.connector.clickhouse_connector_state_store().lock();
+        flatten(r.call_renew(&mut self.store, lock.0).await?)
+    }
+
+    /// `lock.release`, then drops the handle.
+    pub async fn lock_release(&mut self, lock: LockHandle) -> Result<(), CallError> {
+        let r = self.connector.clickhouse_connector_state_store().lock();
+        let result = flatten(r.call_release(&mut self.store, lock.0).await?);
+        lock.0.resource_drop_async(&mut self.store).await?;
+        result
+    }
+
+    /// Drops a lock handle without an explicit release (the component releases it, best effort).
+    pub async fn lock_drop(&mut self, lock: LockHandle) -> Result<(), CallError> {
+        lock.0.resource_drop_async(&mut self.store).await?;
+        Ok(())
+    }
+
+    /// Closes a store handle.
+    pub async fn close_store(&mut self, s: StoreHandle) -> Result<(), CallError> {
+        s.0.resource_drop_async(&mut self.store).await?;
+        Ok(())
     }
 }
 

@@ -71,6 +71,7 @@ NAME_RE = re.compile(r"\(([A-Z][A-Z0-9_]+)\)(?: \(version [^)]*\))?\s*$")
 FORMAT_RE = re.compile(r"\s+FORMAT\s+([A-Za-z0-9_]+)\s*;?\s*$", re.IGNORECASE)
 INSERT_RE = re.compile(r"^\s*INSERT\b", re.IGNORECASE)
 SETTING_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_.]*$")
+PLACEHOLDER_RE = re.compile(r"\{\s*([A-Za-z_][A-Za-z0-9_]*)\s*:\s*([^{}]+?)\s*\}")
 VERSION = "unknown"
 
 
@@ -246,7 +247,8 @@ class Handler(BaseHTTPRequestHandler):
         conn = self.engine.session(settings, params.get("database"), readonly)
         try:
             if url_query and body and INSERT_RE.match(url_query):
-                summary = self._insert(conn, url_query, body)
+                statement = substitute_identifiers(url_query, query_params)
+                summary = self._insert(conn, statement, body)
                 payload = b""
             else:
                 text = url_query + ("\n" if url_query and body else "") + body.decode("utf-8")
@@ -299,6 +301,38 @@ class Handler(BaseHTTPRequestHandler):
             "written_rows": result.rows_written,
             "written_bytes": result.bytes_written,
         }
+
+
+def unescape_param(value: str) -> str:
+    """Undo the TSV escaping of a query parameter value, as the server does."""
+    out, i = [], 0
+    escapes = {"t": "\t", "n": "\n", "r": "\r", "0": "\0", "\\": "\\", "'": "'", "b": "\b", "f": "\f"}
+    while i < len(value):
+        c = value[i]
+        if c == "\\" and i + 1 < len(value):
+            out.append(escapes.get(value[i + 1], value[i + 1]))
+            i += 2
+        else:
+            out.append(c)
+            i += 1
+    return "".join(out)
+
+
+def substitute_identifiers(statement: str, params: dict[str, str]) -> str:
+    """Substitute {name:Identifier} in a streamed INSERT statement (chdb's send_insert takes no
+    parameters); a real server does this itself. Other parameter types are not supported there."""
+
+    def replace(match):
+        name, kind = match.group(1), match.group(2)
+        if kind != "Identifier":
+            raise ServerError(457, "BAD_QUERY_PARAMETER",
+                              f"local ClickHouse: only Identifier parameters are supported in INSERT ... FORMAT (got {kind})")
+        if name not in params:
+            raise ServerError(456, "UNKNOWN_QUERY_PARAMETER", f"Substitution `{name}` is not set")
+        ident = unescape_param(params[name])
+        return "`" + ident.replace("\\", "\\\\").replace("`", "\\`") + "`"
+
+    return PLACEHOLDER_RE.sub(replace, statement)
 
 
 def exit_with_parent(parent: int):

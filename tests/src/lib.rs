@@ -141,7 +141,7 @@ pub fn cli_binary() -> PathBuf {
     let bin = dir.join("clickhouse-component");
     assert!(
         bin.exists(),
-        "{} not built: run the tests with `cargo test --workspace`",
+        "{} not built: run `make test` (or `cargo build --workspace --bins` first)",
         bin.display()
     );
     bin
@@ -167,4 +167,77 @@ pub fn cli(server: &Server) -> Command {
         .env("CLICKHOUSE_PASSWORD", &server.password)
         .env("CLICKHOUSE_COMPONENT_CACHE_DIR", cache_dir());
     cmd
+}
+
+pub mod native;
+
+/// Creates the table critical sections record into.
+pub fn create_section_log(sql: &native::Sql, db: &str, table: &str) {
+    sql.exec(
+        "CREATE DATABASE IF NOT EXISTS {db:Identifier}",
+        &[("db", db)],
+    );
+    sql.exec(
+        "CREATE TABLE IF NOT EXISTS {db:Identifier}.{t:Identifier} (
+            worker String, seq UInt32, phase Enum8('enter' = 1, 'exit' = 2),
+            ts DateTime64(6) DEFAULT now64(6)
+        ) ENGINE = MergeTree ORDER BY (worker, seq)",
+        &[("db", db), ("t", table)],
+    );
+}
+
+/// One critical section: record `enter` (server time), pause briefly, record `exit`.
+pub fn record_section(sql: &native::Sql, db: &str, table: &str, worker: &str, seq: u32) {
+    let insert =
+        "INSERT INTO {db:Identifier}.{t:Identifier} (worker, seq, phase) FORMAT JSONEachRow";
+    let params = [("db", db), ("t", table)];
+    sql.insert_json(
+        insert,
+        &params,
+        &[serde_json::json!({"worker": worker, "seq": seq, "phase": "enter"})],
+    );
+    std::thread::sleep(std::time::Duration::from_millis(2));
+    sql.insert_json(
+        insert,
+        &params,
+        &[serde_json::json!({"worker": worker, "seq": seq, "phase": "exit"})],
+    );
+}
+
+/// Reads the recorded sections and returns (completed sections, overlapping pairs).
+pub fn check_sections(sql: &native::Sql, db: &str, table: &str) -> (usize, Vec<String>) {
+    let rows = sql.rows(
+        "SELECT worker, seq,
+                toUnixTimestamp64Micro(minIf(ts, phase = 'enter')) AS enter,
+                toUnixTimestamp64Micro(maxIf(ts, phase = 'exit')) AS exit,
+                countIf(phase = 'enter') AS enters, countIf(phase = 'exit') AS exits
+         FROM {db:Identifier}.{t:Identifier} GROUP BY worker, seq ORDER BY enter",
+        &[("db", db), ("t", table)],
+    );
+    let num = |v: &serde_json::Value| -> i64 {
+        v.as_i64()
+            .or_else(|| v.as_str().and_then(|s| s.parse().ok()))
+            .unwrap()
+    };
+    let mut complete = 0;
+    let mut overlaps = Vec::new();
+    let mut previous: Option<(String, i64)> = None;
+    for row in &rows {
+        let name = format!("{}#{}", row["worker"].as_str().unwrap(), row["seq"]);
+        if num(&row["enters"]) == 1 && num(&row["exits"]) == 1 {
+            complete += 1;
+        }
+        let (enter, exit) = (num(&row["enter"]), num(&row["exit"]));
+        if let Some((prev, prev_exit)) = &previous {
+            if enter <= *prev_exit {
+                overlaps.push(format!(
+                    "{name} entered at {enter} before {prev} exited at {prev_exit}"
+                ));
+            }
+        }
+        if previous.as_ref().is_none_or(|(_, e)| exit > *e) {
+            previous = Some((name, exit));
+        }
+    }
+    (complete, overlaps)
 }

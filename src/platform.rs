@@ -1,0 +1,133 @@
+//! What the core needs from its runtime besides HTTP: a monotonic clock, sleeping, and
+//! randomness (lock tokens, retry jitter). WASI provides them in the component
+//! ([`wasi::WasiPlatform`]); tests use [`std_platform::StdPlatform`].
+
+use std::time::Duration;
+
+/// Clock, sleep and randomness.
+pub trait Platform {
+    /// Monotonic time since an arbitrary origin.
+    fn now(&self) -> Duration;
+    /// Blocks for `duration`.
+    fn sleep(&self, duration: Duration);
+    /// A random 64-bit value (need not be cryptographic).
+    fn random_u64(&self) -> u64;
+
+    /// A random version-4 UUID in the usual text form.
+    fn random_uuid(&self) -> String {
+        let mut bytes = [0u8; 16];
+        bytes[..8].copy_from_slice(&self.random_u64().to_le_bytes());
+        bytes[8..].copy_from_slice(&self.random_u64().to_le_bytes());
+        bytes[6] = (bytes[6] & 0x0f) | 0x40;
+        bytes[8] = (bytes[8] & 0x3f) | 0x80;
+        let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+        format!(
+            "{}-{}-{}-{}-{}",
+            &hex[0..8],
+            &hex[8..12],
+            &hex[12..16],
+            &hex[16..20],
+            &hex[20..32]
+        )
+    }
+}
+
+impl<P: Platform + ?Sized> Platform for &P {
+    fn now(&self) -> Duration {
+        (**self).now()
+    }
+    fn sleep(&self, duration: Duration) {
+        (**self).sleep(duration)
+    }
+    fn random_u64(&self) -> u64 {
+        (**self).random_u64()
+    }
+}
+
+/// The platform of the component: wasi:clocks and wasi:random.
+#[cfg(target_arch = "wasm32")]
+pub mod wasi {
+    use super::Platform;
+    use std::time::Duration;
+    use wasip2::clocks::monotonic_clock;
+
+    /// wasi:clocks/monotonic-clock and wasi:random/random.
+    #[derive(Clone, Copy, Debug, Default)]
+    pub struct WasiPlatform;
+
+    impl Platform for WasiPlatform {
+        fn now(&self) -> Duration {
+            Duration::from_nanos(monotonic_clock::now())
+        }
+        fn sleep(&self, duration: Duration) {
+            let nanos = u64::try_from(duration.as_nanos()).unwrap_or(u64::MAX);
+            monotonic_clock::subscribe_duration(nanos).block();
+        }
+        fn random_u64(&self) -> u64 {
+            wasip2::random::random::get_random_u64()
+        }
+    }
+}
+
+/// The platform of native code (tests, benchmarks): std's clock and a seeded generator.
+pub mod std_platform {
+    use super::Platform;
+    use std::cell::Cell;
+    use std::time::{Duration, Instant};
+
+    /// `std::time` and a xorshift generator seeded from the clock and the address of a local.
+    #[derive(Debug)]
+    pub struct StdPlatform {
+        origin: Instant,
+        state: Cell<u64>,
+    }
+
+    impl Default for StdPlatform {
+        fn default() -> Self {
+            let local = 0u8;
+            let seed = (std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_nanos() as u64)
+                .unwrap_or(1))
+                ^ (&local as *const u8 as u64).rotate_left(32);
+            StdPlatform {
+                origin: Instant::now(),
+                state: Cell::new(seed | 1),
+            }
+        }
+    }
+
+    impl Platform for StdPlatform {
+        fn now(&self) -> Duration {
+            self.origin.elapsed()
+        }
+        fn sleep(&self, duration: Duration) {
+            std::thread::sleep(duration)
+        }
+        fn random_u64(&self) -> u64 {
+            let mut x = self.state.get();
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            self.state.set(x);
+            x
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::std_platform::StdPlatform;
+    use super::Platform;
+
+    #[test]
+    fn uuids_are_version_4_and_distinct() {
+        let p = StdPlatform::default();
+        let a = p.random_uuid();
+        let b = p.random_uuid();
+        assert_ne!(a, b);
+        assert_eq!(a.len(), 36);
+        assert_eq!(&a[14..15], "4");
+        assert!(matches!(&a[19..20], "8" | "9" | "a" | "b"), "{a}");
+    }
+}

@@ -1,0 +1,490 @@
+//! The pipeline state store (Meltano `StateStoreManager` parity): `partial` / `completed` JSON
+//! per state id in a `ReplacingMergeTree` read with `FINAL`, glob listing, bulk get/set,
+//! delete, clear-all, and an advisory lock ([`lock`]).
+//!
+//! Submodules: [`schema`] (DDL and checks), [`json`] (parts, deep merge), [`glob`] (fnmatch),
+//! [`lock`].
+
+pub mod glob;
+pub mod json;
+pub mod lock;
+pub mod schema;
+
+use serde_json::{Map, Value};
+
+use crate::client::{Client, Error, ErrorKind, Query, Transport};
+use crate::platform::Platform;
+
+pub use lock::{LockHandle, LockOptions};
+pub use schema::Tables;
+
+/// Longest accepted state id, in bytes.
+pub const MAX_ID_BYTES: usize = 1024;
+/// Default database.
+pub const DEFAULT_DATABASE: &str = "meltano";
+/// Default state table.
+pub const DEFAULT_TABLE: &str = "state";
+
+/// How to open a store.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StoreOptions {
+    /// Database (default `meltano`).
+    pub database: String,
+    /// State table (default `state`).
+    pub table: String,
+    /// Lock table (default `<table>_lock`).
+    pub lock_table: Option<String>,
+    /// Create the database and tables if missing (default true); false never issues DDL and
+    /// fails if the tables are missing.
+    pub create_schema: bool,
+    /// Lock timing.
+    pub lock: LockOptions,
+}
+
+impl Default for StoreOptions {
+    fn default() -> Self {
+        StoreOptions {
+            database: DEFAULT_DATABASE.into(),
+            table: DEFAULT_TABLE.into(),
+            lock_table: None,
+            create_schema: true,
+            lock: LockOptions::default(),
+        }
+    }
+}
+
+/// One state: both parts, as JSON objects.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct State {
+    /// State id.
+    pub id: String,
+    /// Partial (incremental, not yet completed) state.
+    pub partial: Map<String, Value>,
+    /// Completed state.
+    pub completed: Map<String, Value>,
+}
+
+impl State {
+    /// Parses both parts from JSON text (empty text is `{}`), validating the id.
+    pub fn from_json(id: &str, partial: &str, completed: &str) -> Result<State, Error> {
+        check_id(id)?;
+        Ok(State {
+            id: id.to_string(),
+            partial: json::parse_part(partial, "partial state")?,
+            completed: json::parse_part(completed, "completed state")?,
+        })
+    }
+
+    /// The merged view Meltano shows: the completed part with the partial merged over it.
+    pub fn merged(&self) -> Map<String, Value> {
+        let mut merged = self.completed.clone();
+        json::deep_merge(&mut merged, &self.partial);
+        merged
+    }
+}
+
+/// Checks a state id: non-empty UTF-8, at most [`MAX_ID_BYTES`] bytes.
+pub fn check_id(id: &str) -> Result<(), Error> {
+    if id.is_empty() {
+        return Err(Error::invalid("state id must not be empty"));
+    }
+    if id.len() > MAX_ID_BYTES {
+        return Err(Error::invalid(format!(
+            "state id is {} bytes; the limit is {MAX_ID_BYTES}",
+            id.len()
+        )));
+    }
+    Ok(())
+}
+
+fn check_name(what: &str, name: &str) -> Result<(), Error> {
+    if name.is_empty() || name.len() > 200 || name.chars().any(char::is_control) {
+        return Err(Error::invalid(format!(
+            "{what} name must be 1 to 200 characters without control characters"
+        )));
+    }
+    Ok(())
+}
+
+/// A state store over one client.
+pub struct StateStore<T: Transport, P: Platform> {
+    client: Client<T>,
+    platform: P,
+    tables: Tables,
+    lock_options: LockOptions,
+}
+
+impl<T: Transport, P: Platform> StateStore<T, P> {
+    /// Opens the store: validates the options, then creates the schema (`create_schema`) or
+    /// checks that it exists with the right layout.
+    pub fn open(client: Client<T>, platform: P, options: &StoreOptions) -> Result<Self, Error> {
+        check_name("database", &options.database)?;
+        check_name("table", &options.table)?;
+        let lock_table = options
+            .lock_table
+            .clone()
+            .unwrap_or_else(|| format!("{}_lock", options.table));
+        check_name("lock table", &lock_table)?;
+        if lock_table == options.table {
+            return Err(Error::invalid(
+                "the lock table must differ from the state table",
+            ));
+        }
+        if options.lock.stale_after.is_zero() {
+            return Err(Error::invalid(
+                "the stale-after window must be greater than 0",
+            ));
+        }
+        let tables = Tables {
+            database: options.database.clone(),
+            state: options.table.clone(),
+            lock: lock_table,
+        };
+        if options.create_schema {
+            schema::create(&client, &tables)?;
+        }
+        schema::verify(&client, &tables)?;
+        Ok(StateStore {
+            client,
+            platform,
+            tables,
+            lock_options: options.lock,
+        })
+    }
+
+    /// The tables in use.
+    pub fn tables(&self) -> &Tables {
+        &self.tables
+    }
+
+    /// The client in use.
+    pub fn client(&self) -> &Client<T> {
+        &self.client
+    }
+
+    fn query(&self, name: &'static str, sql: &str) -> Query {
+        Query::read(name, sql)
+            .param("db", &self.tables.database)
+            .param("t", &self.tables.state)
+    }
+
+    fn read_states(&self, query: Query) -> Result<Vec<State>, Error> {
+        let response = self.client.execute(&query.format("JSONEachRow"))?;
+        let text = std::str::from_utf8(&response.body)
+            .map_err(|_| Error::new(ErrorKind::Transient, "the server's answer is not UTF-8"))?;
+        let mut states = Vec::new();
+        for line in text.lines().filter(|l| !l.is_empty()) {
+            let row: Value = serde_json::from_str(line).map_err(|e| {
+                Error::new(ErrorKind::Transient, format!("unexpected answer row: {e}"))
+            })?;
+            let id = row["state_id"].as_str().unwrap_or_default().to_string();
+            let part = |column: &str, what: &str| -> Result<Map<String, Value>, Error> {
+                match row[column].as_str() {
+                    None => Ok(Map::new()),
+                    Some(text) => json::parse_part(text, what).map_err(|e| {
+                        Error::new(
+                            ErrorKind::Permanent,
+                            format!(
+                                "the stored {what} of '{}' is unusable: {}",
+                                lock::shorten(&id),
+                                e.message
+                            ),
+                        )
+                    }),
+                }
+            };
+            let partial = part("partial_state", "partial state")?;
+            let completed = part("completed_state", "completed state")?;
+            states.push(State {
+                id,
+                partial,
+                completed,
+            });
+        }
+        Ok(states)
+    }
+
+    /// The state of `id`, or `None` if there is none. Missing parts read as `{}`.
+    /// Consistency: reads the newest committed version (`FINAL`).
+    pub fn get(&self, id: &str) -> Result<Option<State>, Error> {
+        check_id(id)?;
+        let query = self
+            .query(
+                "get",
+                "SELECT state_id, partial_state, completed_state
+                 FROM {db:Identifier}.{t:Identifier} FINAL
+                 WHERE state_id = {id:String} LIMIT 1",
+            )
+            .param("id", id);
+        Ok(self.read_states(query)?.pop())
+    }
+
+    /// Writes both parts of each state (overwrite), in one INSERT. Ids must be distinct.
+    /// Consistency: once it returns, every reader sees the new versions.
+    pub fn set_all(&self, states: &[State]) -> Result<(), Error> {
+        if states.is_empty() {
+            return Ok(());
+        }
+        let mut body = Vec::new();
+        let mut seen = std::collections::HashSet::new();
+        for state in states {
+            check_id(&state.id)?;
+            if !seen.insert(state.id.as_str()) {
+                return Err(Error::invalid(format!(
+                    "state id '{}' appears twice in one set-all",
+                    lock::shorten(&state.id)
+                )));
+            }
+            let row = serde_json::json!({
+                "state_id": state.id,
+                "partial_state": json::part_text(&state.partial),
+                "completed_state": json::part_text(&state.completed),
+            });
+            let line = row.to_string();
+            if line.len() > 2 * json::MAX_PART_BYTES + MAX_ID_BYTES + 1024 {
+                return Err(Error::invalid(format!(
+                    "state '{}' is too large",
+                    lock::shorten(&state.id)
+                )));
+            }
+            body.extend_from_slice(line.as_bytes());
+            body.push(b'\n');
+        }
+        let query = Query::write(
+            "set",
+            "INSERT INTO {db:Identifier}.{t:Identifier} (state_id, partial_state, completed_state) FORMAT JSONEachRow",
+        )
+        .param("db", &self.tables.database)
+        .param("t", &self.tables.state)
+        .data(body);
+        self.client.execute(&query).map(|_| ())
+    }
+
+    /// Overwrites both parts of one state (Meltano `set`).
+    pub fn set(&self, state: &State) -> Result<(), Error> {
+        self.set_all(std::slice::from_ref(state))
+    }
+
+    /// Meltano `update`, under the lock: a state with a non-empty completed part replaces the
+    /// row and clears the partial; otherwise its partial part is deep-merged into the stored
+    /// partial and the stored completed part is kept. Returns the state as stored.
+    pub fn update(&self, state: &State) -> Result<State, Error> {
+        check_id(&state.id)?;
+        let handle = self.lock(&state.id)?;
+        let result = (|| {
+            let new = if state.completed.is_empty() {
+                let mut stored = self.get(&state.id)?.unwrap_or_else(|| State {
+                    id: state.id.clone(),
+                    ..State::default()
+                });
+                json::deep_merge(&mut stored.partial, &state.partial);
+                let size = json::object_text(&stored.partial).len();
+                if size > json::MAX_PART_BYTES {
+                    return Err(Error::invalid(format!(
+                        "the merged partial state would be {size} bytes; the limit is {} bytes",
+                        json::MAX_PART_BYTES
+                    )));
+                }
+                stored
+            } else {
+                State {
+                    id: state.id.clone(),
+                    partial: Map::new(),
+                    completed: state.completed.clone(),
+                }
+            };
+            self.set(&new)?;
+            Ok(new)
+        })();
+        let released = self.release(&handle);
+        match (result, released) {
+            (Ok(new), Ok(())) => Ok(new),
+            (Err(e), _) => Err(e),
+            (Ok(_), Err(e)) => Err(Error {
+                message: format!(
+                    "the state was written, but releasing its lock failed (it frees itself after the stale window): {}",
+                    e.message
+                ),
+                ..e
+            }),
+        }
+    }
+
+    /// Deletes the state of `id`; returns 1 if there was one, else 0 (lightweight DELETE).
+    pub fn delete(&self, id: &str) -> Result<u64, Error> {
+        check_id(id)?;
+        let count = self.count(
+            self.query(
+                "delete",
+                "SELECT count() FROM {db:Identifier}.{t:Identifier} FINAL WHERE state_id = {id:String}",
+            )
+            .param("id", id),
+        )?;
+        if count > 0 {
+            self.client.execute(
+                &Query::write(
+                    "delete",
+                    "DELETE FROM {db:Identifier}.{t:Identifier} WHERE state_id = {id:String}",
+                )
+                .param("db", &self.tables.database)
+                .param("t", &self.tables.state)
+                .param("id", id),
+            )?;
+        }
+        Ok(count)
+    }
+
+    fn count(&self, query: Query) -> Result<u64, Error> {
+        let response = self.client.execute(&query.format("TabSeparated"))?;
+        String::from_utf8_lossy(&response.body)
+            .trim()
+            .parse()
+            .map_err(|_| Error::new(ErrorKind::Transient, "unexpected answer to count()"))
+    }
+
+    /// Deletes every state written before the call; returns how many states that removed.
+    /// A state written concurrently (after the snapshot) survives and is not counted.
+    pub fn clear_all(&self) -> Result<u64, Error> {
+        let response = self.client.execute(
+            &self
+                .query(
+                    "clear-all",
+                    "SELECT count(), toString(max(updated_at)) FROM {db:Identifier}.{t:Identifier} FINAL",
+                )
+                .format("TabSeparated"),
+        )?;
+        let text = String::from_utf8_lossy(&response.body);
+        let mut fields = text.trim().split('\t');
+        let count: u64 = fields
+            .next()
+            .and_then(|c| c.parse().ok())
+            .ok_or_else(|| Error::new(ErrorKind::Transient, "unexpected answer to count()"))?;
+        let snapshot = fields.next().unwrap_or_default().to_string();
+        if count > 0 {
+            self.client.execute(
+                &Query::write(
+                    "clear-all",
+                    "DELETE FROM {db:Identifier}.{t:Identifier} WHERE updated_at <= {snapshot:DateTime64(3)}",
+                )
+                .param("db", &self.tables.database)
+                .param("t", &self.tables.state)
+                .param("snapshot", snapshot),
+            )?;
+        }
+        Ok(count)
+    }
+
+    /// State ids matching an fnmatch pattern (all ids without one), sorted.
+    pub fn ids(&self, pattern: Option<&str>) -> Result<Vec<String>, Error> {
+        let (query, glob) = self.select_matching(
+            "ids",
+            "SELECT state_id FROM {db:Identifier}.{t:Identifier} FINAL",
+            pattern,
+        );
+        let response = self.client.execute(&query.format("JSONEachRow"))?;
+        let mut ids = Vec::new();
+        for line in String::from_utf8_lossy(&response.body).lines() {
+            if line.is_empty() {
+                continue;
+            }
+            let row: Value = serde_json::from_str(line).map_err(|e| {
+                Error::new(ErrorKind::Transient, format!("unexpected answer row: {e}"))
+            })?;
+            let id = row["state_id"].as_str().unwrap_or_default();
+            if glob.as_ref().is_none_or(|g| g.matches(id)) {
+                ids.push(id.to_string());
+            }
+        }
+        Ok(ids)
+    }
+
+    /// Every state whose id matches the pattern (all without one), in one query, sorted by id.
+    pub fn get_all(&self, pattern: Option<&str>) -> Result<Vec<State>, Error> {
+        let (query, glob) = self.select_matching(
+            "get-all",
+            "SELECT state_id, partial_state, completed_state FROM {db:Identifier}.{t:Identifier} FINAL",
+            pattern,
+        );
+        let mut states = self.read_states(query)?;
+        if let Some(glob) = glob {
+            states.retain(|s| glob.matches(&s.id));
+        }
+        Ok(states)
+    }
+
+    /// A query narrowed by the pattern's literal prefix, and the glob to filter exactly.
+    fn select_matching(
+        &self,
+        name: &'static str,
+        select: &str,
+        pattern: Option<&str>,
+    ) -> (Query, Option<glob::Glob>) {
+        let glob = pattern.map(glob::Glob::new);
+        let (clause, prefix) = match &glob {
+            None => ("", None),
+            Some(g) if g.is_literal() => (" WHERE state_id = {p:String}", Some(g.literal_prefix())),
+            Some(g) => (
+                " WHERE startsWith(state_id, {p:String})",
+                Some(g.literal_prefix()),
+            ),
+        };
+        let mut query = self.query(name, &format!("{select}{clause} ORDER BY state_id"));
+        if let Some(prefix) = prefix {
+            query = query.param("p", prefix);
+        }
+        (query, glob)
+    }
+
+    /// Acquires the lock on `id` (see [`lock`]).
+    pub fn lock(&self, id: &str) -> Result<LockHandle, Error> {
+        check_id(id)?;
+        lock::acquire(
+            &self.client,
+            &self.platform,
+            &self.tables,
+            id,
+            &self.lock_options,
+        )
+    }
+
+    /// Releases a lock (idempotent).
+    pub fn release(&self, handle: &LockHandle) -> Result<(), Error> {
+        lock::release(&self.client, &self.tables, handle)
+    }
+
+    /// Extends a held lock's lease by the stale window.
+    pub fn renew(&self, handle: &LockHandle) -> Result<(), Error> {
+        lock::renew(&self.client, &self.tables, handle, &self.lock_options)
+    }
+
+    /// The lock options in use.
+    pub fn lock_options(&self) -> &LockOptions {
+        &self.lock_options
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ids_are_checked() {
+        assert!(check_id("x").is_ok());
+        assert!(check_id("with\nnewline 'quotes' `ticks` ünï").is_ok());
+        assert_eq!(check_id("").unwrap_err().kind, ErrorKind::InvalidInput);
+        assert!(check_id(&"x".repeat(MAX_ID_BYTES)).is_ok());
+        assert!(check_id(&"x".repeat(MAX_ID_BYTES + 1))
+            .unwrap_err()
+            .message
+            .contains("limit"));
+    }
+
+    #[test]
+    fn merged_view_puts_partial_over_completed() {
+        let s = State::from_json("a", r#"{"b":{"s":2}}"#, r#"{"b":{"s":1,"t":1},"c":1}"#).unwrap();
+        assert_eq!(
+            Value::Object(s.merged()),
+            serde_json::json!({"b":{"s":2,"t":1},"c":1})
+        );
+    }
+}

@@ -1,0 +1,191 @@
+//! The state and lock tables: DDL (names as `Identifier` parameters) and the check that
+//! existing tables have the layout this store needs.
+//!
+//! The state table is the layout of meltano-state-backend-clickhouse, so either
+//! implementation reads what the other wrote. The lock table is ours (see [`super::lock`]).
+
+use serde_json::Value;
+
+use crate::client::{Client, Error, ErrorKind, Query, Transport};
+
+/// `CREATE DATABASE IF NOT EXISTS`.
+pub const CREATE_DATABASE: &str = "CREATE DATABASE IF NOT EXISTS {db:Identifier}";
+
+/// The state table (interoperable with meltano-state-backend-clickhouse).
+pub const CREATE_STATE_TABLE: &str = "CREATE TABLE IF NOT EXISTS {db:Identifier}.{t:Identifier} (
+    state_id String,
+    partial_state Nullable(String),
+    completed_state Nullable(String),
+    updated_at DateTime64(3) DEFAULT now64(3)
+) ENGINE = ReplacingMergeTree(updated_at)
+ORDER BY state_id";
+
+/// The lock table: a plain MergeTree whose rows keep the block number they were committed
+/// with (`enable_block_number_column`), so contenders are ordered by commit order. Old rows are
+/// reaped by TTL a day after their lease ended.
+pub const CREATE_LOCK_TABLE: &str = "CREATE TABLE IF NOT EXISTS {db:Identifier}.{t:Identifier} (
+    state_id String,
+    token String,
+    kind Enum8('acquire' = 1, 'release' = 2),
+    expires_at DateTime64(3),
+    created_at DateTime64(3) DEFAULT now64(3)
+) ENGINE = MergeTree
+ORDER BY (state_id, token)
+TTL toDateTime(expires_at) + INTERVAL 1 DAY
+SETTINGS enable_block_number_column = 1";
+
+const STATE_COLUMNS: &[(&str, &str)] = &[
+    ("state_id", "String"),
+    ("partial_state", "Nullable(String)"),
+    ("completed_state", "Nullable(String)"),
+    ("updated_at", "DateTime64(3)"),
+];
+
+const LOCK_COLUMNS: &[(&str, &str)] = &[
+    ("state_id", "String"),
+    ("token", "String"),
+    ("kind", "Enum8('acquire' = 1, 'release' = 2)"),
+    ("expires_at", "DateTime64(3)"),
+];
+
+/// Names of the store's tables.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Tables {
+    /// Database.
+    pub database: String,
+    /// State table.
+    pub state: String,
+    /// Lock table.
+    pub lock: String,
+}
+
+/// A table as `system.tables` / `system.columns` describe it.
+struct FoundTable {
+    name: String,
+    engine: String,
+    columns: Vec<(String, String)>,
+}
+
+/// Creates the database and both tables if they do not exist (idempotent DDL).
+pub fn create<T: Transport>(client: &Client<T>, tables: &Tables) -> Result<(), Error> {
+    client.execute(&Query::read("create-schema", CREATE_DATABASE).param("db", &tables.database))?;
+    for (sql, table) in [
+        (CREATE_STATE_TABLE, &tables.state),
+        (CREATE_LOCK_TABLE, &tables.lock),
+    ] {
+        client.execute(
+            &Query::read("create-schema", sql)
+                .param("db", &tables.database)
+                .param("t", table),
+        )?;
+    }
+    Ok(())
+}
+
+/// Checks that both tables exist with the expected columns and engines; `misconfigured`
+/// naming what is missing or different otherwise. One query.
+pub fn verify<T: Transport>(client: &Client<T>, tables: &Tables) -> Result<(), Error> {
+    let response = client.execute(
+        &Query::read(
+            "verify-schema",
+            "SELECT t.name AS table, t.engine_full AS engine,
+                    groupArray((c.name, c.type)) AS columns
+             FROM system.tables AS t
+             LEFT JOIN system.columns AS c ON c.database = t.database AND c.table = t.name
+             WHERE t.database = {db:String} AND t.name IN ({state:String}, {lock:String})
+             GROUP BY t.name, t.engine_full",
+        )
+        .param("db", &tables.database)
+        .param("state", &tables.state)
+        .param("lock", &tables.lock)
+        .format("JSONEachRow"),
+    )?;
+    let text = String::from_utf8_lossy(&response.body);
+    let mut found: Vec<FoundTable> = Vec::new();
+    for line in text.lines().filter(|l| !l.trim().is_empty()) {
+        let row: Value = serde_json::from_str(line).map_err(|e| {
+            Error::new(
+                ErrorKind::Transient,
+                format!("unexpected schema answer: {e}"),
+            )
+        })?;
+        let columns = row["columns"]
+            .as_array()
+            .map(|cols| {
+                cols.iter()
+                    .filter_map(|c| {
+                        Some((
+                            c.get(0)?.as_str()?.to_string(),
+                            c.get(1)?.as_str()?.to_string(),
+                        ))
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        found.push(FoundTable {
+            name: row["table"].as_str().unwrap_or_default().to_string(),
+            engine: row["engine"].as_str().unwrap_or_default().to_string(),
+            columns,
+        });
+    }
+    let describe = |t: &str| format!("{}.{}", tables.database, t);
+    for (table, role, columns) in [
+        (&tables.state, "state", STATE_COLUMNS),
+        (&tables.lock, "lock", LOCK_COLUMNS),
+    ] {
+        let Some(FoundTable {
+            engine,
+            columns: have,
+            ..
+        }) = found.iter().find(|t| &t.name == table)
+        else {
+            return Err(Error::new(
+                ErrorKind::Misconfigured,
+                format!(
+                    "the {role} table {} does not exist (create-schema is off: create it, or open with create-schema on)",
+                    describe(table)
+                ),
+            ));
+        };
+        for (name, ty) in columns {
+            if !have.iter().any(|(n, t)| n == name && t == ty) {
+                return Err(Error::new(
+                    ErrorKind::Misconfigured,
+                    format!(
+                        "the {role} table {} has no column `{name} {ty}`; it was not created by this store{}",
+                        describe(table),
+                        if role == "lock" {
+                            " (meltano-state-backend-clickhouse uses the same default lock table name with another layout: choose another lock table)"
+                        } else {
+                            ""
+                        }
+                    ),
+                ));
+            }
+        }
+        let engine_ok = match role {
+            "state" => {
+                engine.starts_with("ReplacingMergeTree(updated_at)")
+                    || engine.starts_with("ReplicatedReplacingMergeTree(")
+                    || engine.starts_with("SharedReplacingMergeTree(")
+            }
+            _ => engine.contains("enable_block_number_column = 1"),
+        };
+        if !engine_ok {
+            return Err(Error::new(
+                ErrorKind::Misconfigured,
+                format!(
+                    "the {role} table {} has engine `{}`, expected {}",
+                    describe(table),
+                    engine.chars().take(120).collect::<String>(),
+                    if role == "state" {
+                        "ReplacingMergeTree(updated_at)"
+                    } else {
+                        "a MergeTree with enable_block_number_column = 1"
+                    }
+                ),
+            ));
+        }
+    }
+    Ok(())
+}

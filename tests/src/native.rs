@@ -1,0 +1,154 @@
+//! A native [`Transport`] (ureq over std networking) for the component's own core client, so
+//! tests and benchmarks can run plain SQL against the same ClickHouse: setup, verification,
+//! interop rows, and the raw round trips the benchmarks compare with.
+
+use std::io::Read;
+use std::time::{Duration, Instant};
+
+use clickhouse_component::client::error::{TransportError, TransportFailure};
+use clickhouse_component::client::{
+    Client, ConnectionOptions, HttpRequest, HttpResponse, Query, Transport,
+};
+use serde_json::Value;
+
+/// ureq-based transport (plain HTTP; keep-alive connection pool per agent).
+pub struct NativeTransport {
+    agent: ureq::Agent,
+}
+
+impl Default for NativeTransport {
+    fn default() -> Self {
+        NativeTransport {
+            agent: ureq::AgentBuilder::new()
+                .timeout_connect(Duration::from_secs(10))
+                .timeout_read(Duration::from_secs(300))
+                .build(),
+        }
+    }
+}
+
+impl Transport for NativeTransport {
+    fn send(&self, request: &HttpRequest) -> Result<HttpResponse, TransportError> {
+        let started = Instant::now();
+        let scheme = if request.tls { "https" } else { "http" };
+        let url = format!("{scheme}://{}{}", request.authority, request.path_and_query);
+        let mut req = self.agent.post(&url).timeout(request.request_timeout);
+        for (name, value) in &request.headers {
+            req = req.set(name, &String::from_utf8_lossy(value));
+        }
+        let response = match req.send_bytes(&request.body) {
+            Ok(r) => r,
+            Err(ureq::Error::Status(_, r)) => r,
+            Err(ureq::Error::Transport(t)) => {
+                let failure = match t.kind() {
+                    ureq::ErrorKind::ConnectionFailed => TransportFailure::Refused,
+                    ureq::ErrorKind::Dns => TransportFailure::Dns,
+                    _ => TransportFailure::Other,
+                };
+                return Err(TransportError::new(failure, t.to_string()));
+            }
+        };
+        let status = response.status();
+        let headers = response
+            .headers_names()
+            .into_iter()
+            .filter_map(|n| {
+                let v = response.header(&n)?.as_bytes().to_vec();
+                Some((n.to_ascii_lowercase(), v))
+            })
+            .collect();
+        let mut body = Vec::new();
+        response
+            .into_reader()
+            .take(1 << 30)
+            .read_to_end(&mut body)
+            .map_err(|e| TransportError::new(TransportFailure::Reset, e.to_string()))?;
+        Ok(HttpResponse {
+            status,
+            headers,
+            body,
+            elapsed_us: started.elapsed().as_micros() as u64,
+        })
+    }
+}
+
+/// Plain SQL against a server, for tests.
+pub struct Sql {
+    client: Client<NativeTransport>,
+}
+
+impl Sql {
+    /// A client for these connection options.
+    pub fn new(options: &ConnectionOptions) -> Sql {
+        Sql {
+            client: Client::new(options, NativeTransport::default()).expect("valid connection"),
+        }
+    }
+
+    /// The underlying client.
+    pub fn client(&self) -> &Client<NativeTransport> {
+        &self.client
+    }
+
+    /// Runs a statement with `(name, value)` parameters; panics on error.
+    pub fn exec(&self, sql: &str, params: &[(&str, &str)]) {
+        let mut q = Query::write("test", sql);
+        for (k, v) in params {
+            q = q.param(k, *v);
+        }
+        self.client
+            .execute(&q)
+            .unwrap_or_else(|e| panic!("{sql}: {e}"));
+    }
+
+    /// Inserts NDJSON rows (`INSERT INTO ... FORMAT JSONEachRow`).
+    pub fn insert_json(&self, sql: &str, params: &[(&str, &str)], rows: &[Value]) {
+        let mut body = Vec::new();
+        for row in rows {
+            body.extend_from_slice(row.to_string().as_bytes());
+            body.push(b'\n');
+        }
+        let mut q = Query::write("test", sql).data(body);
+        for (k, v) in params {
+            q = q.param(k, *v);
+        }
+        self.client
+            .execute(&q)
+            .unwrap_or_else(|e| panic!("{sql}: {e}"));
+    }
+
+    /// Runs a query and returns its rows as JSON objects.
+    pub fn rows(&self, sql: &str, params: &[(&str, &str)]) -> Vec<Value> {
+        let mut q = Query::read("test", sql).format("JSONEachRow");
+        for (k, v) in params {
+            q = q.param(k, *v);
+        }
+        let response = self
+            .client
+            .execute(&q)
+            .unwrap_or_else(|e| panic!("{sql}: {e}"));
+        String::from_utf8(response.body)
+            .unwrap()
+            .lines()
+            .filter(|l| !l.is_empty())
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect()
+    }
+
+    /// A single number (first column of the first row).
+    pub fn count(&self, sql: &str, params: &[(&str, &str)]) -> u64 {
+        let rows = self.rows(sql, params);
+        let value = rows[0]
+            .as_object()
+            .unwrap()
+            .values()
+            .next()
+            .unwrap()
+            .clone();
+        match value {
+            Value::Number(n) => n.as_u64().unwrap(),
+            Value::String(s) => s.parse().unwrap(),
+            other => panic!("not a count: {other}"),
+        }
+    }
+}

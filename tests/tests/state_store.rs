@@ -1,0 +1,860 @@
+//! State store: every operation through the real component in the real host, against a real
+//! ClickHouse engine; interop with rows written the way meltano-state-backend-clickhouse
+//! writes them; the lock under contention (instances and OS processes), crash recovery and
+//! timeout.
+
+use std::io::{BufRead, BufReader};
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use clickhouse_component::client::ErrorKind;
+use clickhouse_component_host::{default_allow_list, Instance, State, StoreHandle, StoreOptions};
+use clickhouse_component_tests::native::Sql;
+use clickhouse_component_tests::{
+    check_sections, cli, clickhouse, create_section_log, record_section, runtime, unique_name,
+};
+use serde_json::{json, Value};
+
+async fn instance() -> Instance {
+    let conn = clickhouse().connection();
+    runtime()
+        .instantiate(default_allow_list(&conn).unwrap())
+        .await
+        .unwrap()
+}
+
+/// A store in a database of its own.
+async fn open(options: StoreOptions) -> (Instance, StoreHandle, String) {
+    let db = options
+        .database
+        .clone()
+        .unwrap_or_else(|| unique_name("state"));
+    let mut inst = instance().await;
+    let store = inst
+        .open_store(
+            &clickhouse().connection(),
+            &StoreOptions {
+                database: Some(db.clone()),
+                ..options
+            },
+        )
+        .await
+        .unwrap();
+    (inst, store, db)
+}
+
+fn state(id: &str, partial: Value, completed: Value) -> State {
+    State {
+        id: id.into(),
+        partial: partial.to_string(),
+        completed: completed.to_string(),
+    }
+}
+
+fn parts(s: &State) -> (Value, Value) {
+    (
+        serde_json::from_str(&s.partial).unwrap(),
+        serde_json::from_str(&s.completed).unwrap(),
+    )
+}
+
+fn sql() -> Sql {
+    Sql::new(&clickhouse().connection())
+}
+
+#[tokio::test]
+async fn get_set_overwrite_and_missing() {
+    let (mut i, s, _) = open(StoreOptions::default()).await;
+    assert!(i.state_get(s, "nope").await.unwrap().is_none());
+    i.state_set(s, &state("a", json!({}), json!({"v": 1})))
+        .await
+        .unwrap();
+    i.state_set(s, &state("a", json!({"p": 1}), json!({"v": 2})))
+        .await
+        .unwrap();
+    let got = i.state_get(s, "a").await.unwrap().unwrap();
+    assert_eq!(
+        parts(&got),
+        (json!({"p": 1}), json!({"v": 2})),
+        "newest wins"
+    );
+    // Missing parts read as {}.
+    i.state_set(s, &state("b", json!({}), json!({})))
+        .await
+        .unwrap();
+    let got = i.state_get(s, "b").await.unwrap().unwrap();
+    assert_eq!(parts(&got), (json!({}), json!({})));
+    // Many overwrites in a row: always the newest.
+    for n in 0..20 {
+        i.state_set(s, &state("c", json!({}), json!({"n": n})))
+            .await
+            .unwrap();
+    }
+    let got = i.state_get(s, "c").await.unwrap().unwrap();
+    assert_eq!(parts(&got).1, json!({"n": 19}));
+}
+
+#[tokio::test]
+async fn update_merges_partials_and_complete_clears_them() {
+    let (mut i, s, _) = open(StoreOptions::default()).await;
+    let id = "tap-x--target-y";
+    i.state_set(s, &state(id, json!({}), json!({"bookmarks": {"s0": 0}})))
+        .await
+        .unwrap();
+    i.state_update(
+        s,
+        &state(
+            id,
+            json!({"bookmarks": {"s1": {"v": 1, "keep": true}}}),
+            json!({}),
+        ),
+    )
+    .await
+    .unwrap();
+    i.state_update(
+        s,
+        &state(
+            id,
+            json!({"bookmarks": {"s1": {"v": 2}, "s2": [1]}}),
+            json!({}),
+        ),
+    )
+    .await
+    .unwrap();
+    let stored = i
+        .state_update(
+            s,
+            &state(
+                id,
+                json!({"bookmarks": {"s2": [2, 3]}, "x": null}),
+                json!({}),
+            ),
+        )
+        .await
+        .unwrap();
+    let want_partial =
+        json!({"bookmarks": {"s1": {"v": 2, "keep": true}, "s2": [2, 3]}, "x": null});
+    assert_eq!(
+        parts(&stored),
+        (want_partial.clone(), json!({"bookmarks": {"s0": 0}}))
+    );
+    assert_eq!(
+        parts(&i.state_get(s, id).await.unwrap().unwrap()),
+        parts(&stored)
+    );
+
+    let done = i
+        .state_update(
+            s,
+            &state(
+                id,
+                json!({"ignored": 1}),
+                json!({"bookmarks": {"final": 9}}),
+            ),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        parts(&done),
+        (json!({}), json!({"bookmarks": {"final": 9}}))
+    );
+    assert_eq!(
+        parts(&i.state_get(s, id).await.unwrap().unwrap()),
+        parts(&done)
+    );
+
+    // Update of a new id starts from nothing.
+    let fresh = i
+        .state_update(s, &state("new", json!({"a": 1}), json!({})))
+        .await
+        .unwrap();
+    assert_eq!(parts(&fresh), (json!({"a": 1}), json!({})));
+}
+
+#[tokio::test]
+async fn delete_and_clear_all_count_what_they_remove() {
+    let (mut i, s, _) = open(StoreOptions::default()).await;
+    for id in ["a", "b", "c"] {
+        i.state_set(s, &state(id, json!({}), json!({"id": id})))
+            .await
+            .unwrap();
+    }
+    i.state_set(s, &state("a", json!({}), json!({"again": 1})))
+        .await
+        .unwrap();
+    assert_eq!(i.state_delete(s, "a").await.unwrap(), 1);
+    assert_eq!(i.state_delete(s, "a").await.unwrap(), 0);
+    assert!(i.state_get(s, "a").await.unwrap().is_none());
+    assert_eq!(i.state_clear_all(s).await.unwrap(), 2);
+    assert_eq!(i.state_ids(s, None).await.unwrap(), Vec::<String>::new());
+    assert_eq!(i.state_clear_all(s).await.unwrap(), 0);
+    // The store works after clearing.
+    i.state_set(s, &state("a", json!({}), json!({"v": 1})))
+        .await
+        .unwrap();
+    assert_eq!(i.state_ids(s, None).await.unwrap(), vec!["a"]);
+}
+
+#[tokio::test]
+async fn glob_patterns_have_fnmatch_semantics() {
+    let (mut i, s, _) = open(StoreOptions::default()).await;
+    let ids = [
+        "tap_a--target",
+        "tapXa--target",
+        "100%",
+        "1000",
+        "a[b]c",
+        "ab",
+        "a?",
+        "dev:tap-github--target-x",
+        "prod:tap-github--target-x",
+        "Dev:tap-github--target-x",
+    ];
+    let states: Vec<State> = ids
+        .iter()
+        .map(|id| state(id, json!({}), json!({"id": id})))
+        .collect();
+    i.state_set_all(s, &states).await.unwrap();
+    let cases: &[(&str, &[&str])] = &[
+        ("tap_a--*", &["tap_a--target"]), // '_' is literal, not LIKE's any-char
+        ("100%", &["100%"]),              // '%' is literal
+        ("1*", &["100%", "1000"]),
+        ("a[[]b]c", &["a[b]c"]),
+        ("a[b]c", &[]), // a set: matches "abc" only
+        ("a?", &["a?", "ab"]),
+        ("a[?]", &["a?"]),
+        ("a[!?]", &["ab"]),
+        ("dev:*", &["dev:tap-github--target-x"]), // case-sensitive
+        (
+            "*:tap-github--target-x",
+            &[
+                "Dev:tap-github--target-x",
+                "dev:tap-github--target-x",
+                "prod:tap-github--target-x",
+            ],
+        ),
+        ("*", &[]), // special-cased below: everything
+        ("nothing*", &[]),
+    ];
+    for (pattern, want) in cases {
+        let mut got = i.state_ids(s, Some(pattern)).await.unwrap();
+        got.sort();
+        if *pattern == "*" {
+            assert_eq!(got.len(), ids.len());
+            continue;
+        }
+        let mut want: Vec<String> = want.iter().map(|w| w.to_string()).collect();
+        want.sort();
+        assert_eq!(got, want, "pattern {pattern:?}");
+        // get-all agrees with ids.
+        let mut all: Vec<String> = i
+            .state_get_all(s, Some(pattern))
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|st| st.id)
+            .collect();
+        all.sort();
+        assert_eq!(all, want, "get-all {pattern:?}");
+    }
+    assert_eq!(i.state_ids(s, None).await.unwrap().len(), ids.len());
+}
+
+#[tokio::test]
+async fn awkward_ids_round_trip() {
+    let (mut i, s, _) = open(StoreOptions::default()).await;
+    let ids = [
+        "quote'single",
+        "quote\"double",
+        "back`tick`",
+        "new\nline",
+        "tab\there",
+        "back\\slash",
+        "ünïcødé 🚀",
+        "semi;colon -- comment /* x */",
+        "{id:String}",
+        " spaced ",
+    ];
+    for id in ids {
+        i.state_set(s, &state(id, json!({"id": id}), json!({})))
+            .await
+            .unwrap();
+    }
+    for id in ids {
+        let got = i
+            .state_get(s, id)
+            .await
+            .unwrap()
+            .unwrap_or_else(|| panic!("{id:?}"));
+        assert_eq!(got.id, id);
+        assert_eq!(parts(&got).0, json!({"id": id}));
+        if !id.contains(['[', '?', '*']) {
+            // Without glob characters a pattern is the id itself.
+            assert_eq!(
+                i.state_ids(s, Some(id)).await.unwrap(),
+                vec![id.to_string()]
+            );
+        }
+    }
+    let mut all = i.state_ids(s, None).await.unwrap();
+    all.sort();
+    let mut want: Vec<String> = ids.iter().map(|s| s.to_string()).collect();
+    want.sort();
+    assert_eq!(all, want);
+}
+
+#[tokio::test]
+async fn bad_input_is_rejected_before_anything_is_written() {
+    let (mut i, s, db) = open(StoreOptions::default()).await;
+    let bad = [
+        (state("", json!({}), json!({})), "must not be empty"),
+        (
+            State {
+                id: "x".repeat(1025),
+                partial: String::new(),
+                completed: String::new(),
+            },
+            "limit",
+        ),
+        (
+            State {
+                id: "a".into(),
+                partial: "[1,2]".into(),
+                completed: String::new(),
+            },
+            "must be a JSON object",
+        ),
+        (
+            State {
+                id: "a".into(),
+                partial: String::new(),
+                completed: "42".into(),
+            },
+            "must be a JSON object",
+        ),
+        (
+            State {
+                id: "a".into(),
+                partial: "{".into(),
+                completed: String::new(),
+            },
+            "not valid JSON",
+        ),
+        (
+            State {
+                id: "a".into(),
+                partial: r#"{"k":1,"k":2}"#.into(),
+                completed: String::new(),
+            },
+            "duplicate key",
+        ),
+    ];
+    for (st, want) in &bad {
+        let e = i.state_set(s, st).await.unwrap_err().into_component();
+        assert_eq!(e.kind, ErrorKind::InvalidInput, "{e}");
+        assert!(e.message.contains(want), "{}", e.message);
+        let e = i.state_update(s, st).await.unwrap_err().into_component();
+        assert_eq!(e.kind, ErrorKind::InvalidInput, "{e}");
+    }
+    // set-all is all or nothing: one bad state, nothing written.
+    let batch = vec![
+        state("good1", json!({}), json!({"v": 1})),
+        State {
+            id: "bad".into(),
+            partial: "[]".into(),
+            completed: String::new(),
+        },
+    ];
+    assert_eq!(
+        i.state_set_all(s, &batch).await.unwrap_err().kind(),
+        Some(ErrorKind::InvalidInput)
+    );
+    let dup = vec![
+        state("d", json!({}), json!({})),
+        state("d", json!({}), json!({})),
+    ];
+    let e = i.state_set_all(s, &dup).await.unwrap_err().into_component();
+    assert!(e.message.contains("appears twice"), "{}", e.message);
+    let rows = sql().count("SELECT count() FROM {db:Identifier}.state", &[("db", &db)]);
+    assert_eq!(rows, 0, "nothing may reach the table");
+    assert_eq!(
+        i.state_get(s, "").await.unwrap_err().kind(),
+        Some(ErrorKind::InvalidInput)
+    );
+}
+
+#[tokio::test]
+async fn bulk_set_all_and_get_all() {
+    let (mut i, s, db) = open(StoreOptions::default()).await;
+    let states: Vec<State> = (0..500)
+        .map(|n| {
+            state(
+                &format!("job-{n:03}"),
+                json!({"n": n}),
+                json!({"big": 123456789012345678901234567890u128.to_string()}),
+            )
+        })
+        .collect();
+    i.state_set_all(s, &states).await.unwrap();
+    let parts_written = sql().count(
+        "SELECT count() FROM system.parts WHERE database = {db:String} AND table = 'state' AND active",
+        &[("db", &db)],
+    );
+    assert_eq!(parts_written, 1, "set-all is one INSERT");
+    let all = i.state_get_all(s, Some("job-1*")).await.unwrap();
+    assert_eq!(all.len(), 100);
+    assert_eq!(all[0].id, "job-100");
+    assert_eq!(parts(&all[5]).0, json!({"n": 105}));
+    assert_eq!(i.state_get_all(s, None).await.unwrap().len(), 500);
+    // Exact numbers survive.
+    let n: Value =
+        serde_json::from_str(r#"{"n":18446744073709551615,"f":1.000000000000000000001}"#).unwrap();
+    i.state_set(s, &state("exact", n.clone(), json!({})))
+        .await
+        .unwrap();
+    let got = i.state_get(s, "exact").await.unwrap().unwrap();
+    assert_eq!(
+        got.partial,
+        r#"{"n":18446744073709551615,"f":1.000000000000000000001}"#
+    );
+}
+
+#[tokio::test]
+async fn create_schema_false_needs_existing_tables() {
+    let db = unique_name("noschema");
+    let mut i = instance().await;
+    let conn = clickhouse().connection();
+    let e = i
+        .open_store(
+            &conn,
+            &StoreOptions {
+                database: Some(db.clone()),
+                create_schema: Some(false),
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap_err()
+        .into_component();
+    assert_eq!(e.kind, ErrorKind::Misconfigured, "{e}");
+    assert!(e.message.contains("does not exist"), "{}", e.message);
+    let exists = sql().count(
+        "SELECT count() FROM system.databases WHERE name = {db:String}",
+        &[("db", &db)],
+    );
+    assert_eq!(exists, 0, "no DDL may be sent with create-schema off");
+
+    // With the tables created (by a first open), create-schema=false works.
+    let (_, _, db) = open(StoreOptions::default()).await;
+    let mut i = instance().await;
+    i.open_store(
+        &conn,
+        &StoreOptions {
+            database: Some(db),
+            create_schema: Some(false),
+            ..Default::default()
+        },
+    )
+    .await
+    .unwrap();
+}
+
+#[tokio::test]
+async fn interop_with_meltano_state_backend_clickhouse_rows() {
+    let (mut i, s, db) = open(StoreOptions::default()).await;
+    let sql = sql();
+    // Written the way that backend writes: json.dumps text (", " and ": " separators), NULL for
+    // an empty part, updated_at from the column default.
+    sql.insert_json(
+        "INSERT INTO {db:Identifier}.state (state_id, partial_state, completed_state) FORMAT JSONEachRow",
+        &[("db", &db)],
+        &[
+            json!({"state_id": "py-1", "partial_state": null, "completed_state": "{\"singer_state\": {\"bookmarks\": {\"s\": {\"v\": 1}}}}"}),
+            json!({"state_id": "py-2", "partial_state": "{\"singer_state\": {\"p\": 1}}", "completed_state": null}),
+        ],
+    );
+    let one = i.state_get(s, "py-1").await.unwrap().unwrap();
+    assert_eq!(
+        parts(&one),
+        (
+            json!({}),
+            json!({"singer_state": {"bookmarks": {"s": {"v": 1}}}})
+        )
+    );
+    let two = i.state_get(s, "py-2").await.unwrap().unwrap();
+    assert_eq!(parts(&two), (json!({"singer_state": {"p": 1}}), json!({})));
+    // A newer row written their way supersedes ours, and the other way round.
+    i.state_set(s, &state("shared", json!({}), json!({"by": "component"})))
+        .await
+        .unwrap();
+    sql.insert_json(
+        "INSERT INTO {db:Identifier}.state (state_id, partial_state, completed_state) FORMAT JSONEachRow",
+        &[("db", &db)],
+        &[json!({"state_id": "shared", "partial_state": null, "completed_state": "{\"by\": \"python\"}"})],
+    );
+    assert_eq!(
+        parts(&i.state_get(s, "shared").await.unwrap().unwrap()).1,
+        json!({"by": "python"})
+    );
+
+    // What we write, read their way: SELECT ... FINAL, json.loads(x) if x else {}.
+    i.state_set(
+        s,
+        &state("ours", json!({}), json!({"singer_state": {"x": 1}})),
+    )
+    .await
+    .unwrap();
+    let rows = sql.rows(
+        "SELECT partial_state, completed_state FROM {db:Identifier}.state FINAL WHERE state_id = {id:String} LIMIT 1",
+        &[("db", &db), ("id", "ours")],
+    );
+    assert_eq!(rows.len(), 1);
+    assert_eq!(
+        rows[0]["partial_state"],
+        Value::Null,
+        "an empty part is NULL, as that backend writes it"
+    );
+    let completed: Value =
+        serde_json::from_str(rows[0]["completed_state"].as_str().unwrap()).unwrap();
+    assert_eq!(completed, json!({"singer_state": {"x": 1}}));
+    // Their delete (a lightweight DELETE) is seen by us.
+    sql.exec(
+        "DELETE FROM {db:Identifier}.state WHERE state_id = {id:String}",
+        &[("db", &db), ("id", "py-1")],
+    );
+    assert!(i.state_get(s, "py-1").await.unwrap().is_none());
+}
+
+#[tokio::test]
+async fn a_foreign_lock_table_is_refused_clearly() {
+    let db = unique_name("foreignlock");
+    let sql = sql();
+    sql.exec("CREATE DATABASE {db:Identifier}", &[("db", &db)]);
+    // The lock table meltano-state-backend-clickhouse creates under the same default name.
+    sql.exec(
+        "CREATE TABLE {db:Identifier}.state_lock (state_id String, lock_id String, locked_at DateTime DEFAULT now())
+         ENGINE = ReplacingMergeTree(locked_at) ORDER BY state_id",
+        &[("db", &db)],
+    );
+    let mut i = instance().await;
+    let e = i
+        .open_store(
+            &clickhouse().connection(),
+            &StoreOptions {
+                database: Some(db.clone()),
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap_err()
+        .into_component();
+    assert_eq!(e.kind, ErrorKind::Misconfigured);
+    assert!(
+        e.message.contains("choose another lock table"),
+        "{}",
+        e.message
+    );
+    // With another lock table it opens.
+    i.open_store(
+        &clickhouse().connection(),
+        &StoreOptions {
+            database: Some(db),
+            lock_table: Some("state_lock_v2".into()),
+            ..Default::default()
+        },
+    )
+    .await
+    .unwrap();
+}
+
+fn lock_options(db: &str) -> StoreOptions {
+    StoreOptions {
+        database: Some(db.into()),
+        lock_timeout_ms: Some(120_000),
+        lock_retry_ms: Some(10),
+        stale_after_ms: Some(60_000),
+        ..Default::default()
+    }
+}
+
+#[test]
+fn lock_excludes_8_component_instances_x_25_sections() {
+    let db = unique_name("contention");
+    let sql = Sql::new(&clickhouse().connection());
+    create_section_log(&sql, &db, "sections");
+    let workers: Vec<_> = (0..8)
+        .map(|w| {
+            let db = db.clone();
+            std::thread::spawn(move || {
+                let rt = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                    .unwrap();
+                rt.block_on(async {
+                    let (mut i, s, _) = open(lock_options(&db)).await;
+                    let sql = Sql::new(&clickhouse().connection());
+                    for seq in 0..25 {
+                        let lock = i.lock(s, "contended").await.unwrap();
+                        record_section(&sql, &db, "sections", &format!("instance-{w}"), seq);
+                        i.lock_release(lock).await.unwrap();
+                    }
+                })
+            })
+        })
+        .collect();
+    for w in workers {
+        w.join().unwrap();
+    }
+    let (complete, overlaps) = check_sections(&sql, &db, "sections");
+    assert!(
+        overlaps.is_empty(),
+        "overlapping critical sections: {overlaps:#?}"
+    );
+    assert_eq!(complete, 200);
+}
+
+#[test]
+fn lock_excludes_8_cli_processes_x_25_sections() {
+    let server = clickhouse();
+    let db = unique_name("proc_contention");
+    let sql = Sql::new(&server.connection());
+    create_section_log(&sql, &db, "sections");
+    let recorder = clickhouse_component_tests::cli_binary().with_file_name("cs-record");
+    assert!(recorder.exists(), "{} not built", recorder.display());
+    let workers: Vec<_> = (0..8)
+        .map(|w| {
+            let (db, recorder) = (db.clone(), recorder.clone());
+            std::thread::spawn(move || {
+                for seq in 0..25 {
+                    let out = cli(clickhouse())
+                        .args([
+                            "lock",
+                            "--state-database",
+                            &db,
+                            "--lock-retry-seconds",
+                            "0.01",
+                            "--lock-timeout-seconds",
+                            "120",
+                            "contended",
+                            "--",
+                        ])
+                        .arg(&recorder)
+                        .args([&db, "sections", &format!("process-{w}"), &seq.to_string()])
+                        .stdout(Stdio::null())
+                        .output()
+                        .unwrap();
+                    assert!(
+                        out.status.success(),
+                        "{}",
+                        String::from_utf8_lossy(&out.stderr)
+                    );
+                }
+            })
+        })
+        .collect();
+    for w in workers {
+        w.join().unwrap();
+    }
+    let (complete, overlaps) = check_sections(&sql, &db, "sections");
+    assert!(
+        overlaps.is_empty(),
+        "overlapping critical sections: {overlaps:#?}"
+    );
+    assert_eq!(complete, 200);
+}
+
+#[tokio::test]
+async fn a_crashed_holder_frees_the_lock_after_the_stale_window() {
+    let db = unique_name("crash");
+    let (mut i, s, _) = open(StoreOptions {
+        database: Some(db.clone()),
+        lock_timeout_ms: Some(15_000),
+        lock_retry_ms: Some(50),
+        stale_after_ms: Some(2_000),
+        ..Default::default()
+    })
+    .await;
+    let mut holder = cli(clickhouse())
+        .args([
+            "lock",
+            "--state-database",
+            &db,
+            "--stale-after-seconds",
+            "2",
+            "job",
+            "--hold",
+            "60s",
+        ])
+        .stderr(Stdio::piped())
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(holder.stderr.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    assert!(line.contains("acquired"), "{line}");
+    // Let it renew at least once, then kill it without any chance to release.
+    std::thread::sleep(Duration::from_millis(900));
+    unsafe { libc::kill(holder.id() as i32, libc::SIGKILL) };
+    holder.wait().unwrap();
+    let killed = Instant::now();
+    let lock = i
+        .lock(s, "job")
+        .await
+        .expect("the stale lock must become free");
+    let waited = killed.elapsed();
+    // It was really held until its lease ran out (renewed every ~0.67 s, lease 2 s) ...
+    assert!(
+        waited >= Duration::from_millis(1000),
+        "acquired after only {waited:?}"
+    );
+    // ... and freed without manual cleanup, well before the 15 s timeout.
+    assert!(waited < Duration::from_secs(10), "{waited:?}");
+    i.lock_release(lock).await.unwrap();
+}
+
+#[tokio::test]
+async fn a_held_lock_times_out_a_contender_with_locked() {
+    let db = unique_name("timeout");
+    let (mut a, sa, _) = open(lock_options(&db)).await;
+    let held = a.lock(sa, "busy").await.unwrap();
+    let (mut b, sb, _) = open(StoreOptions {
+        lock_timeout_ms: Some(1_000),
+        lock_retry_ms: Some(50),
+        ..lock_options(&db)
+    })
+    .await;
+    let started = Instant::now();
+    let e = b.lock(sb, "busy").await.unwrap_err().into_component();
+    let elapsed = started.elapsed();
+    assert_eq!(e.kind, ErrorKind::Locked, "{e}");
+    assert!(e.message.contains("busy"), "{}", e.message);
+    assert!(elapsed >= Duration::from_millis(1000), "{elapsed:?}");
+    assert!(elapsed < Duration::from_millis(2500), "{elapsed:?}");
+    // update waits for the same lock and fails the same way, writing nothing.
+    let e = b
+        .state_update(sb, &state("busy", json!({"x": 1}), json!({})))
+        .await
+        .unwrap_err()
+        .into_component();
+    assert_eq!(e.kind, ErrorKind::Locked);
+    assert!(a.state_get(sa, "busy").await.unwrap().is_none());
+    // Released: the contender gets it at once; a timed-out contender left nothing behind.
+    a.lock_release(held).await.unwrap();
+    let again = b.lock(sb, "busy").await.unwrap();
+    b.lock_release(again).await.unwrap();
+}
+
+#[tokio::test]
+async fn dropping_a_lock_releases_it_and_renew_keeps_it() {
+    let db = unique_name("droplock");
+    let (mut a, sa, _) = open(lock_options(&db)).await;
+    let lock = a.lock(sa, "d").await.unwrap();
+    a.lock_renew(lock).await.unwrap();
+    a.lock_drop(lock).await.unwrap();
+    let (mut b, sb, _) = open(StoreOptions {
+        lock_timeout_ms: Some(0),
+        ..lock_options(&db)
+    })
+    .await;
+    let again = b.lock(sb, "d").await.expect("a dropped lock is released");
+    b.lock_release(again).await.unwrap();
+    b.lock_release(again).await.unwrap_err(); // the handle is gone after release
+                                              // A different id is independent.
+    let x = b.lock(sb, "d").await.unwrap();
+    let y = b.lock(sb, "other").await.unwrap();
+    b.lock_release(x).await.unwrap();
+    b.lock_release(y).await.unwrap();
+}
+
+#[test]
+fn cli_state_commands_round_trip() {
+    let server = clickhouse();
+    let db = unique_name("cli_state");
+    let run = |args: &[&str]| {
+        let out = cli(server)
+            .arg("state")
+            .args(["--state-database", &db])
+            .args(args)
+            .output()
+            .unwrap();
+        (
+            out.status.code().unwrap(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    assert_eq!(run(&["set", "job-a", r#"{"singer_state":{"b":1}}"#]).0, 0);
+    assert_eq!(run(&["merge", "job-a", r#"{"singer_state":{"c":2}}"#]).0, 0);
+    let (code, out, _) = run(&["get", "job-a"]);
+    assert_eq!(code, 0);
+    let merged: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(merged, json!({"singer_state": {"b": 1, "c": 2}}));
+    let (_, out, _) = run(&["--json", "get", "job-a"]);
+    let v: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["partial"], json!({"singer_state": {"c": 2}}));
+    assert_eq!(run(&["copy", "job-a", "job-b"]).0, 0);
+    assert_eq!(run(&["move", "job-b", "job_c"]).0, 0);
+    let (_, out, _) = run(&["list"]);
+    assert_eq!(out, "job-a\njob_c\n");
+    let (_, out, _) = run(&["list", "job?c"]);
+    assert_eq!(out, "job_c\n");
+    let (_, exported, _) = run(&["export"]);
+    assert_eq!(exported.lines().count(), 2);
+    assert_eq!(run(&["get", "job-b"]).0, 10, "not-found");
+    assert_eq!(run(&["set", "x", "[1]"]).0, 2, "invalid-input");
+    assert_eq!(run(&["clear-all"]).0, 2, "needs --yes");
+    let (code, out, _) = run(&["--json", "clear-all", "--yes"]);
+    assert_eq!(code, 0);
+    assert_eq!(serde_json::from_str::<Value>(&out).unwrap()["cleared"], 2);
+    // import what was exported.
+    let file = std::env::temp_dir().join(format!("{db}.ndjson"));
+    std::fs::write(&file, &exported).unwrap();
+    let (code, _, err) = run(&["import", file.to_str().unwrap()]);
+    assert_eq!(code, 0, "{err}");
+    let (_, out, _) = run(&["list"]);
+    assert_eq!(out, "job-a\njob_c\n");
+    std::fs::write(&file, "{\"id\":\"ok\"}\nnot json\n").unwrap();
+    let (code, _, err) = run(&["import", file.to_str().unwrap()]);
+    assert_eq!(code, 2);
+    assert!(err.contains("line 2"), "{err}");
+    assert_eq!(
+        run(&["clear", "ok"]).0,
+        10,
+        "nothing of the bad import was written"
+    );
+    let _ = std::fs::remove_file(file);
+}
+
+#[test]
+fn cli_lock_runs_a_command_and_passes_its_status_on() {
+    let db = unique_name("cli_lock");
+    let out = cli(clickhouse())
+        .args([
+            "--json",
+            "lock",
+            "--state-database",
+            &db,
+            "job",
+            "--",
+            "sh",
+            "-c",
+            "exit 7",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(7));
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["exit_code"], 7);
+    let out = cli(clickhouse())
+        .args(["lock", "--state-database", &db, "job", "--hold", "100ms"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    let out = cli(clickhouse())
+        .args(["lock", "--state-database", &db, "job"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2), "needs --hold or a command");
+}
