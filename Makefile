@@ -44,3 +44,7 @@ fmt:
 clean:
 	cargo clean
 	rm -rf $(VENV)
+
+bench: setup
+	cargo build -p clickhouse-component-tests --bin bench
+	scripts/with-clickhouse target/debug/bench $(BENCH)

@@ -18,6 +18,16 @@ pub struct GlobalArgs {
     #[arg(long, env = "CLICKHOUSE_URL", global = true, hide_env_values = true)]
     pub url: Option<String>,
 
+    /// Meltano's state backend URI, used when no --url / CLICKHOUSE_URL is given.
+    #[arg(
+        long = "meltano-state-backend-uri",
+        env = "MELTANO_STATE_BACKEND_URI",
+        global = true,
+        hide = true,
+        hide_env_values = true
+    )]
+    pub meltano_uri: Option<String>,
+
     /// Host, used only when no URL is given (with CLICKHOUSE_PORT; plain HTTP).
     #[arg(long, env = "CLICKHOUSE_HOST", global = true, hide = true)]
     pub host: Option<String>,
@@ -82,13 +92,13 @@ impl GlobalArgs {
     /// The connection the options describe; `invalid-input` when none or malformed.
     pub fn connection(&self) -> Result<ConnectionOptions, Error> {
         let url =
-            match (&self.url, &self.host) {
+            match (self.url.as_ref().or(self.meltano_uri.as_ref()), &self.host) {
                 (Some(url), _) if !url.is_empty() => url.clone(),
                 (_, Some(host)) if !host.is_empty() => {
                     format!("http://{host}:{}", self.port.unwrap_or(8123))
                 }
                 _ => return Err(Error::invalid(
-                    "no ClickHouse to talk to: set --url or CLICKHOUSE_URL (or CLICKHOUSE_HOST)",
+                    "no ClickHouse to talk to: set --url or CLICKHOUSE_URL (or MELTANO_STATE_BACKEND_URI, or CLICKHOUSE_HOST)",
                 )),
             };
         let mut settings = Vec::with_capacity(self.settings.len());
@@ -157,6 +167,17 @@ mod tests {
             ..Default::default()
         };
         assert_eq!(args.connection().unwrap().url, "http://b:8123");
+        let args = GlobalArgs {
+            meltano_uri: Some("clickhouse://m:1/db".into()),
+            ..Default::default()
+        };
+        assert_eq!(args.connection().unwrap().url, "clickhouse://m:1/db");
+        let args = GlobalArgs {
+            url: Some("http://u:2".into()),
+            meltano_uri: Some("clickhouse://m:1/db".into()),
+            ..Default::default()
+        };
+        assert_eq!(args.connection().unwrap().url, "http://u:2");
         let err = GlobalArgs::default().connection().unwrap_err();
         assert!(err.message.contains("CLICKHOUSE_URL"));
     }

@@ -6,7 +6,8 @@
 //!   server's clock), then ask who wins: the live token (not released, lease not over) with the
 //!   smallest block number. On one node a part's block number is taken and the part becomes
 //!   visible atomically, so whoever commits later always sees every earlier row: two live
-//!   contenders can never both see themselves first. Uncontended: two round trips, no sleep.
+//!   contenders can never both see themselves first. Uncontended: two round trips, no sleep;
+//!   the second can read something else in the same query ([`AlsoRead`]).
 //! * Lost: insert a `release` row for our token (withdraw), poll the winner query every retry
 //!   interval (with jitter) until nobody holds the lock, then try again with a new token; after
 //!   the timeout, fail with `locked`.
@@ -16,6 +17,8 @@
 //!   TTL reaps them a day later. Nothing on these paths is a mutation.
 
 use std::time::Duration;
+
+use serde_json::Value;
 
 use crate::client::{Client, Error, ErrorKind, Query, Transport};
 use crate::platform::Platform;
@@ -59,15 +62,25 @@ pub struct LockHandle {
     pub token: String,
 }
 
-const INSERT_ROW: &str = "INSERT INTO {db:Identifier}.{t:Identifier} (state_id, token, kind, expires_at)
+const INSERT_ROW: &str = "INSERT INTO {db:Identifier}.{lt:Identifier} (state_id, token, kind, expires_at)
     SELECT {id:String}, {token:String}, {kind:String}, now64(3) + toIntervalMillisecond({lease_ms:UInt64})";
 
-const WINNER: &str = "SELECT token FROM {db:Identifier}.{t:Identifier}
+const WINNER: &str = "SELECT token FROM {db:Identifier}.{lt:Identifier}
     WHERE state_id = {id:String}
     GROUP BY token
     HAVING countIf(kind = 'release') = 0 AND max(expires_at) > now64(3)
     ORDER BY min(_block_number), token
     LIMIT 1";
+
+/// Something to read in the same query that checks who won (saves a round trip): a scalar SQL
+/// expression and its parameters (`db` and `id` are bound already; don't use `lt`).
+#[derive(Clone, Debug, Default)]
+pub struct AlsoRead {
+    /// A scalar expression, e.g. a `(SELECT ...)` subquery.
+    pub expression: String,
+    /// Its parameters.
+    pub params: Vec<(String, String)>,
+}
 
 fn insert_row<T: Transport>(
     client: &Client<T>,
@@ -84,7 +97,7 @@ fn insert_row<T: Transport>(
                 INSERT_ROW,
             )
             .param("db", &tables.database)
-            .param("t", &tables.lock)
+            .param("lt", &tables.lock)
             .param("id", id)
             .param("token", token)
             .param("kind", kind)
@@ -99,15 +112,42 @@ pub fn holder<T: Transport>(
     tables: &Tables,
     id: &str,
 ) -> Result<Option<String>, Error> {
-    let response = client.execute(
-        &Query::read("lock-holder", WINNER)
-            .param("db", &tables.database)
-            .param("t", &tables.lock)
-            .param("id", id)
-            .format("TabSeparated"),
-    )?;
-    let token = String::from_utf8_lossy(&response.body).trim().to_string();
-    Ok((!token.is_empty()).then_some(token))
+    Ok(holder_and(client, tables, id, None)?.0)
+}
+
+/// The holder, and the value of `also` read in the same query.
+fn holder_and<T: Transport>(
+    client: &Client<T>,
+    tables: &Tables,
+    id: &str,
+    also: Option<&AlsoRead>,
+) -> Result<(Option<String>, Option<Value>), Error> {
+    let extra = also.map_or("NULL".to_string(), |a| a.expression.clone());
+    let mut query = Query::read(
+        "lock-holder",
+        format!("SELECT ({WINNER}) AS holder, {extra} AS also"),
+    )
+    .param("db", &tables.database)
+    .param("lt", &tables.lock)
+    .param("id", id)
+    .format("JSONEachRow");
+    if let Some(also) = also {
+        for (name, value) in &also.params {
+            query = query.param(name, value.clone());
+        }
+    }
+    let response = client.execute(&query)?;
+    let row: Value = serde_json::from_slice(&response.body).map_err(|e| {
+        Error::new(
+            ErrorKind::Transient,
+            format!("unexpected answer to the lock query: {e}"),
+        )
+    })?;
+    let token = row["holder"].as_str().unwrap_or_default().to_string();
+    Ok((
+        (!token.is_empty()).then_some(token),
+        also.map(|_| row["also"].clone()),
+    ))
 }
 
 /// Acquires the lock on `id`, waiting up to `options.timeout`.
@@ -118,6 +158,19 @@ pub fn acquire<T: Transport, P: Platform>(
     id: &str,
     options: &LockOptions,
 ) -> Result<LockHandle, Error> {
+    acquire_and_read(client, platform, tables, id, options, None).map(|(handle, _)| handle)
+}
+
+/// Acquires the lock and, in the query that confirms it, reads `also` (its value as of the
+/// moment the lock was confirmed held).
+pub fn acquire_and_read<T: Transport, P: Platform>(
+    client: &Client<T>,
+    platform: &P,
+    tables: &Tables,
+    id: &str,
+    options: &LockOptions,
+    also: Option<&AlsoRead>,
+) -> Result<(LockHandle, Option<Value>), Error> {
     let started = platform.now();
     let deadline = started + options.timeout;
     loop {
@@ -127,12 +180,15 @@ pub fn acquire<T: Transport, P: Platform>(
             let _ = insert_row(client, tables, id, &token, "release", Duration::ZERO);
             return Err(e);
         }
-        match holder(client, tables, id) {
-            Ok(Some(winner)) if winner == token => {
-                return Ok(LockHandle {
-                    id: id.to_string(),
-                    token,
-                })
+        match holder_and(client, tables, id, also) {
+            Ok((Some(winner), read)) if winner == token => {
+                return Ok((
+                    LockHandle {
+                        id: id.to_string(),
+                        token,
+                    },
+                    read,
+                ))
             }
             Ok(_) => insert_row(client, tables, id, &token, "release", Duration::ZERO)?,
             Err(e) => {
