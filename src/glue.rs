@@ -8,7 +8,9 @@ use std::time::Duration;
 use crate::client::wasi_http::WasiHttpTransport;
 use crate::client::{Client, ConnectionOptions, Error, ErrorKind};
 use crate::platform::wasi::WasiPlatform;
+use crate::sink::{self, Sink, SinkOptions};
 use crate::state::{self, json, LockHandle, LockOptions, StateStore, StoreOptions};
+use std::cell::RefCell;
 
 mod bindings {
     wit_bindgen::generate!({
@@ -35,7 +37,88 @@ use bindings::exports::clickhouse::connector::state_store::{
     StoreOptions as WitStoreOptions,
 };
 
+use bindings::exports::clickhouse::connector::table_sink::{
+    self as wit_sink, Guest as SinkGuest, GuestSink, Receipt as WitReceipt,
+    SinkOptions as WitSinkOptions, Value as WitValue,
+};
+
 struct Component;
+
+impl SinkGuest for Component {
+    type Sink = SinkResource;
+}
+
+/// The `sink` resource.
+struct SinkResource {
+    sink: RefCell<Sink<WasiHttpTransport>>,
+}
+
+impl GuestSink for SinkResource {
+    fn open(connection: Connection, options: WitSinkOptions) -> Result<wit_sink::Sink, WitError> {
+        let options = SinkOptions {
+            table: options.table,
+            columns: options.columns,
+            batch_size: options.batch_size,
+            settings: options.settings,
+            dedup: options.dedup.unwrap_or(false),
+        };
+        let sink = Sink::open(client(connection)?, &options).map_err(to_wit)?;
+        Ok(wit_sink::Sink::new(SinkResource {
+            sink: RefCell::new(sink),
+        }))
+    }
+
+    fn send(&self, rows: Vec<Vec<(String, WitValue)>>) -> Result<WitReceipt, WitError> {
+        let rows: Vec<sink::Row> = rows
+            .into_iter()
+            .map(|row| {
+                row.into_iter()
+                    .map(|(k, v)| (k, from_wit_value(v)))
+                    .collect()
+            })
+            .collect();
+        self.sink
+            .borrow()
+            .send(&rows)
+            .map(to_wit_receipt)
+            .map_err(to_wit)
+    }
+
+    fn send_json(&self, data: Vec<u8>) -> Result<WitReceipt, WitError> {
+        self.sink
+            .borrow()
+            .send_json(&data)
+            .map(to_wit_receipt)
+            .map_err(to_wit)
+    }
+
+    fn close(&self) {
+        self.sink.borrow_mut().close();
+    }
+}
+
+fn from_wit_value(v: WitValue) -> sink::Value {
+    match v {
+        WitValue::Null => sink::Value::Null,
+        WitValue::Boolean(b) => sink::Value::Bool(b),
+        WitValue::Int(i) => sink::Value::Int(i),
+        WitValue::Uint(u) => sink::Value::Uint(u),
+        WitValue::Float(f) => sink::Value::Float(f),
+        WitValue::Text(s) => sink::Value::Text(s),
+        WitValue::Json(s) => sink::Value::Json(s),
+        WitValue::Bytes(b) => sink::Value::Bytes(b),
+    }
+}
+
+fn to_wit_receipt(r: sink::Receipt) -> WitReceipt {
+    WitReceipt {
+        rows: r.rows,
+        chunks: r.chunks,
+        written_rows: r.written_rows,
+        deduplicated_chunks: r.deduplicated_chunks,
+        unverified_chunks: r.unverified_chunks,
+    }
+}
 
 type CoreStore = StateStore<WasiHttpTransport, WasiPlatform>;
 

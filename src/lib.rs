@@ -2,12 +2,13 @@
 //! ClickHouse state store and an acknowledged table sink, talking to ClickHouse over
 //! `wasi:http`.
 //!
-//! The core ([`client`], [`server`], [`state`], [`platform`]) is plain Rust that compiles natively for unit tests; the
+//! The core ([`client`], [`server`], [`state`], [`sink`], [`platform`]) is plain Rust that compiles natively for unit tests; the
 //! WIT glue ([`glue`], wasm32 only) only converts between WIT types and core types.
 
 pub mod client;
 pub mod platform;
 pub mod server;
+pub mod sink;
 pub mod state;
 
 #[cfg(target_arch = "wasm32")]

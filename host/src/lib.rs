@@ -28,6 +28,8 @@ pub mod config;
 pub mod runtime;
 
 pub use allow_list::{AllowList, AllowListError};
-pub use bindings::{ServerInfo, State, StoreOptions};
+pub use bindings::{Receipt, ServerInfo, SinkOptions, State, StoreOptions, Value};
 pub use component::{CachePolicy, ComponentSource, LoadKind, LoadReport};
-pub use runtime::{default_allow_list, CallError, Instance, LockHandle, Runtime, StoreHandle};
+pub use runtime::{
+    default_allow_list, CallError, Instance, LockHandle, Runtime, SinkHandle, StoreHandle,
+};

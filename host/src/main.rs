@@ -37,6 +37,7 @@ fn main() -> ExitCode {
             Command::Check => cli::check::run(&cli.global).await,
             Command::State { store, command } => cli::state::run(&cli.global, store, command).await,
             Command::Lock(args) => cli::lock::run(&cli.global, args).await,
+            Command::Sink(args) => cli::sink::run(&cli.global, args).await,
         }
     });
     match result {

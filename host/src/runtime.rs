@@ -15,7 +15,8 @@ use wasmtime_wasi_http::{WasiBody, WasiHttpCtx, WasiHttpCtxView, WasiHttpHooks, 
 
 use crate::allow_list::AllowList;
 use crate::bindings::{
-    Connection, Connector, ConnectorPre, ServerInfo, State, StoreOptions, WitError, WitErrorKind,
+    Connection, Connector, ConnectorPre, Receipt, ServerInfo, SinkOptions, State, StoreOptions,
+    Value, WitError, WitErrorKind,
 };
 use crate::component::{self, CachePolicy, ComponentSource, LoadReport};
 use wasmtime::component::ResourceAny;
@@ -134,6 +135,10 @@ pub struct StoreHandle(ResourceAny);
 /// A held lock inside an [`Instance`] (a `lock` resource handle).
 #[derive(Clone, Copy, Debug)]
 pub struct LockHandle(ResourceAny);
+
+/// An open table sink inside an [`Instance`] (a `sink` resource handle).
+#[derive(Clone, Copy, Debug)]
+pub struct SinkHandle(ResourceAny);
 
 impl Instance {
     /// `server.ping`: connects, authenticates and returns the server's identity.
@@ -260,6 +265,50 @@ impl Instance {
     /// Drops a lock handle without an explicit release (the component releases it, best effort).
     pub async fn lock_drop(&mut self, lock: LockHandle) -> Result<(), CallError> {
         lock.0.resource_drop_async(&mut self.store).await?;
+        Ok(())
+    }
+
+    /// `sink.open`.
+    pub async fn open_sink(
+        &mut self,
+        connection: &ConnectionOptions,
+        options: &SinkOptions,
+    ) -> Result<SinkHandle, CallError> {
+        let conn = to_wit_connection(connection);
+        let r = self.connector.clickhouse_connector_table_sink().sink();
+        flatten(r.call_open(&mut self.store, &conn, options).await?).map(SinkHandle)
+    }
+
+    /// `sink.send`.
+    pub async fn sink_send(
+        &mut self,
+        sink: SinkHandle,
+        rows: &[Vec<(String, Value)>],
+    ) -> Result<Receipt, CallError> {
+        let r = self.connector.clickhouse_connector_table_sink().sink();
+        flatten(r.call_send(&mut self.store, sink.0, rows).await?)
+    }
+
+    /// `sink.send-json`.
+    pub async fn sink_send_json(
+        &mut self,
+        sink: SinkHandle,
+        data: &[u8],
+    ) -> Result<Receipt, CallError> {
+        let r = self.connector.clickhouse_connector_table_sink().sink();
+        flatten(r.call_send_json(&mut self.store, sink.0, data).await?)
+    }
+
+    /// `sink.close` (idempotent); the handle stays valid until [`Instance::drop_sink`].
+    pub async fn sink_close(&mut self, sink: SinkHandle) -> Result<(), CallError> {
+        let r = self.connector.clickhouse_connector_table_sink().sink();
+        r.call_close(&mut self.store, sink.0).await?;
+        Ok(())
+    }
+
+    /// Drops a sink handle.
+    pub async fn drop_sink(&mut self, sink: SinkHandle) -> Result<(), CallError> {
+        sink.0.resource_drop_async(&mut self.store).await?;
         Ok(())
     }
 

@@ -51,7 +51,15 @@ impl<T: Transport> Client<T> {
 
     /// Sends one statement and returns the server's successful answer, or a classified error.
     pub fn execute(&self, query: &Query) -> Result<Response, Error> {
-        let request = query.to_http(&self.endpoint)?;
+        self.send(query.to_http(&self.endpoint)?)
+    }
+
+    /// As [`Client::execute`], moving the query's data into the request (no copy).
+    pub fn execute_owned(&self, query: Query) -> Result<Response, Error> {
+        self.send(query.into_http(&self.endpoint)?)
+    }
+
+    fn send(&self, request: HttpRequest) -> Result<Response, Error> {
         match self.transport.send(&request) {
             Ok(http) => response::interpret(http, request.operation, &self.redactor),
             Err(failure) => {

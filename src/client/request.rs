@@ -116,6 +116,11 @@ impl Query {
     /// INSERT data. Every request waits for the end of the query on the server
     /// (`wait_end_of_query=1`), so a 200 status means the whole statement succeeded.
     pub fn to_http(&self, endpoint: &Endpoint) -> Result<HttpRequest, Error> {
+        self.clone().into_http(endpoint)
+    }
+
+    /// As [`Query::to_http`], moving the data into the request instead of copying it.
+    pub fn into_http(mut self, endpoint: &Endpoint) -> Result<HttpRequest, Error> {
         let mut url = String::from("/?");
         let mut push = |key: &str, value: &str| {
             if url.len() > 2 {
@@ -144,10 +149,10 @@ impl Query {
             }
             push(&format!("param_{name}"), &escape_param(value));
         }
-        let body = match &self.data {
+        let body = match self.data.take() {
             Some(data) => {
                 push("query", &self.sql);
-                data.clone()
+                data
             }
             None => self.sql.clone().into_bytes(),
         };

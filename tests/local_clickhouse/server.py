@@ -70,6 +70,9 @@ CODE_RE = re.compile(r"Code: (\d+)\. ")
 NAME_RE = re.compile(r"\(([A-Z][A-Z0-9_]+)\)(?: \(version [^)]*\))?\s*$")
 FORMAT_RE = re.compile(r"\s+FORMAT\s+([A-Za-z0-9_]+)\s*;?\s*$", re.IGNORECASE)
 INSERT_RE = re.compile(r"^\s*INSERT\b", re.IGNORECASE)
+# An INSERT whose data follows its FORMAT clause in the body (as clickhouse-client and
+# clickhouse-connect send it): the data starts after the format name and one whitespace.
+BODY_INSERT_RE = re.compile(rb"^\s*(INSERT\b.*?\bFORMAT\s+([A-Za-z0-9_]+))[ \t]*(\r?\n|[ \t])", re.IGNORECASE | re.DOTALL)
 SETTING_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_.]*$")
 PLACEHOLDER_RE = re.compile(r"\{\s*([A-Za-z_][A-Za-z0-9_]*)\s*:\s*([^{}]+?)\s*\}")
 VERSION = "unknown"
@@ -246,9 +249,14 @@ class Handler(BaseHTTPRequestHandler):
         started = time.monotonic()
         conn = self.engine.session(settings, params.get("database"), readonly)
         try:
+            body_insert = None if url_query else BODY_INSERT_RE.match(body[:65536])
             if url_query and body and INSERT_RE.match(url_query):
                 statement = substitute_identifiers(url_query, query_params)
                 summary = self._insert(conn, statement, body)
+                payload = b""
+            elif body_insert:
+                statement = substitute_identifiers(body_insert.group(1).decode(), query_params)
+                summary = self._insert(conn, statement, body[body_insert.end():])
                 payload = b""
             else:
                 text = url_query + ("\n" if url_query and body else "") + body.decode("utf-8")

@@ -4,6 +4,7 @@
 pub mod check;
 pub mod lock;
 pub mod output;
+pub mod sink;
 pub mod state;
 
 use clap::{Args, Parser, Subcommand};
@@ -48,6 +49,9 @@ pub enum Command {
     },
     /// Hold the advisory lock on a state id while a command runs (or for a duration).
     Lock(lock::LockArgs),
+    /// Stream NDJSON (or a JSON array) into a table: validated, chunked, each chunk one
+    /// acknowledged INSERT.
+    Sink(sink::SinkArgs),
 }
 
 /// Where the state store lives and how its lock behaves.

@@ -1,0 +1,304 @@
+//! Sink options as the caller gives them, and the validated [`SinkConfig`]: table name,
+//! columns, batch size, settings (with the async-insert rule), deduplication.
+
+use crate::client::dsn::check_setting_name;
+use crate::client::{Endpoint, Error};
+
+/// Default rows per INSERT.
+pub const DEFAULT_BATCH_SIZE: u32 = 1000;
+
+/// Options as given (the WIT `sink-options` record).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct SinkOptions {
+    /// `table` or `database.table`.
+    pub table: String,
+    /// Columns, in the order values are written; `None`: the first row's keys.
+    pub columns: Option<Vec<String>>,
+    /// Rows per INSERT (default 1000).
+    pub batch_size: Option<u32>,
+    /// ClickHouse settings for the INSERTs (after the connection's).
+    pub settings: Vec<(String, String)>,
+    /// Send an `insert_deduplication_token` per chunk.
+    pub dedup: bool,
+}
+
+/// Validated options.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SinkConfig {
+    /// Database, when the table was given as `database.table`.
+    pub database: Option<String>,
+    /// Table.
+    pub table: String,
+    /// Configured columns.
+    pub columns: Option<Vec<String>>,
+    /// Rows per INSERT.
+    pub batch_size: usize,
+    /// Settings sent with every INSERT, in order (the sink's own first, then the caller's).
+    pub settings: Vec<(String, String)>,
+    /// Deduplication tokens on.
+    pub dedup: bool,
+    /// Whether inserts are asynchronous (`async_insert` on); then `written_rows` is not checked.
+    pub async_insert: bool,
+}
+
+/// How ClickHouse reads a boolean setting: `Some(true/false)` for the spellings it accepts,
+/// `None` otherwise.
+pub fn parse_bool_setting(value: &str) -> Option<bool> {
+    let v = value.trim().trim_matches(|c| c == '\'' || c == '"').trim();
+    match v.to_ascii_lowercase().as_str() {
+        "1" | "true" | "yes" | "on" | "enable" | "enabled" => Some(true),
+        "0" | "false" | "no" | "off" | "disable" | "disabled" => Some(false),
+        other => other.parse::<i64>().ok().map(|n| n != 0),
+    }
+}
+
+impl SinkConfig {
+    /// Checks every option rule; `invalid-input` naming the problem otherwise.
+    pub fn new(options: &SinkOptions, endpoint: &Endpoint) -> Result<SinkConfig, Error> {
+        let table = options.table.trim();
+        if table.is_empty() {
+            return Err(Error::invalid("table must not be blank"));
+        }
+        let (database, table) = match table.split_once('.') {
+            Some((db, t)) => {
+                if db.trim().is_empty() || t.trim().is_empty() {
+                    return Err(Error::invalid(format!(
+                        "table '{}' must be 'table' or 'database.table' with both parts non-blank",
+                        table.escape_debug()
+                    )));
+                }
+                (Some(db.to_string()), t.to_string())
+            }
+            None => (None, table.to_string()),
+        };
+        if let Some(columns) = &options.columns {
+            if columns.is_empty() {
+                return Err(Error::invalid(
+                    "columns, when given, must name at least one column",
+                ));
+            }
+            let mut seen = std::collections::HashSet::new();
+            for c in columns {
+                if c.trim().is_empty() {
+                    return Err(Error::invalid("column names must not be blank"));
+                }
+                if !seen.insert(c.as_str()) {
+                    return Err(Error::invalid(format!(
+                        "column '{}' is listed twice",
+                        c.escape_debug()
+                    )));
+                }
+            }
+        }
+        let batch_size = options.batch_size.unwrap_or(DEFAULT_BATCH_SIZE);
+        if batch_size == 0 {
+            return Err(Error::invalid("batch-size must be greater than 0"));
+        }
+        for (name, _) in &options.settings {
+            check_setting_name(name)?;
+        }
+        // The effective value of a setting: the sink's, else the connection's.
+        let effective = |name: &str| -> Option<&str> {
+            options
+                .settings
+                .iter()
+                .rev()
+                .chain(endpoint.settings.iter().rev())
+                .find(|(n, _)| n == name)
+                .map(|(_, v)| v.as_str())
+        };
+        let bool_setting = |name: &str| -> Result<Option<bool>, Error> {
+            match effective(name) {
+                None => Ok(None),
+                Some(v) => parse_bool_setting(v).map(Some).ok_or_else(|| {
+                    Error::invalid(format!("{name} must be 0 or 1 (or true/false)"))
+                }),
+            }
+        };
+        let own_dedup_off = options
+            .settings
+            .iter()
+            .rev()
+            .find(|(n, _)| n == "insert_deduplicate")
+            .and_then(|(_, v)| parse_bool_setting(v))
+            == Some(false);
+        if options.dedup && own_dedup_off {
+            return Err(Error::invalid(
+                "dedup needs insert_deduplicate: it is set to 0 (remove that setting, or turn dedup off)",
+            ));
+        }
+        let async_insert = bool_setting("async_insert")?.unwrap_or(false);
+        let wait = bool_setting("wait_for_async_insert")?;
+        if async_insert && wait != Some(true) {
+            return Err(Error::invalid(
+                "async_insert is enabled but wait_for_async_insert is not: fire-and-forget inserts are refused (set wait_for_async_insert=1, or turn async_insert off)",
+            ));
+        }
+        // The sink's own defaults come first, so the caller's settings override them: exact
+        // delivery (a null never silently becomes a default, an unknown key is never dropped),
+        // and never fire-and-forget, whatever the server's profile says.
+        let mut settings = vec![
+            ("input_format_null_as_default".to_string(), "0".to_string()),
+            (
+                "input_format_skip_unknown_fields".to_string(),
+                "0".to_string(),
+            ),
+        ];
+        if wait.is_none() {
+            settings.push(("wait_for_async_insert".to_string(), "1".to_string()));
+        }
+        settings.extend(options.settings.iter().cloned());
+        Ok(SinkConfig {
+            database,
+            table,
+            columns: options.columns.clone(),
+            batch_size: batch_size as usize,
+            settings,
+            dedup: options.dedup,
+            async_insert,
+        })
+    }
+
+    /// `database.table` or `table`, for messages and tokens.
+    pub fn qualified_table(&self) -> String {
+        match &self.database {
+            Some(db) => format!("{db}.{}", self.table),
+            None => self.table.clone(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::client::{ConnectionOptions, ErrorKind};
+
+    fn endpoint(url: &str) -> Endpoint {
+        Endpoint::parse(&ConnectionOptions::from_url(url)).unwrap()
+    }
+
+    fn opts(table: &str) -> SinkOptions {
+        SinkOptions {
+            table: table.into(),
+            ..Default::default()
+        }
+    }
+
+    fn err(options: SinkOptions, url: &str) -> String {
+        let e = SinkConfig::new(&options, &endpoint(url)).unwrap_err();
+        assert_eq!(e.kind, ErrorKind::InvalidInput);
+        e.message
+    }
+
+    #[test]
+    fn table_forms() {
+        let c = SinkConfig::new(&opts("events"), &endpoint("http://h")).unwrap();
+        assert_eq!((c.database, c.table.as_str()), (None, "events"));
+        let c = SinkConfig::new(&opts("db.events"), &endpoint("http://h")).unwrap();
+        assert_eq!(
+            (c.database.as_deref(), c.table.as_str()),
+            (Some("db"), "events")
+        );
+        assert_eq!(c.qualified_table(), "db.events");
+        assert!(err(opts(""), "http://h").contains("blank"));
+        assert!(err(opts("   "), "http://h").contains("blank"));
+        assert!(err(opts(".t"), "http://h").contains("both parts"));
+        assert!(err(opts("db."), "http://h").contains("both parts"));
+    }
+
+    #[test]
+    fn columns_and_batch_size() {
+        let with = |columns: Vec<&str>| SinkOptions {
+            columns: Some(columns.into_iter().map(String::from).collect()),
+            ..opts("t")
+        };
+        assert!(err(with(vec![]), "http://h").contains("at least one column"));
+        assert!(err(with(vec!["a", " "]), "http://h").contains("blank"));
+        assert!(err(with(vec!["a", "b", "a"]), "http://h").contains("listed twice"));
+        assert!(SinkConfig::new(&with(vec!["a", "b"]), &endpoint("http://h")).is_ok());
+        let zero = SinkOptions {
+            batch_size: Some(0),
+            ..opts("t")
+        };
+        assert!(err(zero, "http://h").contains("batch-size"));
+        let c = SinkConfig::new(&opts("t"), &endpoint("http://h")).unwrap();
+        assert_eq!(c.batch_size, 1000);
+    }
+
+    #[test]
+    fn async_insert_needs_wait_in_every_spelling() {
+        let with = |settings: &[(&str, &str)]| SinkOptions {
+            settings: settings
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+            ..opts("t")
+        };
+        for on in ["1", "true", "TRUE", "True", "'1'", " 1 ", "yes", "on", "2"] {
+            let msg = err(with(&[("async_insert", on)]), "http://h");
+            assert!(msg.contains("fire-and-forget"), "{on}: {msg}");
+            let msg = err(
+                with(&[("async_insert", on), ("wait_for_async_insert", "0")]),
+                "http://h",
+            );
+            assert!(msg.contains("fire-and-forget"), "{on}: {msg}");
+            let ok = SinkConfig::new(
+                &with(&[("async_insert", on), ("wait_for_async_insert", "true")]),
+                &endpoint("http://h"),
+            )
+            .unwrap();
+            assert!(ok.async_insert);
+        }
+        // From the connection string too, and overridden by the sink's settings.
+        assert!(err(opts("t"), "http://h?async_insert=1").contains("fire-and-forget"));
+        assert!(SinkConfig::new(
+            &with(&[("async_insert", "0")]),
+            &endpoint("http://h?async_insert=1")
+        )
+        .is_ok());
+        assert!(SinkConfig::new(
+            &with(&[("wait_for_async_insert", "1")]),
+            &endpoint("http://h?async_insert=1")
+        )
+        .is_ok());
+        for off in ["0", "false", "FALSE", "off"] {
+            assert!(
+                SinkConfig::new(&with(&[("async_insert", off)]), &endpoint("http://h")).is_ok()
+            );
+        }
+        assert!(err(with(&[("async_insert", "maybe")]), "http://h").contains("must be 0 or 1"));
+        let dedup_off = SinkOptions {
+            dedup: true,
+            ..with(&[("insert_deduplicate", "0")])
+        };
+        assert!(err(dedup_off, "http://h").contains("dedup needs insert_deduplicate"));
+    }
+
+    #[test]
+    fn sink_settings_force_exact_delivery_but_let_the_caller_override() {
+        let c = SinkConfig::new(&opts("t"), &endpoint("http://h")).unwrap();
+        assert!(c
+            .settings
+            .contains(&("input_format_null_as_default".into(), "0".into())));
+        assert!(c
+            .settings
+            .contains(&("input_format_skip_unknown_fields".into(), "0".into())));
+        assert!(c
+            .settings
+            .contains(&("wait_for_async_insert".into(), "1".into())));
+        let o = SinkOptions {
+            settings: vec![("input_format_null_as_default".into(), "1".into())],
+            ..opts("t")
+        };
+        let c = SinkConfig::new(&o, &endpoint("http://h")).unwrap();
+        assert_eq!(
+            c.settings.last().unwrap(),
+            &("input_format_null_as_default".to_string(), "1".to_string())
+        );
+        let bad = SinkOptions {
+            settings: vec![("query".into(), "x".into())],
+            ..opts("t")
+        };
+        assert!(err(bad, "http://h").contains("set by the client"));
+    }
+}

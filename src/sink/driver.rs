@@ -1,0 +1,360 @@
+//! Drives a send: rows are encoded and checked first, then split into `batch_size` chunks; each
+//! chunk is one INSERT, sent and acknowledged before the next (no queue, no timer, no batching
+//! across sends). The receipt reports the server's `written_rows`; a failure after a committed
+//! chunk is `uncertain` and says how many rows committed.
+
+use sha2::{Digest, Sha256};
+
+use crate::client::{Client, Error, ErrorKind, Query, Transport};
+
+use super::config::{SinkConfig, SinkOptions};
+use super::encode::{encode_json, encode_rows, Encoded, Row};
+
+/// What a successful send did.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Receipt {
+    /// Rows sent.
+    pub rows: u64,
+    /// INSERTs acknowledged.
+    pub chunks: u32,
+    /// Rows the server reported written (`X-ClickHouse-Summary`), summed over chunks.
+    pub written_rows: u64,
+    /// Chunks the server acknowledged without writing (deduplicated by their token).
+    pub deduplicated_chunks: u32,
+    /// Chunks whose written rows could not be checked (no summary, or async inserts).
+    pub unverified_chunks: u32,
+}
+
+/// A sink bound to one client and table.
+pub struct Sink<T: Transport> {
+    client: Client<T>,
+    config: SinkConfig,
+    closed: bool,
+}
+
+impl<T: Transport> Sink<T> {
+    /// Validates the options (no request is sent).
+    pub fn open(client: Client<T>, options: &SinkOptions) -> Result<Self, Error> {
+        let config = SinkConfig::new(options, client.endpoint())?;
+        Ok(Sink {
+            client,
+            config,
+            closed: false,
+        })
+    }
+
+    /// The validated configuration.
+    pub fn config(&self) -> &SinkConfig {
+        &self.config
+    }
+
+    fn check_open(&self) -> Result<(), Error> {
+        if self.closed {
+            Err(Error::invalid("the sink is closed"))
+        } else {
+            Ok(())
+        }
+    }
+
+    /// Sends typed rows.
+    pub fn send(&self, rows: &[Row]) -> Result<Receipt, Error> {
+        self.check_open()?;
+        let encoded = encode_rows(rows, self.config.columns.as_deref())?;
+        self.deliver(&encoded)
+    }
+
+    /// Sends NDJSON or a JSON array of objects.
+    pub fn send_json(&self, data: &[u8]) -> Result<Receipt, Error> {
+        self.check_open()?;
+        let encoded = encode_json(data, self.config.columns.as_deref())?;
+        self.deliver(&encoded)
+    }
+
+    /// Closes the sink; idempotent.
+    pub fn close(&mut self) {
+        self.closed = true;
+    }
+
+    /// The INSERT statement for these columns, names as `Identifier` parameters.
+    fn insert_query(&self, columns: &[String]) -> Query {
+        let placeholders: Vec<String> = (0..columns.len())
+            .map(|i| format!("{{c{i}:Identifier}}"))
+            .collect();
+        let target = if self.config.database.is_some() {
+            "{db:Identifier}.{t:Identifier}"
+        } else {
+            "{t:Identifier}"
+        };
+        let mut query = Query::write(
+            "send",
+            format!(
+                "INSERT INTO {target} ({}) FORMAT JSONEachRow",
+                placeholders.join(", ")
+            ),
+        )
+        .param("t", &self.config.table);
+        if let Some(db) = &self.config.database {
+            query = query.param("db", db);
+        }
+        for (i, column) in columns.iter().enumerate() {
+            query = query.param(&format!("c{i}"), column);
+        }
+        for (name, value) in &self.config.settings {
+            query = query.setting(name, value.clone());
+        }
+        query
+    }
+
+    fn deliver(&self, encoded: &Encoded) -> Result<Receipt, Error> {
+        let total = encoded.len();
+        let chunk_count = total.div_ceil(self.config.batch_size);
+        let base = self.insert_query(&encoded.columns);
+        let mut receipt = Receipt::default();
+        for chunk in 0..chunk_count {
+            let start = chunk * self.config.batch_size;
+            let end = (start + self.config.batch_size).min(total);
+            let body = encoded.rows(start, end);
+            let mut query = base.clone();
+            if self.config.dedup {
+                query = query.setting("insert_deduplicate", "1").setting(
+                    "insert_deduplication_token",
+                    self.token(&encoded.columns, &body),
+                );
+            }
+            let rows = (end - start) as u64;
+            match self.client.execute_owned(query.data(body)) {
+                Ok(response) => {
+                    receipt.rows += rows;
+                    receipt.chunks += 1;
+                    match response.summary {
+                        Some(s) if self.config.async_insert => {
+                            receipt.written_rows += s.written_rows;
+                            receipt.unverified_chunks += 1;
+                        }
+                        Some(s) if s.written_rows >= rows => receipt.written_rows += s.written_rows,
+                        Some(s) if s.written_rows == 0 && self.config.dedup => {
+                            receipt.deduplicated_chunks += 1
+                        }
+                        Some(s) => {
+                            return Err(Error {
+                                kind: ErrorKind::Uncertain,
+                                message: format!(
+                                    "chunk {} of {chunk_count} was acknowledged with {} of {rows} rows written; {} rows were committed before it",
+                                    chunk + 1,
+                                    s.written_rows,
+                                    receipt.rows - rows
+                                ),
+                                server: None,
+                                committed_rows: receipt.rows - rows,
+                            })
+                        }
+                        None => receipt.unverified_chunks += 1,
+                    }
+                }
+                Err(e) if receipt.chunks == 0 => return Err(e),
+                Err(e) => {
+                    return Err(Error {
+                        kind: ErrorKind::Uncertain,
+                        message: crate::client::error::cap(format!(
+                            "chunk {} of {chunk_count} failed after {} rows in {} chunks were committed ({}: {})",
+                            chunk + 1,
+                            receipt.rows,
+                            receipt.chunks,
+                            e.kind,
+                            e.message
+                        )),
+                        server: e.server,
+                        committed_rows: receipt.rows,
+                    })
+                }
+            }
+        }
+        Ok(receipt)
+    }
+
+    /// The deduplication token of a chunk: SHA-256 of the table, the columns and the exact
+    /// bytes, so the same rows sent again carry the same token.
+    fn token(&self, columns: &[String], body: &[u8]) -> String {
+        let mut hash = Sha256::new();
+        hash.update(self.config.qualified_table().as_bytes());
+        hash.update(b"\n");
+        for c in columns {
+            hash.update(c.as_bytes());
+            hash.update(b"\0");
+        }
+        hash.update(b"\n");
+        hash.update(body);
+        hash.finalize().iter().map(|b| format!("{b:02x}")).collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::client::error::{TransportError, TransportFailure};
+    use crate::client::testing::Scripted;
+    use crate::client::{ConnectionOptions, HttpResponse};
+
+    fn ack(written: u64) -> Result<HttpResponse, TransportError> {
+        Ok(HttpResponse {
+            status: 200,
+            headers: vec![(
+                "x-clickhouse-summary".into(),
+                format!(r#"{{"written_rows":"{written}"}}"#).into_bytes(),
+            )],
+            body: vec![],
+            elapsed_us: 1,
+        })
+    }
+
+    fn rejected() -> Result<HttpResponse, TransportError> {
+        Ok(HttpResponse {
+            status: 400,
+            headers: vec![("x-clickhouse-exception-code".into(), b"27".to_vec())],
+            body:
+                b"Code: 27. DB::Exception: Cannot parse input (CANNOT_PARSE_INPUT_ASSERTION_FAILED)"
+                    .to_vec(),
+            elapsed_us: 1,
+        })
+    }
+
+    fn sink(t: &Scripted, batch: u32, dedup: bool) -> Sink<&Scripted> {
+        let client = Client::new(&ConnectionOptions::from_url("http://h"), t).unwrap();
+        Sink::open(
+            client,
+            &SinkOptions {
+                table: "db.events".into(),
+                batch_size: Some(batch),
+                dedup,
+                ..Default::default()
+            },
+        )
+        .unwrap()
+    }
+
+    fn ndjson(n: usize) -> Vec<u8> {
+        (0..n)
+            .map(|i| format!("{{\"id\":{i}}}\n"))
+            .collect::<String>()
+            .into_bytes()
+    }
+
+    #[test]
+    fn chunks_are_sent_in_order_and_acknowledged() {
+        let t = Scripted::new(vec![ack(2), ack(2), ack(1)]);
+        let r = sink(&t, 2, false).send_json(&ndjson(5)).unwrap();
+        assert_eq!(
+            r,
+            Receipt {
+                rows: 5,
+                chunks: 3,
+                written_rows: 5,
+                ..Default::default()
+            }
+        );
+        let sent = t.sent.borrow();
+        assert_eq!(sent.len(), 3);
+        assert_eq!(sent[0].body, b"{\"id\":0}\n{\"id\":1}\n");
+        assert_eq!(sent[2].body, b"{\"id\":4}\n");
+        let url = &sent[0].path_and_query;
+        assert!(url.contains("query=INSERT%20INTO%20%7Bdb%3AIdentifier%7D.%7Bt%3AIdentifier%7D%20%28%7Bc0%3AIdentifier%7D%29%20FORMAT%20JSONEachRow"), "{url}");
+        assert!(url.contains("param_db=db&"), "{url}");
+        assert!(url.contains("param_t=events"), "{url}");
+        assert!(url.contains("param_c0=id"), "{url}");
+        assert!(url.contains("input_format_null_as_default=0"), "{url}");
+        assert!(!url.contains("insert_deduplication_token"), "{url}");
+    }
+
+    #[test]
+    fn a_failure_after_a_committed_chunk_is_uncertain() {
+        let t = Scripted::new(vec![ack(2), ack(2), rejected()]);
+        let e = sink(&t, 2, false).send_json(&ndjson(6)).unwrap_err();
+        assert_eq!(e.kind, ErrorKind::Uncertain);
+        assert_eq!(e.committed_rows, 4);
+        assert!(
+            e.message.starts_with(
+                "chunk 3 of 3 failed after 4 rows in 2 chunks were committed (permanent:"
+            ),
+            "{}",
+            e.message
+        );
+        assert_eq!(e.server.unwrap().code, 27);
+    }
+
+    #[test]
+    fn a_failure_of_the_first_chunk_keeps_its_kind() {
+        let t = Scripted::new(vec![rejected()]);
+        let e = sink(&t, 2, false).send_json(&ndjson(6)).unwrap_err();
+        assert_eq!((e.kind, e.committed_rows), (ErrorKind::Permanent, 0));
+        let t = Scripted::new(vec![Err(TransportError::new(
+            TransportFailure::Timeout,
+            "",
+        ))]);
+        let e = sink(&t, 2, false).send_json(&ndjson(1)).unwrap_err();
+        assert_eq!(
+            e.kind,
+            ErrorKind::Uncertain,
+            "a timed-out insert may have committed"
+        );
+        let t = Scripted::new(vec![Err(TransportError::new(
+            TransportFailure::Refused,
+            "",
+        ))]);
+        let e = sink(&t, 2, false).send_json(&ndjson(1)).unwrap_err();
+        assert_eq!(e.kind, ErrorKind::Disconnected);
+    }
+
+    #[test]
+    fn fewer_rows_written_than_sent_is_an_error() {
+        let t = Scripted::new(vec![ack(2), ack(1)]);
+        let e = sink(&t, 2, false).send_json(&ndjson(4)).unwrap_err();
+        assert_eq!((e.kind, e.committed_rows), (ErrorKind::Uncertain, 2));
+        assert!(
+            e.message
+                .contains("chunk 2 of 2 was acknowledged with 1 of 2 rows written"),
+            "{}",
+            e.message
+        );
+        // More rows written than sent (materialized views) is fine.
+        let t = Scripted::new(vec![ack(4)]);
+        assert_eq!(
+            sink(&t, 2, false)
+                .send_json(&ndjson(2))
+                .unwrap()
+                .written_rows,
+            4
+        );
+    }
+
+    #[test]
+    fn dedup_tokens_are_stable_and_zero_written_means_deduplicated() {
+        let t = Scripted::new(vec![ack(2), ack(0)]);
+        let s = sink(&t, 2, true);
+        s.send_json(&ndjson(2)).unwrap();
+        let r = s.send_json(&ndjson(2)).unwrap();
+        assert_eq!(r.deduplicated_chunks, 1);
+        let sent = t.sent.borrow();
+        let token = |i: usize| {
+            let url = &sent[i].path_and_query;
+            let at = url.find("insert_deduplication_token=").unwrap();
+            url[at..].split('&').next().unwrap().to_string()
+        };
+        assert_eq!(token(0), token(1));
+        assert_eq!(token(0).len(), "insert_deduplication_token=".len() + 64);
+    }
+
+    #[test]
+    fn closed_sinks_and_bad_rows_send_nothing() {
+        let t = Scripted::new(vec![]);
+        let mut s = sink(&t, 2, false);
+        assert!(s.send_json(b"{\"a\":1}\n[2]").is_err());
+        s.close();
+        s.close();
+        let e = s.send_json(&ndjson(1)).unwrap_err();
+        assert_eq!(
+            (e.kind, e.message.as_str()),
+            (ErrorKind::InvalidInput, "the sink is closed")
+        );
+        assert!(t.sent.borrow().is_empty());
+    }
+}

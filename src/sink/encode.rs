@@ -1,0 +1,551 @@
+//! Rows to JSONEachRow bytes, with every row rule checked first: at least one row; every row
+//! an object; with configured columns every row has exactly those keys, without them every row
+//! has the first row's keys; values written in column order. JSON input keeps each value's
+//! exact text (large integers and float text are never re-encoded); a line whose keys are
+//! already in column order is copied as is.
+
+use std::borrow::Cow;
+use std::fmt;
+use std::io::Write;
+
+use serde::de::{self, DeserializeSeed, Deserializer, MapAccess, Visitor};
+use serde_json::value::RawValue;
+
+use crate::client::Error;
+
+/// One value of a typed row (the WIT `value` variant).
+#[derive(Clone, Debug, PartialEq)]
+pub enum Value {
+    /// SQL NULL (only for Nullable columns: the sink never lets ClickHouse turn it into a default).
+    Null,
+    /// Bool.
+    Bool(bool),
+    /// Signed 64-bit integer.
+    Int(i64),
+    /// Unsigned 64-bit integer.
+    Uint(u64),
+    /// 64-bit float (finite).
+    Float(f64),
+    /// Text.
+    Text(String),
+    /// A JSON value given as text (for nested columns: JSON, Array, Map, Tuple; or a String
+    /// column that stores the JSON text).
+    Json(String),
+    /// Raw bytes (for String / FixedString columns), sent unchanged.
+    Bytes(Vec<u8>),
+}
+
+/// A typed row: column name and value pairs.
+pub type Row = Vec<(String, Value)>;
+
+/// Encoded rows: JSONEachRow lines, each either a range of the caller's input (passed through
+/// as is) or a range of the encoder's own buffer (rebuilt in column order).
+#[derive(Debug, Default)]
+pub struct Encoded<'a> {
+    /// The columns, in the order values were written.
+    pub columns: Vec<String>,
+    input: &'a [u8],
+    buffer: Vec<u8>,
+    lines: Vec<Line>,
+}
+
+#[derive(Clone, Copy, Debug)]
+enum Line {
+    Input(usize, usize),
+    Own(usize, usize),
+}
+
+impl Encoded<'_> {
+    /// Number of rows.
+    pub fn len(&self) -> usize {
+        self.lines.len()
+    }
+
+    /// Whether there are no rows.
+    pub fn is_empty(&self) -> bool {
+        self.lines.is_empty()
+    }
+
+    /// The bytes of rows `start..end`, each line ending with `\n`, in one new buffer.
+    pub fn rows(&self, start: usize, end: usize) -> Vec<u8> {
+        let slice = |line: &Line| match *line {
+            Line::Input(a, b) => &self.input[a..b],
+            Line::Own(a, b) => &self.buffer[a..b],
+        };
+        let size: usize = self.lines[start..end]
+            .iter()
+            .map(|l| slice(l).len() + 1)
+            .sum();
+        let mut out = Vec::with_capacity(size);
+        for line in &self.lines[start..end] {
+            out.extend_from_slice(slice(line));
+            out.push(b'\n');
+        }
+        out
+    }
+
+    /// Starts a line in the own buffer; returns its start.
+    fn begin(&mut self) -> usize {
+        self.buffer.len()
+    }
+
+    /// Ends a line begun at `start` in the own buffer.
+    fn end_own(&mut self, start: usize) {
+        self.lines.push(Line::Own(start, self.buffer.len()));
+    }
+}
+
+fn shown(name: &str) -> String {
+    let s: String = name.chars().take(64).collect();
+    format!("'{}'", s.escape_debug())
+}
+
+fn key_list(keys: &[&str]) -> String {
+    let mut names: Vec<String> = keys.iter().take(10).map(|k| shown(k)).collect();
+    if keys.len() > 10 {
+        names.push(format!("and {} more", keys.len() - 10));
+    }
+    names.join(", ")
+}
+
+/// Checks a row's keys against the columns; the error names the row, missing and extra keys.
+fn check_keys<'k>(
+    index: usize,
+    keys: impl Iterator<Item = &'k str> + Clone,
+    columns: &[String],
+    configured: bool,
+) -> Result<(), Error> {
+    let mut seen: Vec<&str> = Vec::with_capacity(columns.len());
+    for key in keys.clone() {
+        if seen.contains(&key) {
+            return Err(Error::invalid(format!(
+                "row index {index}: key {} appears twice",
+                shown(key)
+            )));
+        }
+        seen.push(key);
+    }
+    let missing: Vec<&str> = columns
+        .iter()
+        .map(String::as_str)
+        .filter(|c| !seen.contains(c))
+        .collect();
+    let extra: Vec<&str> = seen
+        .iter()
+        .copied()
+        .filter(|k| !columns.iter().any(|c| c == k))
+        .collect();
+    if missing.is_empty() && extra.is_empty() {
+        return Ok(());
+    }
+    let rule = if configured {
+        "every row must have exactly the configured columns"
+    } else {
+        "every row must have the same keys as the first row"
+    };
+    let mut parts = Vec::new();
+    if !missing.is_empty() {
+        parts.push(format!("missing {}", key_list(&missing)));
+    }
+    if !extra.is_empty() {
+        parts.push(format!("extra {}", key_list(&extra)));
+    }
+    Err(Error::invalid(format!(
+        "row index {index}: {} ({rule})",
+        parts.join("; ")
+    )))
+}
+
+/// Encodes typed rows.
+pub fn encode_rows(rows: &[Row], columns: Option<&[String]>) -> Result<Encoded<'static>, Error> {
+    let first = rows
+        .first()
+        .ok_or_else(|| Error::invalid("send needs at least one row"))?;
+    let configured = columns.is_some();
+    let columns: Vec<String> = match columns {
+        Some(c) => c.to_vec(),
+        None => {
+            if first.is_empty() {
+                return Err(Error::invalid(
+                    "row index 0 is empty: without configured columns the first row's keys name the columns",
+                ));
+            }
+            first.iter().map(|(k, _)| k.clone()).collect()
+        }
+    };
+    let mut out = Encoded {
+        columns,
+        ..Default::default()
+    };
+    for (index, row) in rows.iter().enumerate() {
+        check_keys(
+            index,
+            row.iter().map(|(k, _)| k.as_str()),
+            &out.columns,
+            configured,
+        )?;
+        let line = out.begin();
+        out.buffer.push(b'{');
+        for (n, column) in out.columns.iter().enumerate() {
+            if n > 0 {
+                out.buffer.push(b',');
+            }
+            write_json_string(&mut out.buffer, column.as_bytes());
+            out.buffer.push(b':');
+            let value = &row.iter().find(|(k, _)| k == column).expect("checked").1;
+            write_value(&mut out.buffer, value).map_err(|why| {
+                Error::invalid(format!(
+                    "row index {index}, column {}: {why}",
+                    shown(column)
+                ))
+            })?;
+        }
+        out.buffer.push(b'}');
+        out.end_own(line);
+    }
+    Ok(out)
+}
+
+fn write_value(buf: &mut Vec<u8>, value: &Value) -> Result<(), String> {
+    match value {
+        Value::Null => buf.extend_from_slice(b"null"),
+        Value::Bool(b) => buf.extend_from_slice(if *b { b"true" } else { b"false" }),
+        Value::Int(i) => write!(buf, "{i}").expect("write to Vec"),
+        Value::Uint(u) => write!(buf, "{u}").expect("write to Vec"),
+        Value::Float(f) if f.is_finite() => write!(buf, "{f:?}").expect("write to Vec"),
+        Value::Float(_) => return Err("NaN and infinity cannot be sent as JSON".into()),
+        Value::Text(s) => write_json_string(buf, s.as_bytes()),
+        Value::Json(text) => {
+            let raw: &RawValue = serde_json::from_str(text)
+                .map_err(|e| format!("the json value is not valid JSON: {e}"))?;
+            buf.extend_from_slice(raw.get().trim().as_bytes());
+        }
+        Value::Bytes(bytes) => write_json_string(buf, bytes),
+    }
+    Ok(())
+}
+
+/// A JSON string of arbitrary bytes: quotes, backslashes and control characters escaped, every
+/// other byte unchanged (ClickHouse reads string bytes verbatim, UTF-8 or not).
+fn write_json_string(buf: &mut Vec<u8>, bytes: &[u8]) {
+    buf.push(b'"');
+    let mut start = 0;
+    for (i, &b) in bytes.iter().enumerate() {
+        let escape: Option<&[u8]> = match b {
+            b'"' => Some(b"\\\""),
+            b'\\' => Some(b"\\\\"),
+            b'\n' => Some(b"\\n"),
+            b'\r' => Some(b"\\r"),
+            b'\t' => Some(b"\\t"),
+            0..=0x1f | 0x7f => None,
+            _ => continue,
+        };
+        buf.extend_from_slice(&bytes[start..i]);
+        match escape {
+            Some(e) => buf.extend_from_slice(e),
+            None => write!(buf, "\\u{b:04x}").expect("write to Vec"),
+        }
+        start = i + 1;
+    }
+    buf.extend_from_slice(&bytes[start..]);
+    buf.push(b'"');
+}
+
+/// A JSON row as parsed: keys (unescaped) and raw value texts.
+struct RawRow<'a> {
+    fields: Vec<(Cow<'a, str>, &'a RawValue)>,
+}
+
+impl<'de> serde::Deserialize<'de> for RawRow<'de> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        d.deserialize_map(RowVisitor)
+    }
+}
+
+struct RowVisitor;
+
+impl<'de> Visitor<'de> for RowVisitor {
+    type Value = RawRow<'de>;
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("a JSON object")
+    }
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<RawRow<'de>, A::Error> {
+        let mut fields = Vec::with_capacity(8);
+        while let Some(key) = map.next_key_seed(KeySeed)? {
+            let value: &'de RawValue = map.next_value()?;
+            fields.push((key, value));
+        }
+        Ok(RawRow { fields })
+    }
+}
+
+struct KeySeed;
+
+impl<'de> DeserializeSeed<'de> for KeySeed {
+    type Value = Cow<'de, str>;
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
+        d.deserialize_str(KeyVisitor)
+    }
+}
+
+struct KeyVisitor;
+
+impl<'de> Visitor<'de> for KeyVisitor {
+    type Value = Cow<'de, str>;
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("a key")
+    }
+    fn visit_borrowed_str<E: de::Error>(self, v: &'de str) -> Result<Self::Value, E> {
+        Ok(Cow::Borrowed(v))
+    }
+    fn visit_str<E: de::Error>(self, v: &str) -> Result<Self::Value, E> {
+        Ok(Cow::Owned(v.to_string()))
+    }
+    fn visit_string<E: de::Error>(self, v: String) -> Result<Self::Value, E> {
+        Ok(Cow::Owned(v))
+    }
+}
+
+/// Encodes JSON input: NDJSON (one object per line; blank lines skipped) or one JSON array of
+/// objects.
+pub fn encode_json<'a>(data: &'a [u8], columns: Option<&[String]>) -> Result<Encoded<'a>, Error> {
+    let text = std::str::from_utf8(data).map_err(|e| {
+        Error::invalid(format!(
+            "the JSON input is not UTF-8 (at byte {})",
+            e.valid_up_to()
+        ))
+    })?;
+    let text = text.trim_start_matches('\u{feff}');
+    let mut out = Encoded {
+        input: data,
+        lines: Vec::with_capacity(data.len() / 64 + 1),
+        ..Default::default()
+    };
+    if let Some(c) = columns {
+        out.columns = c.to_vec();
+    }
+    // Offsets of `text` within `data` (text is `data` minus a leading BOM).
+    let base = data.len() - text.len();
+    let mut index = 0usize;
+    let add = |item: &str, out: &mut Encoded, index: usize| -> Result<(), Error> {
+        let row: RawRow = serde_json::from_str(item).map_err(|e| {
+            if item.trim_start().starts_with('{') {
+                Error::invalid(format!("row index {index} is not valid JSON: {e}"))
+            } else {
+                Error::invalid(format!("row index {index} is not a JSON object"))
+            }
+        })?;
+        if columns.is_none() && index == 0 {
+            if row.fields.is_empty() {
+                return Err(Error::invalid(
+                    "row index 0 is empty: without configured columns the first row's keys name the columns",
+                ));
+            }
+            out.columns = row.fields.iter().map(|(k, _)| k.to_string()).collect();
+        }
+        check_keys(
+            index,
+            row.fields.iter().map(|(k, _)| k.as_ref()),
+            &out.columns,
+            columns.is_some(),
+        )?;
+        let in_order = row
+            .fields
+            .iter()
+            .zip(&out.columns)
+            .all(|((k, _), c)| k == c);
+        let trimmed = item.trim();
+        if in_order && !trimmed.contains('\n') {
+            let start = base + (trimmed.as_ptr() as usize - text.as_ptr() as usize);
+            out.lines.push(Line::Input(start, start + trimmed.len()));
+        } else {
+            let line = out.begin();
+            out.buffer.push(b'{');
+            for (n, column) in out.columns.iter().enumerate() {
+                if n > 0 {
+                    out.buffer.push(b',');
+                }
+                write_json_string(&mut out.buffer, column.as_bytes());
+                out.buffer.push(b':');
+                let raw = row
+                    .fields
+                    .iter()
+                    .find(|(k, _)| k == column)
+                    .expect("checked")
+                    .1;
+                out.buffer.extend_from_slice(raw.get().trim().as_bytes());
+            }
+            out.buffer.push(b'}');
+            out.end_own(line);
+        }
+        Ok(())
+    };
+    if text.trim_start().starts_with('[') {
+        let items: Vec<&RawValue> = serde_json::from_str(text)
+            .map_err(|e| Error::invalid(format!("the JSON array is not valid JSON: {e}")))?;
+        for item in items {
+            add(item.get(), &mut out, index)?;
+            index += 1;
+        }
+    } else {
+        for line in text.split('\n') {
+            let line = line.trim_end_matches('\r');
+            if line.trim().is_empty() {
+                continue;
+            }
+            add(line, &mut out, index)?;
+            index += 1;
+        }
+    }
+    if out.is_empty() {
+        return Err(Error::invalid("send needs at least one row"));
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::client::ErrorKind;
+
+    fn cols(c: &[&str]) -> Vec<String> {
+        c.iter().map(|s| s.to_string()).collect()
+    }
+
+    fn text(e: &Encoded) -> String {
+        String::from_utf8(e.rows(0, e.len())).unwrap()
+    }
+
+    fn err_json(data: &str, columns: Option<&[&str]>) -> String {
+        let c = columns.map(cols);
+        let e = encode_json(data.as_bytes(), c.as_deref()).unwrap_err();
+        assert_eq!(e.kind, ErrorKind::InvalidInput);
+        e.message
+    }
+
+    #[test]
+    fn typed_rows_in_column_order() {
+        let rows: Vec<Row> = vec![
+            vec![
+                ("b".into(), Value::Int(-9223372036854775808)),
+                ("a".into(), Value::Uint(u64::MAX)),
+                ("c".into(), Value::Text("tab\t\"q\" é".into())),
+            ],
+            vec![
+                ("c".into(), Value::Null),
+                ("a".into(), Value::Float(0.1)),
+                ("b".into(), Value::Json(r#" {"x": [1, 2.50]} "#.into())),
+            ],
+        ];
+        let e = encode_rows(&rows, Some(&cols(&["a", "b", "c"]))).unwrap();
+        assert_eq!(
+            text(&e),
+            "{\"a\":18446744073709551615,\"b\":-9223372036854775808,\"c\":\"tab\\t\\\"q\\\" é\"}\n{\"a\":0.1,\"b\":{\"x\": [1, 2.50]},\"c\":null}\n"
+        );
+        // Without configured columns the first row's order is the column order.
+        let e = encode_rows(&rows, None).unwrap();
+        assert_eq!(e.columns, cols(&["b", "a", "c"]));
+    }
+
+    #[test]
+    fn bytes_bools_and_floats() {
+        let rows: Vec<Row> = vec![vec![
+            ("b".into(), Value::Bytes(vec![0xff, 0x00, b'"', b'a', 0x1f])),
+            ("t".into(), Value::Bool(true)),
+            ("f".into(), Value::Float(1e300)),
+        ]];
+        let e = encode_rows(&rows, None).unwrap();
+        assert_eq!(
+            e.rows(0, 1),
+            b"{\"b\":\"\xff\\u0000\\\"a\\u001f\",\"t\":true,\"f\":1e300}\n"
+        );
+        let nan: Vec<Row> = vec![vec![("f".into(), Value::Float(f64::NAN))]];
+        let msg = encode_rows(&nan, None).unwrap_err().message;
+        assert!(msg.contains("row index 0, column 'f': NaN"), "{msg}");
+        let bad: Vec<Row> = vec![vec![("j".into(), Value::Json("{".into()))]];
+        assert!(encode_rows(&bad, None)
+            .unwrap_err()
+            .message
+            .contains("not valid JSON"));
+    }
+
+    #[test]
+    fn typed_row_rules() {
+        assert!(encode_rows(&[], None)
+            .unwrap_err()
+            .message
+            .contains("at least one row"));
+        let empty: Vec<Row> = vec![vec![]];
+        assert!(encode_rows(&empty, None)
+            .unwrap_err()
+            .message
+            .contains("row index 0 is empty"));
+        let rows: Vec<Row> = vec![
+            vec![("a".into(), Value::Int(1)), ("b".into(), Value::Int(1))],
+            vec![("a".into(), Value::Int(1)), ("c".into(), Value::Int(1))],
+        ];
+        let msg = encode_rows(&rows, None).unwrap_err().message;
+        assert_eq!(msg, "row index 1: missing 'b'; extra 'c' (every row must have the same keys as the first row)");
+        let msg = encode_rows(&rows, Some(&cols(&["a", "b", "z"])))
+            .unwrap_err()
+            .message;
+        assert_eq!(
+            msg,
+            "row index 0: missing 'z' (every row must have exactly the configured columns)"
+        );
+        let dup: Vec<Row> = vec![vec![
+            ("a".into(), Value::Int(1)),
+            ("a".into(), Value::Int(2)),
+        ]];
+        assert!(encode_rows(&dup, None)
+            .unwrap_err()
+            .message
+            .contains("appears twice"));
+    }
+
+    #[test]
+    fn json_lines_pass_through_with_exact_numbers() {
+        let input = "{\"id\":1,\"big\":123456789012345678901234567890,\"f\":1.10000000000000000000001}\n\n{\"big\":2,\"id\":3e2,\"f\":-0.0}\r\n";
+        let e = encode_json(input.as_bytes(), None).unwrap();
+        assert_eq!(e.columns, cols(&["id", "big", "f"]));
+        assert_eq!(
+            text(&e),
+            "{\"id\":1,\"big\":123456789012345678901234567890,\"f\":1.10000000000000000000001}\n{\"id\":3e2,\"big\":2,\"f\":-0.0}\n"
+        );
+        assert_eq!(e.len(), 2);
+        assert_eq!(e.rows(1, 2), b"{\"id\":3e2,\"big\":2,\"f\":-0.0}\n");
+    }
+
+    #[test]
+    fn json_arrays_and_escaped_keys() {
+        let input = "[\n {\"a\": 1,\n  \"b\": \"x\"},\n {\"b\": \"y\", \"\\u0061\": 2}\n]";
+        let e = encode_json(input.as_bytes(), Some(&cols(&["a", "b"]))).unwrap();
+        assert_eq!(text(&e), "{\"a\":1,\"b\":\"x\"}\n{\"a\":2,\"b\":\"y\"}\n");
+    }
+
+    #[test]
+    fn json_rules() {
+        assert!(err_json("", None).contains("at least one row"));
+        assert!(err_json("\n \n", None).contains("at least one row"));
+        assert!(err_json("[]", None).contains("at least one row"));
+        assert!(err_json("[1]", None).contains("row index 0 is not a JSON object"));
+        assert!(err_json("{\"a\":1}\n[1,2]", None).contains("row index 1 is not a JSON object"));
+        assert!(err_json("{\"a\":1}\n\"s\"", None).contains("row index 1 is not a JSON object"));
+        assert!(err_json("{}", None).contains("row index 0 is empty"));
+        assert!(err_json("{\"a\":1}\n{\"a\":", None).contains("row index 1 is not valid JSON"));
+        assert!(err_json("{\"a\":1,\"a\":2}", None).contains("appears twice"));
+        assert_eq!(
+            err_json("{\"a\":1,\"b\":2}\n{\"a\":1}", None),
+            "row index 1: missing 'b' (every row must have the same keys as the first row)"
+        );
+        assert_eq!(
+            err_json("{\"a\":1,\"x\":2}", Some(&["a", "b"])),
+            "row index 0: missing 'b'; extra 'x' (every row must have exactly the configured columns)"
+        );
+        assert!(err_json("[{\"a\":1}", None).contains("not valid JSON"));
+        let e = encode_json(&[b'{', 0xff, b'}'], None).unwrap_err();
+        assert!(e.message.contains("not UTF-8"));
+        // With configured columns an empty object is a missing-keys error, not "empty first row".
+        assert!(err_json("{}", Some(&["a"])).contains("missing 'a'"));
+    }
+}

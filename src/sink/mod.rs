@@ -1,0 +1,17 @@
+//! The acknowledged table sink (parity with onestep-clickhouse, plus deduplication tokens).
+//!
+//! Rows are validated before any request, encoded as JSONEachRow (one JSON object per line,
+//! keys in column order, numbers as the caller wrote them), split into `batch_size` chunks, and
+//! each chunk is one INSERT that is sent and acknowledged before the next. A failure after a
+//! committed chunk is `uncertain`.
+//!
+//! Rooms: [`config`] (options and their rules), [`encode`] (rows to JSONEachRow bytes),
+//! [`driver`] (chunking, acknowledgement, failure semantics).
+
+pub mod config;
+pub mod driver;
+pub mod encode;
+
+pub use config::{SinkConfig, SinkOptions};
+pub use driver::{Receipt, Sink};
+pub use encode::{Row, Value};

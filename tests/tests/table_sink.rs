@@ -1,0 +1,712 @@
+//! Table sink: validation (nothing reaches the server), exact round trips of every value type,
+//! chunking, mid-send failure, deduplication, the async-insert rule, and the streaming CLI, all
+//! through the real component in the real host against a real ClickHouse engine.
+
+use std::io::Write;
+use std::process::Stdio;
+
+use clickhouse_component::client::ErrorKind;
+use clickhouse_component_host::{default_allow_list, Instance, SinkHandle, SinkOptions, Value};
+use clickhouse_component_tests::native::Sql;
+use clickhouse_component_tests::{cli, clickhouse, runtime, unique_name};
+use serde_json::{json, Value as Json};
+
+async fn instance() -> Instance {
+    let conn = clickhouse().connection();
+    runtime()
+        .instantiate(default_allow_list(&conn).unwrap())
+        .await
+        .unwrap()
+}
+
+fn sql() -> Sql {
+    Sql::new(&clickhouse().connection())
+}
+
+/// A database of its own with one table; returns `db.table`.
+fn table(ddl_columns: &str, settings: &str) -> String {
+    let db = unique_name("sink");
+    let sql = sql();
+    sql.exec("CREATE DATABASE {db:Identifier}", &[("db", &db)]);
+    sql.exec(
+        &format!(
+            "CREATE TABLE {{db:Identifier}}.t ({ddl_columns}) ENGINE = MergeTree ORDER BY tuple() {settings}"
+        ),
+        &[("db", &db)],
+    );
+    format!("{db}.t")
+}
+
+fn count(table: &str) -> u64 {
+    let (db, t) = table.split_once('.').unwrap();
+    sql().count(
+        "SELECT count() FROM {db:Identifier}.{t:Identifier}",
+        &[("db", db), ("t", t)],
+    )
+}
+
+fn options(table: &str) -> SinkOptions {
+    SinkOptions {
+        table: table.into(),
+        columns: None,
+        batch_size: None,
+        settings: vec![],
+        dedup: None,
+    }
+}
+
+async fn open(i: &mut Instance, options: &SinkOptions) -> SinkHandle {
+    i.open_sink(&clickhouse().connection(), options)
+        .await
+        .unwrap()
+}
+
+fn ndjson(rows: impl IntoIterator<Item = Json>) -> Vec<u8> {
+    let mut out = Vec::new();
+    for r in rows {
+        out.extend_from_slice(r.to_string().as_bytes());
+        out.push(b'\n');
+    }
+    out
+}
+
+#[tokio::test]
+async fn option_rules_are_checked_at_open() {
+    let mut i = instance().await;
+    let conn = clickhouse().connection();
+    let cols = |c: &[&str]| Some(c.iter().map(|s| s.to_string()).collect::<Vec<_>>());
+    let settings = |s: &[(&str, &str)]| {
+        s.iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect::<Vec<_>>()
+    };
+    let cases: Vec<(SinkOptions, &str)> = vec![
+        (options(" "), "table must not be blank"),
+        (options("db."), "both parts non-blank"),
+        (
+            SinkOptions {
+                columns: cols(&[]),
+                ..options("t")
+            },
+            "at least one column",
+        ),
+        (
+            SinkOptions {
+                columns: cols(&["a", "a"]),
+                ..options("t")
+            },
+            "listed twice",
+        ),
+        (
+            SinkOptions {
+                columns: cols(&["a", ""]),
+                ..options("t")
+            },
+            "must not be blank",
+        ),
+        (
+            SinkOptions {
+                batch_size: Some(0),
+                ..options("t")
+            },
+            "batch-size must be greater than 0",
+        ),
+        (
+            SinkOptions {
+                settings: settings(&[("async_insert", "1")]),
+                ..options("t")
+            },
+            "fire-and-forget",
+        ),
+        (
+            SinkOptions {
+                settings: settings(&[("async_insert", "True")]),
+                ..options("t")
+            },
+            "fire-and-forget",
+        ),
+        (
+            SinkOptions {
+                settings: settings(&[("async_insert", "1"), ("wait_for_async_insert", "0")]),
+                ..options("t")
+            },
+            "fire-and-forget",
+        ),
+        (
+            SinkOptions {
+                settings: settings(&[("bad-name", "1")]),
+                ..options("t")
+            },
+            "unknown option",
+        ),
+    ];
+    for (o, want) in cases {
+        let e = i.open_sink(&conn, &o).await.unwrap_err().into_component();
+        assert_eq!(e.kind, ErrorKind::InvalidInput, "{e}");
+        assert!(e.message.contains(want), "{:?}: {}", o.table, e.message);
+    }
+}
+
+#[tokio::test]
+async fn row_rules_are_checked_before_any_request() {
+    let t = table("a Int64, b String", "");
+    let mut i = instance().await;
+    let s = open(&mut i, &options(&t)).await;
+    let configured = open(
+        &mut i,
+        &SinkOptions {
+            columns: Some(vec!["a".into(), "b".into()]),
+            ..options(&t)
+        },
+    )
+    .await;
+    let cases: Vec<(SinkHandle, &[u8], &str)> = vec![
+        (s, b"", "at least one row"),
+        (s, b"[]", "at least one row"),
+        (s, b"{}", "row index 0 is empty"),
+        (s, b"[1]", "row index 0 is not a JSON object"),
+        (
+            s,
+            b"{\"a\":1,\"b\":\"x\"}\n[2]",
+            "row index 1 is not a JSON object",
+        ),
+        (
+            s,
+            b"{\"a\":1,\"b\":\"x\"}\n{\"a\":2}",
+            "row index 1: missing 'b' (every row must have the same keys as the first row)",
+        ),
+        (
+            s,
+            b"{\"a\":1,\"b\":\"x\"}\n{\"a\":2,\"b\":\"y\",\"c\":3}",
+            "row index 1: extra 'c'",
+        ),
+        (
+            configured,
+            b"{\"a\":1}",
+            "row index 0: missing 'b' (every row must have exactly the configured columns)",
+        ),
+        (
+            configured,
+            b"{\"a\":1,\"b\":\"x\"}\n{\"a\":1,\"c\":\"x\"}",
+            "row index 1: missing 'b'; extra 'c'",
+        ),
+        (s, b"{\"a\":1,\"a\":2}", "appears twice"),
+        (s, b"{\"a\":1,", "not valid JSON"),
+    ];
+    for (handle, data, want) in cases {
+        let e = i
+            .sink_send_json(handle, data)
+            .await
+            .unwrap_err()
+            .into_component();
+        assert_eq!(e.kind, ErrorKind::InvalidInput, "{e}");
+        assert!(
+            e.message.contains(want),
+            "{}: {}",
+            String::from_utf8_lossy(data),
+            e.message
+        );
+    }
+    // Typed rows follow the same rules.
+    let e = i.sink_send(s, &[]).await.unwrap_err().into_component();
+    assert!(e.message.contains("at least one row"));
+    let rows = vec![
+        vec![
+            ("a".to_string(), Value::Int(1)),
+            ("b".to_string(), Value::Text("x".into())),
+        ],
+        vec![("a".to_string(), Value::Int(2))],
+    ];
+    let e = i.sink_send(s, &rows).await.unwrap_err().into_component();
+    assert!(
+        e.message.contains("row index 1: missing 'b'"),
+        "{}",
+        e.message
+    );
+    let e = i
+        .sink_send(
+            s,
+            &[vec![
+                ("a".into(), Value::Float(f64::INFINITY)),
+                ("b".into(), Value::Null),
+            ]],
+        )
+        .await
+        .unwrap_err()
+        .into_component();
+    assert!(e.message.contains("NaN and infinity"), "{}", e.message);
+    // A bad row late in a large send: nothing at all was written.
+    let mut data = ndjson((0..5000).map(|n| json!({"a": n, "b": "ok"})));
+    data.extend_from_slice(b"{\"a\":1}\n");
+    assert_eq!(
+        i.sink_send_json(s, &data).await.unwrap_err().kind(),
+        Some(ErrorKind::InvalidInput)
+    );
+    assert_eq!(count(&t), 0, "nothing may reach the server");
+}
+
+#[tokio::test]
+async fn every_value_type_round_trips_exactly() {
+    let t = table(
+        "id UInt32, b Bool, i Int64, u UInt64, f Float64, s String, e String, n Nullable(String), j String, raw String, d Decimal(38, 18)",
+        "",
+    );
+    let mut i = instance().await;
+    let s = open(&mut i, &options(&t)).await;
+    let row = |id: i64,
+               b: bool,
+               int: i64,
+               uint: u64,
+               f: f64,
+               text: &str,
+               n: Option<&str>,
+               j: &str,
+               raw: &[u8]| {
+        vec![
+            ("id".to_string(), Value::Int(id)),
+            ("b".to_string(), Value::Boolean(b)),
+            ("i".to_string(), Value::Int(int)),
+            ("u".to_string(), Value::Uint(uint)),
+            ("f".to_string(), Value::Float(f)),
+            ("s".to_string(), Value::Text(text.into())),
+            ("e".to_string(), Value::Text(String::new())),
+            (
+                "n".to_string(),
+                n.map_or(Value::Null, |v| Value::Text(v.into())),
+            ),
+            ("j".to_string(), Value::Json(j.into())),
+            ("raw".to_string(), Value::Bytes(raw.to_vec())),
+            ("d".to_string(), Value::Json("1.000000000000000001".into())),
+        ]
+    };
+    let rows = vec![
+        row(
+            1,
+            true,
+            i64::MIN,
+            u64::MAX,
+            0.1,
+            "ünïcødé 🚀 \"quoted\" \\ \t tab",
+            None,
+            r#"{"k":[1,2.50,"x"],"n":null}"#,
+            &[0xff, 0x00, b'a', 0xfe],
+        ),
+        row(2, false, -1, 0, -1.5e300, "", Some(""), "[]", b""),
+        row(
+            3,
+            true,
+            i64::MAX,
+            1,
+            f64::MIN_POSITIVE,
+            "line\nbreak",
+            Some("present"),
+            "\"just a string\"",
+            b"plain",
+        ),
+    ];
+    let receipt = i.sink_send(s, &rows).await.unwrap();
+    assert_eq!(
+        (receipt.rows, receipt.chunks, receipt.written_rows),
+        (3, 1, 3)
+    );
+    let (db, tb) = t.split_once('.').unwrap();
+    let got = sql().rows(
+        "SELECT id, b, i, toString(u) AS u, f, s, e, n, j, hex(raw) AS raw, toString(d) AS d
+         FROM {db:Identifier}.{t:Identifier} ORDER BY id SETTINGS output_format_json_quote_64bit_integers = 0",
+        &[("db", db), ("t", tb)],
+    );
+    assert_eq!(got.len(), 3);
+    assert_eq!(got[0]["b"], json!(true));
+    assert_eq!(got[0]["i"], json!(i64::MIN));
+    assert_eq!(got[0]["u"], json!(u64::MAX.to_string()));
+    assert_eq!(got[0]["f"].as_f64(), Some(0.1));
+    assert_eq!(got[0]["s"], json!("ünïcødé 🚀 \"quoted\" \\ \t tab"));
+    assert_eq!(got[0]["e"], json!(""));
+    assert_eq!(got[0]["n"], Json::Null);
+    assert_eq!(
+        got[0]["j"],
+        json!(r#"{"k":[1,2.50,"x"],"n":null}"#),
+        "JSON text into String keeps its exact text"
+    );
+    assert_eq!(got[0]["raw"], json!("FF0061FE"));
+    assert_eq!(got[0]["d"], json!("1.000000000000000001"));
+    assert_eq!(got[1]["i"], json!(-1));
+    assert_eq!(got[1]["f"].as_f64(), Some(-1.5e300));
+    assert_eq!(got[1]["n"], json!(""), "an empty string is not a null");
+    assert_eq!(got[1]["j"], json!("[]"));
+    assert_eq!(got[2]["i"], json!(i64::MAX));
+    assert_eq!(got[2]["s"], json!("line\nbreak"));
+    assert_eq!(got[2]["f"].as_f64(), Some(f64::MIN_POSITIVE));
+
+    // The JSON fast path keeps numbers exactly as written.
+    let data = b"{\"id\":10,\"b\":true,\"i\":-9223372036854775808,\"u\":18446744073709551615,\"f\":0.30000000000000004,\"s\":\"x\",\"e\":\"\",\"n\":null,\"j\":\"{}\",\"raw\":\"r\",\"d\":99999999999999999999.999999999999999999}\n";
+    i.sink_send_json(s, data).await.unwrap();
+    let got = sql().rows(
+        "SELECT toString(u) AS u, toString(i) AS i, toString(d) AS d, f FROM {db:Identifier}.{t:Identifier} WHERE id = 10",
+        &[("db", db), ("t", tb)],
+    );
+    assert_eq!(got[0]["u"], json!("18446744073709551615"));
+    assert_eq!(got[0]["i"], json!("-9223372036854775808"));
+    assert_eq!(
+        got[0]["d"],
+        json!("99999999999999999999.999999999999999999")
+    );
+    assert_eq!(got[0]["f"].as_f64(), Some(0.30000000000000004));
+}
+
+#[tokio::test]
+async fn nulls_never_become_defaults_and_unknown_keys_are_never_dropped() {
+    let t = table("a Int64, s String", "");
+    let mut i = instance().await;
+    let s = open(&mut i, &options(&t)).await;
+    let e = i
+        .sink_send_json(s, b"{\"a\":1,\"s\":null}")
+        .await
+        .unwrap_err()
+        .into_component();
+    assert_eq!(e.kind, ErrorKind::Permanent, "{e}");
+    // A key the table does not have is an unknown column (misconfigured), not silently dropped.
+    let e = i
+        .sink_send_json(s, b"{\"a\":1,\"s\":\"x\",\"zz\":1}")
+        .await
+        .unwrap_err()
+        .into_component();
+    assert_eq!(e.kind, ErrorKind::Misconfigured, "{e}");
+    assert_eq!(count(&t), 0);
+}
+
+#[tokio::test]
+async fn chunking_acknowledges_each_insert_in_order() {
+    let t = table("n UInt32, s String", "");
+    let (db, tb) = t.split_once('.').unwrap();
+    sql().exec(
+        "SYSTEM STOP MERGES {db:Identifier}.{t:Identifier}",
+        &[("db", db), ("t", tb)],
+    );
+    let mut i = instance().await;
+    let s = open(
+        &mut i,
+        &SinkOptions {
+            batch_size: Some(1000),
+            ..options(&t)
+        },
+    )
+    .await;
+    let data = ndjson((0..10_001).map(|n| json!({"n": n, "s": format!("row {n}")})));
+    let r = i.sink_send_json(s, &data).await.unwrap();
+    assert_eq!((r.rows, r.chunks, r.written_rows), (10_001, 11, 10_001));
+    assert_eq!((r.deduplicated_chunks, r.unverified_chunks), (0, 0));
+    assert_eq!(count(&t), 10_001);
+    // 11 INSERTs, in order: 11 parts whose block numbers follow the chunk order.
+    let parts = sql().rows(
+        "SELECT min(n) AS first, max(n) AS last, count() AS rows FROM {db:Identifier}.{t:Identifier}
+         GROUP BY _part ORDER BY min(_block_number)",
+        &[("db", db), ("t", tb)],
+    );
+    assert_eq!(parts.len(), 11);
+    for (k, p) in parts.iter().enumerate() {
+        assert_eq!(p["first"], json!(k * 1000), "{p}");
+        let rows = p["rows"]
+            .as_u64()
+            .or_else(|| p["rows"].as_str().and_then(|s| s.parse().ok()))
+            .unwrap();
+        assert_eq!(rows, if k == 10 { 1 } else { 1000 });
+    }
+}
+
+#[tokio::test]
+async fn a_rejected_chunk_after_committed_ones_is_uncertain() {
+    let t = table("n UInt32, at DateTime", "");
+    let mut i = instance().await;
+    let s = open(
+        &mut i,
+        &SinkOptions {
+            batch_size: Some(1000),
+            ..options(&t)
+        },
+    )
+    .await;
+    let data = ndjson((0..5000).map(|n| {
+        let at = if n == 2500 {
+            "not a date".to_string()
+        } else {
+            "2026-11-29 10:00:00".to_string()
+        };
+        json!({"n": n, "at": at})
+    }));
+    let e = i
+        .sink_send_json(s, &data)
+        .await
+        .unwrap_err()
+        .into_component();
+    assert_eq!(e.kind, ErrorKind::Uncertain, "{e}");
+    assert_eq!(e.committed_rows, 2000);
+    assert!(e.message.contains("chunk 3 of 5"), "{}", e.message);
+    assert!(e.message.contains("2000 rows"), "{}", e.message);
+    assert!(e.server.is_some(), "the server's error is kept");
+    let (db, tb) = t.split_once('.').unwrap();
+    let got = sql().rows(
+        "SELECT count() AS c, min(n) AS lo, max(n) AS hi FROM {db:Identifier}.{t:Identifier}",
+        &[("db", db), ("t", tb)],
+    );
+    let num = |v: &Json| {
+        v.as_u64()
+            .or_else(|| v.as_str().and_then(|s| s.parse().ok()))
+            .unwrap()
+    };
+    assert_eq!(
+        (num(&got[0]["c"]), num(&got[0]["lo"]), num(&got[0]["hi"])),
+        (2000, 0, 1999),
+        "exactly the first two chunks"
+    );
+
+    // The same failure in the first chunk keeps its own kind.
+    let t2 = table("n UInt32, at DateTime", "");
+    let s2 = open(
+        &mut i,
+        &SinkOptions {
+            batch_size: Some(1000),
+            ..options(&t2)
+        },
+    )
+    .await;
+    let e = i
+        .sink_send_json(s2, b"{\"n\":1,\"at\":\"bad\"}")
+        .await
+        .unwrap_err()
+        .into_component();
+    assert_eq!((e.kind, e.committed_rows), (ErrorKind::Permanent, 0));
+}
+
+#[tokio::test]
+async fn dedup_makes_resends_harmless_on_a_deduplicating_table_only() {
+    let data = ndjson((0..2500).map(|n| json!({"n": n})));
+    let mut i = instance().await;
+    let conn = clickhouse().connection();
+    // A deduplicating MergeTree: re-sending the same rows (the retry after an uncertain
+    // failure) adds nothing.
+    let t = table(
+        "n UInt32",
+        "SETTINGS non_replicated_deduplication_window = 100",
+    );
+    let deduped = SinkOptions {
+        batch_size: Some(1000),
+        dedup: Some(true),
+        ..options(&t)
+    };
+    let s = i.open_sink(&conn, &deduped).await.unwrap();
+    i.sink_send_json(s, &data).await.unwrap();
+    i.sink_send_json(s, &data).await.unwrap();
+    assert_eq!(count(&t), 2500, "the re-send was absorbed");
+    // A send whose first two chunks committed before it failed, then retried whole: the
+    // committed chunks are absorbed and only the third is written.
+    let t_retry = table(
+        "n UInt32",
+        "SETTINGS non_replicated_deduplication_window = 100",
+    );
+    let o = SinkOptions {
+        batch_size: Some(1000),
+        dedup: Some(true),
+        ..options(&t_retry)
+    };
+    let r = i.open_sink(&conn, &o).await.unwrap();
+    i.sink_send_json(r, &ndjson((0..2000).map(|n| json!({"n": n}))))
+        .await
+        .unwrap();
+    i.sink_send_json(r, &data).await.unwrap();
+    assert_eq!(
+        count(&t_retry),
+        2500,
+        "committed chunks absorbed, the rest written once"
+    );
+    // A table that does not deduplicate: the same re-send duplicates every row, with or
+    // without dedup (tokens need a deduplicating table; proof the assertions above can fail).
+    for dedup in [true, false] {
+        let plain = table("n UInt32", "");
+        let o = SinkOptions {
+            batch_size: Some(1000),
+            dedup: Some(dedup),
+            ..options(&plain)
+        };
+        let s = i.open_sink(&conn, &o).await.unwrap();
+        i.sink_send_json(s, &data).await.unwrap();
+        i.sink_send_json(s, &data).await.unwrap();
+        assert_eq!(count(&plain), 5000, "dedup={dedup}");
+    }
+    // Contradictory options are refused.
+    let contradiction = SinkOptions {
+        settings: vec![("insert_deduplicate".into(), "0".into())],
+        dedup: Some(true),
+        ..options(&t)
+    };
+    let e = i
+        .open_sink(&conn, &contradiction)
+        .await
+        .unwrap_err()
+        .into_component();
+    assert_eq!(e.kind, ErrorKind::InvalidInput);
+}
+
+#[tokio::test]
+async fn async_inserts_only_with_wait_and_rows_are_visible_on_return() {
+    let t = table("n UInt32", "");
+    let mut i = instance().await;
+    let conn = clickhouse().connection();
+    let without = SinkOptions {
+        settings: vec![("async_insert".into(), "1".into())],
+        ..options(&t)
+    };
+    let e = i
+        .open_sink(&conn, &without)
+        .await
+        .unwrap_err()
+        .into_component();
+    assert_eq!(e.kind, ErrorKind::InvalidInput);
+    let with = SinkOptions {
+        settings: vec![
+            ("async_insert".into(), "1".into()),
+            ("wait_for_async_insert".into(), "1".into()),
+        ],
+        ..options(&t)
+    };
+    let s = i.open_sink(&conn, &with).await.unwrap();
+    let r = i
+        .sink_send_json(s, &ndjson((0..100).map(|n| json!({"n": n}))))
+        .await
+        .unwrap();
+    assert_eq!(r.rows, 100);
+    assert_eq!(count(&t), 100, "visible when send returns");
+}
+
+#[tokio::test]
+async fn closed_sinks_refuse_and_missing_tables_are_misconfigured() {
+    let t = table("n UInt32", "");
+    let mut i = instance().await;
+    let s = open(&mut i, &options(&t)).await;
+    i.sink_close(s).await.unwrap();
+    i.sink_close(s).await.unwrap();
+    let e = i
+        .sink_send_json(s, b"{\"n\":1}")
+        .await
+        .unwrap_err()
+        .into_component();
+    assert_eq!(
+        (e.kind, e.message.as_str()),
+        (ErrorKind::InvalidInput, "the sink is closed")
+    );
+    let missing = open(
+        &mut i,
+        &options(&format!("{}.no_such_table", t.split_once('.').unwrap().0)),
+    )
+    .await;
+    let e = i
+        .sink_send_json(missing, b"{\"n\":1}")
+        .await
+        .unwrap_err()
+        .into_component();
+    assert_eq!(e.kind, ErrorKind::Misconfigured, "{e}");
+    assert_eq!(count(&t), 0);
+}
+
+/// Peak resident memory of a finished child, in bytes (Linux `wait4`, which also reaps it).
+#[allow(clippy::zombie_processes)]
+fn run_measuring_rss(cmd: &mut std::process::Command) -> (i32, u64, Vec<u8>) {
+    let child = cmd.stdout(Stdio::piped()).spawn().unwrap();
+    let pid = child.id() as libc::pid_t;
+    let mut stdout = child.stdout.unwrap();
+    let reader = std::thread::spawn(move || {
+        let mut out = Vec::new();
+        std::io::Read::read_to_end(&mut stdout, &mut out).unwrap();
+        out
+    });
+    let mut status = 0;
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    let r = unsafe { libc::wait4(pid, &mut status, 0, &mut usage) };
+    assert_eq!(r, pid);
+    let out = reader.join().unwrap();
+    (
+        libc::WEXITSTATUS(status),
+        usage.ru_maxrss as u64 * 1024,
+        out,
+    )
+}
+
+#[test]
+fn cli_streams_a_million_rows_with_bounded_memory() {
+    let t = table(
+        "event_id String, occurred_at DateTime64(3), kind LowCardinality(String), payload String",
+        "",
+    );
+    let file = std::env::temp_dir().join(format!("{}.ndjson", unique_name("million")));
+    {
+        let mut w = std::io::BufWriter::new(std::fs::File::create(&file).unwrap());
+        let payload = "p".repeat(200);
+        for n in 0..1_000_000u32 {
+            writeln!(
+                w,
+                "{{\"event_id\":\"ev-{n:07}\",\"occurred_at\":\"2026-11-29 10:{:02}:{:02}.{:03}\",\"kind\":\"k{}\",\"payload\":\"{payload}\"}}",
+                (n / 60) % 60,
+                n % 60,
+                n % 1000,
+                n % 7
+            )
+            .unwrap();
+        }
+    }
+    let size = std::fs::metadata(&file).unwrap().len();
+    let (code, rss, out) = run_measuring_rss(
+        cli(clickhouse())
+            .args(["--json", "sink", "--table", &t, "--batch-size", "10000"])
+            .arg(&file),
+    );
+    let _ = std::fs::remove_file(&file);
+    assert_eq!(code, 0, "{}", String::from_utf8_lossy(&out));
+    let receipt: Json = serde_json::from_slice(&out).unwrap();
+    assert_eq!(receipt["rows"], 1_000_000);
+    assert_eq!(receipt["chunks"], 100);
+    assert_eq!(count(&t), 1_000_000);
+    eprintln!("input {size} bytes, peak RSS {rss} bytes");
+    assert!(
+        rss < size / 3,
+        "peak RSS {rss} is not well under the input size {size}"
+    );
+}
+
+#[test]
+fn cli_reports_kind_committed_rows_and_exit_code_on_failure() {
+    let t = table("n UInt32", "");
+    let mut data = ndjson((0..2500).map(|n| json!({"n": n})));
+    data.extend_from_slice(b"{\"n\":\"not a number\"}\n");
+    let mut child = cli(clickhouse())
+        .args(["sink", "--table", &t, "--batch-size", "1000"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child.stdin.take().unwrap().write_all(&data).unwrap();
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(8), "uncertain: {stderr}");
+    assert!(stderr.contains("error (uncertain)"), "{stderr}");
+    assert!(stderr.contains("committed rows: 2000"), "{stderr}");
+    assert_eq!(count(&t), 2000);
+
+    let out = cli(clickhouse())
+        .args(["--json", "sink", "--table", &t, "--columns", "n,missing"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .and_then(|mut c| {
+            c.stdin.take().unwrap().write_all(b"{\"n\":1}\n")?;
+            c.wait_with_output()
+        })
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let v: Json = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["error"]["kind"], "invalid-input");
+    assert!(v["error"]["message"]
+        .as_str()
+        .unwrap()
+        .contains("missing 'missing'"));
+}
