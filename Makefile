@@ -45,6 +45,12 @@ clean:
 	cargo clean
 	rm -rf $(VENV)
 
-bench: setup
+bench: setup $(VENV)-bench/.onestep-0.1.1
 	cargo build -p clickhouse-component-tests --bin bench
 	scripts/with-clickhouse target/debug/bench $(BENCH)
+
+# onestep-clickhouse 0.1.1 (the sink benchmark's Python comparison), in a venv of its own.
+$(VENV)-bench/.onestep-0.1.1:
+	python3 -m venv $(VENV)-bench
+	$(VENV)-bench/bin/pip install --quiet "onestep-clickhouse==0.1.1"
+	touch $@

@@ -25,6 +25,7 @@ pub mod allow_list;
 pub mod bindings;
 pub mod component;
 pub mod config;
+pub mod pool;
 pub mod runtime;
 
 pub use allow_list::{AllowList, AllowListError};

@@ -19,6 +19,7 @@ use crate::bindings::{
     Value, WitError, WitErrorKind,
 };
 use crate::component::{self, CachePolicy, ComponentSource, LoadReport};
+use crate::pool::ConnectionPool;
 use wasmtime::component::ResourceAny;
 
 /// Engine, compiled component and linker: load once, share (it is cheap to clone).
@@ -64,6 +65,8 @@ impl Runtime {
             http: WasiHttpCtx::new(),
             hooks: Hooks {
                 allow: Arc::new(allow),
+                // Per instance: its connections are driven by the runtime that uses it.
+                pool: ConnectionPool::default(),
             },
         };
         let mut store = Store::new(self.inner.pre.engine(), state);
@@ -389,9 +392,11 @@ impl WasiHttpView for HostState {
     }
 }
 
-/// The wasi:http seam: checks the allow-list, logs one line per request, sends.
+/// The wasi:http seam: checks the allow-list, logs one line per request, sends (plain HTTP over
+/// the instance's keep-alive pool, HTTPS by wasmtime-wasi-http's default path).
 struct Hooks {
     allow: Arc<AllowList>,
+    pool: ConnectionPool,
 }
 
 type SendFuture = Box<
@@ -404,6 +409,12 @@ type SendFuture = Box<
 >;
 
 impl WasiHttpHooks for Hooks {
+    /// Let the guest write a whole INSERT body (up to 64 MiB) without waiting for the network
+    /// after each 1 MiB chunk.
+    fn p2_outgoing_body_buffer_chunks(&mut self) -> usize {
+        64
+    }
+
     fn send_request(
         &mut self,
         request: http::Request<WasiBody>,
@@ -438,9 +449,21 @@ impl WasiHttpHooks for Hooks {
             .and_then(|v| v.to_str().ok())
             .and_then(|v| v.parse::<u64>().ok())
             .unwrap_or(0);
+        let pool = self.pool.clone();
         Box::new(async move {
             use http_body_util::BodyExt;
-            let result = wasmtime_wasi_http::default_send_request(request, options).await;
+            type Io = Box<dyn std::future::Future<Output = wasmtime_wasi_http::Result<()>> + Send>;
+            let result: wasmtime_wasi_http::Result<(http::Response<WasiBody>, Io)> = if scheme
+                == "http"
+            {
+                pool.send(request, options)
+                    .await
+                    .map(|response| (response, Box::new(async { Ok(()) }) as Io))
+            } else {
+                wasmtime_wasi_http::default_send_request(request, options)
+                    .await
+                    .map(|(response, io)| (response.map(BodyExt::boxed_unsync), Box::new(io) as Io))
+            };
             let ms = started.elapsed().as_secs_f64() * 1e3;
             match &result {
                 Ok((response, _)) => tracing::debug!(
@@ -454,11 +477,7 @@ impl WasiHttpHooks for Hooks {
                     tracing::debug!(op = %operation, error = %e, ms = format!("{ms:.2}"), "clickhouse request failed")
                 }
             }
-            let (response, io) = result?;
-            Ok((
-                response.map(BodyExt::boxed_unsync),
-                Box::new(io) as Box<dyn std::future::Future<Output = _> + Send>,
-            ))
+            result
         })
     }
 }

@@ -318,3 +318,66 @@ fn cli_exit_codes_follow_the_error_kind() {
         .unwrap();
     assert_eq!(usage.status.code(), Some(2));
 }
+
+/// A pass-through TCP proxy to the real server that counts the connections it accepts.
+fn counting_proxy(target: &str) -> (u16, Arc<AtomicUsize>) {
+    let target = target.trim_start_matches("http://").to_string();
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let count = Arc::new(AtomicUsize::new(0));
+    let seen = count.clone();
+    std::thread::spawn(move || {
+        for client in listener.incoming() {
+            let client = client.unwrap();
+            seen.fetch_add(1, Ordering::SeqCst);
+            let server = std::net::TcpStream::connect(&target).unwrap();
+            let (mut c2, mut s2) = (client.try_clone().unwrap(), server.try_clone().unwrap());
+            let (mut c1, mut s1) = (client, server);
+            std::thread::spawn(move || {
+                let _ = std::io::copy(&mut c1, &mut s1);
+                let _ = s1.shutdown(std::net::Shutdown::Write);
+            });
+            std::thread::spawn(move || {
+                let _ = std::io::copy(&mut s2, &mut c2);
+                let _ = c2.shutdown(std::net::Shutdown::Write);
+            });
+        }
+    });
+    (port, count)
+}
+
+#[tokio::test]
+async fn an_instance_reuses_its_connections() {
+    let server = clickhouse();
+    if !server.url.starts_with("http://") {
+        eprintln!(
+            "skipped: the keep-alive pool serves plain HTTP only, this server is {}",
+            server.url
+        );
+        return;
+    }
+    let (port, connections) = counting_proxy(&server.url);
+    let conn = ConnectionOptions {
+        url: format!("http://127.0.0.1:{port}"),
+        ..server.connection()
+    };
+    let mut instance = runtime()
+        .instantiate(default_allow_list(&conn).unwrap())
+        .await
+        .unwrap();
+    for _ in 0..20 {
+        instance.ping(&conn).await.unwrap();
+    }
+    assert_eq!(
+        connections.load(Ordering::SeqCst),
+        1,
+        "20 requests, one keep-alive connection"
+    );
+    // A second instance has its own connections.
+    let mut other = runtime()
+        .instantiate(default_allow_list(&conn).unwrap())
+        .await
+        .unwrap();
+    other.ping(&conn).await.unwrap();
+    assert_eq!(connections.load(Ordering::SeqCst), 2);
+}

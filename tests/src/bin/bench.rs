@@ -1,11 +1,12 @@
-//! Benchmarks: prints a table. Run with `make bench` (starts the local ClickHouse unless
+//! Benchmarks: prints tables. Run with `make bench` (starts the local ClickHouse unless
 //! CLICKHOUSE_URL is set). Sections: `state` (state store latencies against a raw HTTP round
-//! trip of the same query); select with `bench state`; all by default.
+//! trip of the same query) and `sink` (1,000,000 rows through the component, the same bytes
+//! POSTed natively, and onestep-clickhouse 0.1.1); select with `bench state` / `bench sink`.
 
 use std::time::{Duration, Instant};
 
 use clickhouse_component::client::Query;
-use clickhouse_component_host::{default_allow_list, State, StoreOptions};
+use clickhouse_component_host::{default_allow_list, SinkOptions, State, StoreOptions};
 use clickhouse_component_tests::native::Sql;
 use clickhouse_component_tests::{clickhouse, runtime, unique_name};
 
@@ -167,7 +168,186 @@ async fn bench_state(iterations: usize) {
     println!("update p50:     {upd50:.2} ms (target: under 30 ms; meltano-state-backend-clickhouse sleeps >= 1000 ms per update)");
 }
 
+const EVENT_COLUMNS: [&str; 4] = ["event_id", "occurred_at", "kind", "payload"];
+
+/// The events table of the sink benchmark, in a database of its own; returns `db.t`.
+fn events_table(sql: &Sql, name: &str) -> String {
+    let db = unique_name("bench_sink");
+    sql.exec(
+        "CREATE DATABASE IF NOT EXISTS {db:Identifier}",
+        &[("db", &db)],
+    );
+    sql.exec(
+        "CREATE TABLE {db:Identifier}.{t:Identifier} (event_id String, occurred_at DateTime64(3),
+         kind LowCardinality(String), payload String) ENGINE = MergeTree ORDER BY event_id",
+        &[("db", &db), ("t", name)],
+    );
+    format!("{db}.{name}")
+}
+
+/// `rows` events as NDJSON, cut into batches of `batch` rows.
+fn event_batches(rows: usize, batch: usize) -> Vec<Vec<u8>> {
+    let payload = "p".repeat(64);
+    let mut batches = Vec::new();
+    let mut current = Vec::new();
+    for n in 0..rows {
+        let ms = n as u64;
+        current.extend_from_slice(
+            format!(
+                "{{\"event_id\":\"ev-{n:07}\",\"occurred_at\":\"2026-11-29 {:02}:{:02}:{:02}.{:03}\",\"kind\":\"k{}\",\"payload\":\"{payload}\"}}\n",
+                10 + ms / 3_600_000,
+                (ms / 60_000) % 60,
+                (ms / 1000) % 60,
+                ms % 1000,
+                n % 7
+            )
+            .as_bytes(),
+        );
+        if (n + 1) % batch == 0 {
+            batches.push(std::mem::take(&mut current));
+        }
+    }
+    if !current.is_empty() {
+        batches.push(current);
+    }
+    batches
+}
+
+fn count_rows(sql: &Sql, table: &str) -> u64 {
+    let (db, t) = table.split_once('.').unwrap();
+    sql.count(
+        "SELECT count() FROM {db:Identifier}.{t:Identifier}",
+        &[("db", db), ("t", t)],
+    )
+}
+
+async fn bench_sink(rows: usize, batch: usize) {
+    let server = clickhouse();
+    let conn = server.connection();
+    let sql = Sql::new(&conn);
+    let batches = event_batches(rows, batch);
+    let bytes: usize = batches.iter().map(Vec::len).sum();
+    println!("\nTable sink: {rows} rows ({:.1} MB of JSONEachRow), batch size {batch}, 4-column events table, {}\n", bytes as f64 / 1e6, server.url);
+
+    // (b) the same bytes POSTed directly by a native client (keep-alive), same settings.
+    let table_b = events_table(&sql, "native");
+    let (db_b, t_b) = table_b.split_once('.').unwrap();
+    let started = Instant::now();
+    for body in &batches {
+        let mut q = Query::write(
+            "bench",
+            "INSERT INTO {db:Identifier}.{t:Identifier} ({c0:Identifier}, {c1:Identifier}, {c2:Identifier}, {c3:Identifier}) FORMAT JSONEachRow",
+        )
+        .param("db", db_b)
+        .param("t", t_b)
+        .setting("input_format_null_as_default", "0")
+        .setting("input_format_skip_unknown_fields", "0")
+        .setting("wait_for_async_insert", "1")
+        .data(body.clone());
+        for (i, c) in EVENT_COLUMNS.iter().enumerate() {
+            q = q.param(&format!("c{i}"), *c);
+        }
+        sql.client().execute_owned(q).unwrap();
+    }
+    let native = started.elapsed();
+    assert_eq!(count_rows(&sql, &table_b), rows as u64);
+
+    // (a) the component through the host: one send-json per batch, as the CLI does.
+    let table_a = events_table(&sql, "component");
+    let mut i = runtime()
+        .instantiate(default_allow_list(&conn).unwrap())
+        .await
+        .unwrap();
+    let s = i
+        .open_sink(
+            &conn,
+            &SinkOptions {
+                table: table_a.clone(),
+                columns: Some(EVENT_COLUMNS.iter().map(|c| c.to_string()).collect()),
+                batch_size: Some(batch as u32),
+                settings: vec![],
+                dedup: None,
+            },
+        )
+        .await
+        .unwrap();
+    let started = Instant::now();
+    let mut written = 0;
+    for body in &batches {
+        written += i.sink_send_json(s, body).await.unwrap().written_rows;
+    }
+    let component = started.elapsed();
+    assert_eq!(written, rows as u64);
+    assert_eq!(count_rows(&sql, &table_a), rows as u64);
+
+    // (c) onestep-clickhouse 0.1.1 from PyPI driving the same server.
+    let table_c = events_table(&sql, "onestep");
+    let python = clickhouse_component_tests::repo_root().join(".venv-bench/bin/python");
+    let onestep = if python.exists() {
+        let out = std::process::Command::new(&python)
+            .arg(clickhouse_component_tests::repo_root().join("tests/bench/onestep_bench.py"))
+            .args([&table_c, &rows.to_string(), &batch.to_string()])
+            .env("CLICKHOUSE_URL", &server.url)
+            .env("CLICKHOUSE_USER", &server.user)
+            .env("CLICKHOUSE_PASSWORD", &server.password)
+            .output()
+            .unwrap();
+        if out.status.success() {
+            let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+            assert_eq!(count_rows(&sql, &table_c), rows as u64);
+            Some(Duration::from_secs_f64(v["seconds"].as_f64().unwrap()))
+        } else {
+            eprintln!(
+                "onestep-clickhouse failed: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            None
+        }
+    } else {
+        eprintln!(
+            "(no {}: run `make bench` to install onestep-clickhouse 0.1.1)",
+            python.display()
+        );
+        None
+    };
+
+    let rate = |d: Duration| rows as f64 / d.as_secs_f64();
+    println!("| path                                                  | seconds | rows/s    |");
+    println!("|-------------------------------------------------------|--------:|----------:|");
+    println!(
+        "| (a) component through the host (send-json per batch)  | {:>7.2} | {:>9.0} |",
+        component.as_secs_f64(),
+        rate(component)
+    );
+    println!(
+        "| (b) same bytes POSTed by a native client (keep-alive) | {:>7.2} | {:>9.0} |",
+        native.as_secs_f64(),
+        rate(native)
+    );
+    if let Some(c) = onestep {
+        println!(
+            "| (c) onestep-clickhouse 0.1.1 (clickhouse-connect)     | {:>7.2} | {:>9.0} |",
+            c.as_secs_f64(),
+            rate(c)
+        );
+    }
+    println!();
+    println!(
+        "a/b = {:.2} (target >= 0.9)",
+        rate(component) / rate(native)
+    );
+    if let Some(c) = onestep {
+        println!("a/c = {:.2}", rate(component) / rate(c));
+    }
+}
+
 fn main() {
+    if std::env::var_os("RUST_LOG").is_some() {
+        tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+            .with_writer(std::io::stderr)
+            .init();
+    }
     let which: Vec<String> = std::env::args().skip(1).collect();
     let all = which.is_empty();
     let iterations: usize = std::env::var("BENCH_ITERATIONS")
@@ -180,5 +360,12 @@ fn main() {
         .unwrap();
     if all || which.iter().any(|w| w == "state") {
         rt.block_on(bench_state(iterations));
+    }
+    if all || which.iter().any(|w| w == "sink") {
+        let rows = std::env::var("BENCH_SINK_ROWS")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(1_000_000);
+        rt.block_on(bench_sink(rows, 10_000));
     }
 }
