@@ -30,8 +30,11 @@ const DEFAULT_TIMEOUT: Duration = Duration::from_secs(600);
 /// Idle connections by `host:port`.
 #[derive(Clone, Default)]
 pub struct ConnectionPool {
-    idle: Arc<Mutex<HashMap<String, Vec<(SendRequest<WasiBody>, Instant)>>>>,
+    idle: Arc<Mutex<HashMap<String, Vec<IdleConnection>>>>,
 }
+
+/// A connection ready for another request, and since when it has been idle.
+type IdleConnection = (SendRequest<WasiBody>, Instant);
 
 impl std::fmt::Debug for ConnectionPool {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
