@@ -84,14 +84,25 @@ impl Encoded<'_> {
         out
     }
 
-    /// Starts a line in the own buffer; returns its start.
-    fn begin(&mut self) -> usize {
-        self.buffer.len()
-    }
-
-    /// Ends a line begun at `start` in the own buffer.
-    fn end_own(&mut self, start: usize) {
+    /// Writes one row as a JSON object in column order into the own buffer: each column's
+    /// name, then whatever `value` writes for it.
+    fn push_row<E>(
+        &mut self,
+        mut value: impl FnMut(&str, &mut Vec<u8>) -> Result<(), E>,
+    ) -> Result<(), E> {
+        let start = self.buffer.len();
+        self.buffer.push(b'{');
+        for (n, column) in self.columns.iter().enumerate() {
+            if n > 0 {
+                self.buffer.push(b',');
+            }
+            write_json_string(&mut self.buffer, column.as_bytes());
+            self.buffer.push(b':');
+            value(column, &mut self.buffer)?;
+        }
+        self.buffer.push(b'}');
         self.lines.push(Line::Own(start, self.buffer.len()));
+        Ok(())
     }
 }
 
@@ -184,24 +195,15 @@ pub fn encode_rows(rows: &[Row], columns: Option<&[String]>) -> Result<Encoded<'
             &out.columns,
             configured,
         )?;
-        let line = out.begin();
-        out.buffer.push(b'{');
-        for (n, column) in out.columns.iter().enumerate() {
-            if n > 0 {
-                out.buffer.push(b',');
-            }
-            write_json_string(&mut out.buffer, column.as_bytes());
-            out.buffer.push(b':');
+        out.push_row(|column, buf| {
             let value = &row.iter().find(|(k, _)| k == column).expect("checked").1;
-            write_value(&mut out.buffer, value).map_err(|why| {
+            write_value(buf, value).map_err(|why| {
                 Error::invalid(format!(
                     "row index {index}, column {}: {why}",
                     shown(column)
                 ))
-            })?;
-        }
-        out.buffer.push(b'}');
-        out.end_own(line);
+            })
+        })?;
     }
     Ok(out)
 }
@@ -359,24 +361,16 @@ pub fn encode_json<'a>(data: &'a [u8], columns: Option<&[String]>) -> Result<Enc
             let start = base + (trimmed.as_ptr() as usize - text.as_ptr() as usize);
             out.lines.push(Line::Input(start, start + trimmed.len()));
         } else {
-            let line = out.begin();
-            out.buffer.push(b'{');
-            for (n, column) in out.columns.iter().enumerate() {
-                if n > 0 {
-                    out.buffer.push(b',');
-                }
-                write_json_string(&mut out.buffer, column.as_bytes());
-                out.buffer.push(b':');
+            out.push_row(|column, buf| {
                 let raw = row
                     .fields
                     .iter()
                     .find(|(k, _)| k == column)
                     .expect("checked")
                     .1;
-                out.buffer.extend_from_slice(raw.get().trim().as_bytes());
-            }
-            out.buffer.push(b'}');
-            out.end_own(line);
+                buf.extend_from_slice(raw.get().trim().as_bytes());
+                Ok::<(), Error>(())
+            })?;
         }
         Ok(())
     };

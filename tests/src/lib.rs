@@ -128,6 +128,15 @@ pub fn runtime() -> &'static Runtime {
     })
 }
 
+/// A fresh component instance allowed to reach the test server.
+pub async fn instance() -> clickhouse_component_host::Instance {
+    let conn = clickhouse().connection();
+    runtime()
+        .instantiate(clickhouse_component_host::default_allow_list(&conn).unwrap())
+        .await
+        .unwrap()
+}
+
 /// The test cache directory for precompiled components.
 pub fn cache_dir() -> PathBuf {
     repo_root().join("target/test-component-cache")

@@ -8,20 +8,12 @@ use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use clickhouse_component::client::ErrorKind;
-use clickhouse_component_host::{default_allow_list, Instance, State, StoreHandle, StoreOptions};
+use clickhouse_component_host::{Instance, State, StoreHandle, StoreOptions};
 use clickhouse_component_tests::native::Sql;
 use clickhouse_component_tests::{
-    check_sections, cli, clickhouse, create_section_log, record_section, runtime, unique_name,
+    check_sections, cli, clickhouse, create_section_log, instance, record_section, unique_name,
 };
 use serde_json::{json, Value};
-
-async fn instance() -> Instance {
-    let conn = clickhouse().connection();
-    runtime()
-        .instantiate(default_allow_list(&conn).unwrap())
-        .await
-        .unwrap()
-}
 
 /// A store in a database of its own.
 async fn open(options: StoreOptions) -> (Instance, StoreHandle, String) {

@@ -6,18 +6,10 @@ use std::io::Write;
 use std::process::Stdio;
 
 use clickhouse_component::client::ErrorKind;
-use clickhouse_component_host::{default_allow_list, Instance, SinkHandle, SinkOptions, Value};
+use clickhouse_component_host::{Instance, SinkHandle, SinkOptions, Value};
 use clickhouse_component_tests::native::Sql;
-use clickhouse_component_tests::{cli, clickhouse, runtime, unique_name};
+use clickhouse_component_tests::{cli, clickhouse, instance, unique_name};
 use serde_json::{json, Value as Json};
-
-async fn instance() -> Instance {
-    let conn = clickhouse().connection();
-    runtime()
-        .instantiate(default_allow_list(&conn).unwrap())
-        .await
-        .unwrap()
-}
 
 fn sql() -> Sql {
     Sql::new(&clickhouse().connection())
