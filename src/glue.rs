@@ -44,6 +44,18 @@ use bindings::exports::clickhouse::connector::table_sink::{
 
 struct Component;
 
+impl bindings::exports::wasi::cli::run::Guest for Component {
+    fn run() -> Result<(), ()> {
+        match crate::command::main() {
+            0 => Ok(()),
+            code => {
+                wasip2::cli::exit::exit_with_code(u8::try_from(code).unwrap_or(1));
+                Err(())
+            }
+        }
+    }
+}
+
 impl SinkGuest for Component {
     type Sink = SinkResource;
 }

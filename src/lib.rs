@@ -5,11 +5,14 @@
 //! The core ([`client`], [`server`], [`state`], [`sink`], [`platform`]) is plain Rust that compiles natively for unit tests; the
 //! WIT glue ([`glue`], wasm32 only) only converts between WIT types and core types.
 
+pub mod cli;
 pub mod client;
 pub mod platform;
 pub mod server;
 pub mod sink;
 pub mod state;
 
+#[cfg(target_arch = "wasm32")]
+mod command;
 #[cfg(target_arch = "wasm32")]
 mod glue;

@@ -1,5 +1,7 @@
-//! Command-line and environment configuration shared by every subcommand: how to reach
-//! ClickHouse, which hosts the component may reach, where the component comes from.
+//! The reference host's own command-line options (each also read from the environment
+//! variable shown): which hosts the component may reach, where the component comes from, the
+//! cache. The options every command shares are the component's
+//! ([`clickhouse_component::cli::GlobalArgs`]).
 
 use std::path::PathBuf;
 
@@ -10,61 +12,9 @@ use crate::allow_list::AllowList;
 use crate::component::{CachePolicy, ComponentSource};
 use crate::runtime::default_allow_list;
 
-/// Global options (each also read from the environment variable shown).
+/// Options only the reference host has.
 #[derive(Args, Clone, Debug, Default)]
-pub struct GlobalArgs {
-    /// ClickHouse connection string: clickhouse:// clickhouses:// http:// https://
-    /// [user[:password]@]host[:port][/database][?setting=value...]
-    #[arg(long, env = "CLICKHOUSE_URL", global = true, hide_env_values = true)]
-    pub url: Option<String>,
-
-    /// Meltano's state backend URI, used when no --url / CLICKHOUSE_URL is given.
-    #[arg(
-        long = "meltano-state-backend-uri",
-        env = "MELTANO_STATE_BACKEND_URI",
-        global = true,
-        hide = true,
-        hide_env_values = true
-    )]
-    pub meltano_uri: Option<String>,
-
-    /// Host, used only when no URL is given (with CLICKHOUSE_PORT; plain HTTP).
-    #[arg(long, env = "CLICKHOUSE_HOST", global = true, hide = true)]
-    pub host: Option<String>,
-
-    /// Port, used only when no URL is given (default 8123).
-    #[arg(long, env = "CLICKHOUSE_PORT", global = true, hide = true)]
-    pub port: Option<u16>,
-
-    /// User (overrides the URL's).
-    #[arg(long, env = "CLICKHOUSE_USER", global = true)]
-    pub user: Option<String>,
-
-    /// Password (overrides the URL's; prefer the environment variable).
-    #[arg(
-        long,
-        env = "CLICKHOUSE_PASSWORD",
-        global = true,
-        hide_env_values = true
-    )]
-    pub password: Option<String>,
-
-    /// Database (overrides the URL path).
-    #[arg(long, env = "CLICKHOUSE_DATABASE", global = true)]
-    pub database: Option<String>,
-
-    /// ClickHouse setting sent with every request, NAME=VALUE (repeatable).
-    #[arg(long = "setting", value_name = "NAME=VALUE", global = true)]
-    pub settings: Vec<String>,
-
-    /// Connect timeout in milliseconds (default 10000).
-    #[arg(long, env = "CLICKHOUSE_CONNECT_TIMEOUT_MS", global = true)]
-    pub connect_timeout_ms: Option<u32>,
-
-    /// Time allowed for the first response byte and between bytes, in ms (default 300000).
-    #[arg(long, env = "CLICKHOUSE_REQUEST_TIMEOUT_MS", global = true)]
-    pub request_timeout_ms: Option<u32>,
-
+pub struct HostArgs {
     /// Extra destination the component may reach, scheme://host:port with * wildcards
     /// (repeatable or comma-separated). Default: only the ClickHouse URL's origin.
     #[arg(
@@ -82,46 +32,13 @@ pub struct GlobalArgs {
     /// Directory for the precompiled component ("off" disables the cache).
     #[arg(long, env = "CLICKHOUSE_COMPONENT_CACHE_DIR", global = true)]
     pub cache_dir: Option<String>,
-
-    /// Print results (and errors) as JSON on stdout.
-    #[arg(long, global = true)]
-    pub json: bool,
 }
 
-impl GlobalArgs {
-    /// The connection the options describe; `invalid-input` when none or malformed.
-    pub fn connection(&self) -> Result<ConnectionOptions, Error> {
-        let url =
-            match (self.url.as_ref().or(self.meltano_uri.as_ref()), &self.host) {
-                (Some(url), _) if !url.is_empty() => url.clone(),
-                (_, Some(host)) if !host.is_empty() => {
-                    format!("http://{host}:{}", self.port.unwrap_or(8123))
-                }
-                _ => return Err(Error::invalid(
-                    "no ClickHouse to talk to: set --url or CLICKHOUSE_URL (or MELTANO_STATE_BACKEND_URI, or CLICKHOUSE_HOST)",
-                )),
-            };
-        let mut settings = Vec::with_capacity(self.settings.len());
-        for setting in &self.settings {
-            let Some((name, value)) = setting.split_once('=') else {
-                return Err(Error::invalid(format!(
-                    "--setting expects NAME=VALUE, got '{}'",
-                    setting.split('=').next().unwrap_or_default()
-                )));
-            };
-            settings.push((name.trim().to_string(), value.to_string()));
-        }
-        Ok(ConnectionOptions {
-            url,
-            user: self.user.clone(),
-            password: self.password.clone(),
-            database: self.database.clone(),
-            settings,
-            connect_timeout_ms: self.connect_timeout_ms,
-            request_timeout_ms: self.request_timeout_ms,
-        })
-    }
+/// Host-only flags that take a value (they are removed before the component sees the
+/// arguments).
+pub const HOST_FLAGS_WITH_VALUE: &[&str] = &["--allow-host", "--component", "--cache-dir"];
 
+impl HostArgs {
     /// The allow-list: the connection's origin plus every `--allow-host`.
     pub fn allow_list(&self, connection: &ConnectionOptions) -> Result<AllowList, Error> {
         let mut list = default_allow_list(connection)?;
@@ -149,73 +66,92 @@ impl GlobalArgs {
     }
 }
 
+/// The arguments without the host-only flags (`--flag value` and `--flag=value` forms), up to
+/// a `--` (whatever follows it belongs to a command run under a lock).
+pub fn strip_host_flags(args: &[String]) -> Vec<String> {
+    let mut out = Vec::with_capacity(args.len());
+    let mut iter = args.iter();
+    while let Some(arg) = iter.next() {
+        if arg == "--" {
+            out.push(arg.clone());
+            out.extend(iter.cloned());
+            break;
+        }
+        if HOST_FLAGS_WITH_VALUE.contains(&arg.as_str()) {
+            iter.next();
+            continue;
+        }
+        if HOST_FLAGS_WITH_VALUE
+            .iter()
+            .any(|f| arg.starts_with(&format!("{f}=")))
+        {
+            continue;
+        }
+        out.push(arg.clone());
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
-    fn url_wins_over_host_and_port() {
-        let args = GlobalArgs {
-            url: Some("https://a:9440".into()),
-            host: Some("b".into()),
-            port: Some(1),
-            ..Default::default()
-        };
-        assert_eq!(args.connection().unwrap().url, "https://a:9440");
-        let args = GlobalArgs {
-            host: Some("b".into()),
-            ..Default::default()
-        };
-        assert_eq!(args.connection().unwrap().url, "http://b:8123");
-        let args = GlobalArgs {
-            meltano_uri: Some("clickhouse://m:1/db".into()),
-            ..Default::default()
-        };
-        assert_eq!(args.connection().unwrap().url, "clickhouse://m:1/db");
-        let args = GlobalArgs {
-            url: Some("http://u:2".into()),
-            meltano_uri: Some("clickhouse://m:1/db".into()),
-            ..Default::default()
-        };
-        assert_eq!(args.connection().unwrap().url, "http://u:2");
-        let err = GlobalArgs::default().connection().unwrap_err();
-        assert!(err.message.contains("CLICKHOUSE_URL"));
-    }
-
-    #[test]
-    fn settings_and_allow_list() {
-        let args = GlobalArgs {
-            url: Some("http://127.0.0.1:8123".into()),
-            settings: vec!["max_threads=2".into(), "log_comment=a=b".into()],
+    fn allow_list_adds_hosts_to_the_connection_origin() {
+        let args = HostArgs {
             allow_hosts: vec!["https://*.example.com:443".into()],
             ..Default::default()
         };
-        let conn = args.connection().unwrap();
-        assert_eq!(
-            conn.settings,
-            vec![
-                ("max_threads".to_string(), "2".to_string()),
-                ("log_comment".to_string(), "a=b".to_string())
-            ]
-        );
-        let allow = args.allow_list(&conn).unwrap();
+        let allow = args
+            .allow_list(&ConnectionOptions::from_url("http://127.0.0.1:8123"))
+            .unwrap();
         assert!(allow.allows("http", "127.0.0.1", 8123));
         assert!(allow.allows("https", "x.example.com", 443));
         assert!(!allow.allows("http", "127.0.0.1", 8124));
-        let bad = GlobalArgs {
-            settings: vec!["novalue".into()],
-            ..args.clone()
-        };
-        assert!(bad.connection().unwrap_err().message.contains("NAME=VALUE"));
     }
 
     #[test]
     fn cache_policy_from_option() {
-        let mut args = GlobalArgs::default();
+        let mut args = HostArgs::default();
         assert!(matches!(args.cache_policy(), CachePolicy::Default));
         args.cache_dir = Some("off".into());
         assert!(matches!(args.cache_policy(), CachePolicy::Disabled));
         args.cache_dir = Some("/tmp/x".into());
         assert!(matches!(args.cache_policy(), CachePolicy::Dir(_)));
+    }
+
+    #[test]
+    fn host_flags_are_stripped_in_both_forms() {
+        let args: Vec<String> = [
+            "prog",
+            "--allow-host",
+            "http://a:1",
+            "--json",
+            "--component=x.wasm",
+            "state",
+            "--cache-dir",
+            "off",
+            "list",
+            "--",
+            "cmd",
+            "--allow-host",
+            "y",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        assert_eq!(
+            strip_host_flags(&args),
+            [
+                "prog",
+                "--json",
+                "state",
+                "list",
+                "--",
+                "cmd",
+                "--allow-host",
+                "y"
+            ]
+        );
     }
 }

@@ -1,12 +1,16 @@
-//! `clickhouse-component`: the command line of the reference host. Thin: parses options, runs
-//! the component through the host library, prints results, exits with the error kind's code.
+//! `clickhouse-component`: the command line of the reference host. Thin: parses the shared
+//! command line plus the host's own options, runs the component's `wasi:cli/run` (or, for
+//! `lock -- COMMAND`, holds the lock through the component's library exports while the command
+//! runs), and exits with the code the component (or the command) gave.
 
 mod cli;
 
 use std::process::ExitCode;
 
 use clap::Parser;
-use cli::{Cli, Command};
+use cli::HostCli;
+use clickhouse_component::cli::Command;
+use clickhouse_component_host::CallError;
 
 fn main() -> ExitCode {
     tracing_subscriber::fmt()
@@ -20,8 +24,9 @@ fn main() -> ExitCode {
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_writer(std::io::stderr)
         .init();
-    let cli = Cli::parse();
-    let json = cli.global.json;
+    let raw_args: Vec<String> = std::env::args().collect();
+    let cli = HostCli::parse();
+    let json = cli.cli.global.json;
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -33,15 +38,39 @@ fn main() -> ExitCode {
         }
     };
     let result = runtime.block_on(async {
-        match &cli.command {
-            Command::Check => cli::check::run(&cli.global).await,
-            Command::State { store, command } => cli::state::run(&cli.global, store, command).await,
-            Command::Lock(args) => cli::lock::run(&cli.global, args).await,
-            Command::Sink(args) => cli::sink::run(&cli.global, args).await,
+        match &cli.cli.command {
+            Command::Lock(args) if !args.command.is_empty() => {
+                cli::lock::run(&cli.host, &cli.cli.global, args)
+                    .await
+                    .map(|(code, report)| {
+                        if json {
+                            println!("{report}");
+                        }
+                        code
+                    })
+            }
+            _ => cli::command::run(&cli, &raw_args).await,
         }
     });
-    match result {
-        Ok(output) => output.emit(json),
-        Err(error) => cli::output::error(json, &error),
-    }
+    let code = match result {
+        Ok(code) => code,
+        Err(CallError::Component(e)) => clickhouse_component::cli::output::error(
+            json,
+            &e,
+            &mut std::io::stdout(),
+            &mut std::io::stderr(),
+        ),
+        Err(CallError::Runner(e)) => {
+            if json {
+                println!(
+                    "{}",
+                    serde_json::json!({"ok": false, "error": {"kind": "runner", "message": format!("{e:#}")}})
+                );
+            } else {
+                eprintln!("error (runner): {e:#}");
+            }
+            1
+        }
+    };
+    ExitCode::from(u8::try_from(code).unwrap_or(1))
 }

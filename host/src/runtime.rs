@@ -59,9 +59,37 @@ impl Runtime {
 
     /// A fresh instance whose outgoing HTTP may reach only `allow`.
     pub async fn instantiate(&self, allow: AllowList) -> anyhow::Result<Instance> {
+        self.instantiate_with(allow, WasiCtx::builder().inherit_stderr().build())
+            .await
+    }
+
+    /// A fresh instance set up to run as a command ([`Instance::run_command`]): these
+    /// arguments (the first is the program name) and environment, stdin from `stdin` (or the
+    /// host's own stdin), stdout and stderr inherited.
+    pub async fn instantiate_command(
+        &self,
+        allow: AllowList,
+        args: &[String],
+        env: &[(String, String)],
+        stdin: Option<std::fs::File>,
+    ) -> anyhow::Result<Instance> {
+        let mut wasi = WasiCtx::builder();
+        wasi.args(args).envs(env).inherit_stdout().inherit_stderr();
+        match stdin {
+            Some(file) => {
+                wasi.stdin(wasmtime_wasi::cli::InputFile::new(file));
+            }
+            None => {
+                wasi.inherit_stdin();
+            }
+        }
+        self.instantiate_with(allow, wasi.build()).await
+    }
+
+    async fn instantiate_with(&self, allow: AllowList, wasi: WasiCtx) -> anyhow::Result<Instance> {
         let state = HostState {
             table: ResourceTable::new(),
-            wasi: WasiCtx::builder().inherit_stderr().build(),
+            wasi,
             http: WasiHttpCtx::new(),
             hooks: Hooks {
                 allow: Arc::new(allow),
@@ -153,6 +181,24 @@ impl Instance {
             .call_ping(&mut self.store, &conn)
             .await?;
         flatten(result)
+    }
+
+    /// `wasi:cli/run`: runs the component's command line (see
+    /// [`Runtime::instantiate_command`]) and returns its exit code.
+    pub async fn run_command(&mut self) -> Result<i32, CallError> {
+        let result = self
+            .connector
+            .wasi_cli_run()
+            .call_run(&mut self.store)
+            .await;
+        match result {
+            Ok(Ok(())) => Ok(0),
+            Ok(Err(())) => Ok(1),
+            Err(e) => match e.downcast_ref::<wasmtime_wasi::I32Exit>() {
+                Some(exit) => Ok(exit.0),
+                None => Err(e.into()),
+            },
+        }
     }
 
     /// `store.open`.

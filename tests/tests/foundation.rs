@@ -385,8 +385,14 @@ async fn an_instance_reuses_its_connections() {
 #[test]
 fn the_embedding_example_runs() {
     let server = clickhouse();
-    let exe = clickhouse_component_tests::cli_binary().with_file_name("examples").join("embed");
-    assert!(exe.exists(), "{} not built (cargo test --all-targets builds it)", exe.display());
+    let exe = clickhouse_component_tests::cli_binary()
+        .with_file_name("examples")
+        .join("embed");
+    assert!(
+        exe.exists(),
+        "{} not built (cargo test --all-targets builds it)",
+        exe.display()
+    );
     let db = clickhouse_component_tests::unique_name("embed_sink");
     let sql = clickhouse_component_tests::native::Sql::new(&server.connection());
     sql.exec("CREATE DATABASE {db:Identifier}", &[("db", &db)]);
@@ -398,15 +404,24 @@ fn the_embedding_example_runs() {
         .env("CLICKHOUSE_URL", &server.url)
         .env("CLICKHOUSE_USER", &server.user)
         .env("CLICKHOUSE_PASSWORD", &server.password)
-        .env("CLICKHOUSE_COMPONENT_CACHE_DIR", clickhouse_component_tests::cache_dir())
+        .env(
+            "CLICKHOUSE_COMPONENT_CACHE_DIR",
+            clickhouse_component_tests::cache_dir(),
+        )
         .env("EXAMPLE_SINK_TABLE", format!("{db}.events"))
         .output()
         .unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "{stdout}{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     for task in 0..4 {
         assert!(
-            stdout.contains(&format!("task {task}: state task-{task} = {{\"bookmark\":{task}}}, sent 5 rows in 3 chunks")),
+            stdout.contains(&format!(
+                "task {task}: state task-{task} = {{\"bookmark\":{task}}}, sent 5 rows in 3 chunks"
+            )),
             "{stdout}"
         );
     }

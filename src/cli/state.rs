@@ -1,18 +1,19 @@
 //! `state ...`: the pipeline state store from the command line (mirrors `meltano state`).
 
-use std::io::{IsTerminal, Read};
+use std::io::Read;
 use std::path::PathBuf;
 
 use clap::Subcommand;
-use clickhouse_component::client::{Error, ErrorKind};
-use clickhouse_component_host::config::GlobalArgs;
-use clickhouse_component_host::{CallError, State};
 use serde_json::{json, Map, Value};
 
-use super::{open_store, Output, StoreArgs};
+use crate::client::{Client, Error, ErrorKind, Transport};
+use crate::platform::Platform;
+use crate::state::{json as parts, State, StateStore};
+
+use super::{GlobalArgs, Output, Runner, StoreArgs};
 
 /// State commands.
-#[derive(Subcommand, Debug)]
+#[derive(Subcommand, Debug, Clone)]
 pub enum StateCommand {
     /// List state ids, optionally only those matching an fnmatch PATTERN (* ? [seq] [!seq]).
     List {
@@ -82,110 +83,92 @@ pub enum StateCommand {
     },
 }
 
-fn not_found(id: &str) -> CallError {
-    CallError::Component(Error::new(
+fn not_found(id: &str) -> Error {
+    Error::new(
         ErrorKind::NotFound,
         format!("no state for id '{}'", id.escape_debug()),
-    ))
-}
-
-fn invalid(message: String) -> CallError {
-    CallError::Component(Error::invalid(message))
-}
-
-fn parse_object(text: &str) -> Result<Map<String, Value>, CallError> {
-    match serde_json::from_str::<Value>(text) {
-        Ok(Value::Object(map)) => Ok(map),
-        Ok(_) => Err(invalid("the state must be a JSON object".into())),
-        Err(e) => Err(invalid(format!("the state is not valid JSON: {e}"))),
-    }
+    )
 }
 
 fn state_json(state: &State) -> Value {
-    let parse = |t: &str| serde_json::from_str::<Value>(t).unwrap_or(Value::Null);
-    json!({"id": state.id, "partial": parse(&state.partial), "completed": parse(&state.completed)})
+    json!({
+        "id": state.id,
+        "partial": Value::Object(state.partial.clone()),
+        "completed": Value::Object(state.completed.clone()),
+    })
 }
 
-fn merged_view(state: &State) -> Value {
-    let parse = |t: &str| match serde_json::from_str::<Value>(t) {
-        Ok(Value::Object(m)) => m,
-        _ => Map::new(),
-    };
-    let mut merged = parse(&state.completed);
-    clickhouse_component::state::json::deep_merge(&mut merged, &parse(&state.partial));
-    Value::Object(merged)
+fn pretty(map: Map<String, Value>) -> String {
+    serde_json::to_string_pretty(&Value::Object(map)).unwrap_or_default()
 }
 
 /// Runs a state command.
-pub async fn run(
+pub fn run<T: Transport + Clone, P: Platform + Clone>(
     global: &GlobalArgs,
     store: &StoreArgs,
     command: &StateCommand,
-) -> Result<Output, CallError> {
+    runner: &mut Runner<'_, T, P>,
+) -> Result<Output, Error> {
     // Validate what can be validated before connecting.
     let import = match command {
-        StateCommand::Import { file } => Some(read_import(file)?),
+        StateCommand::Import { file } => Some(read_import(file, runner)?),
         StateCommand::ClearAll { yes: false } => {
-            let hint = if std::io::stdin().is_terminal() {
-                "this deletes every state: run again with --yes"
-            } else {
-                "clear-all deletes every state and needs --yes"
-            };
-            return Err(invalid(hint.into()));
+            return Err(Error::invalid(
+                "clear-all deletes every state: run again with --yes",
+            ))
+        }
+        StateCommand::Set { id, state, .. } | StateCommand::Merge { id, state } => {
+            crate::state::check_id(id)?;
+            parts::parse_part(state, "the state")?;
+            None
         }
         _ => None,
     };
-    let (mut session, handle) = open_store(global, store).await?;
-    let instance = &mut session.instance;
+    let options = store.options()?;
+    let client = Client::new(&global.connection()?, runner.transport.clone())?;
+    let store = StateStore::open(client, runner.platform.clone(), &options)?;
     match command {
         StateCommand::List { pattern } => {
-            let ids = instance.state_ids(handle, pattern.as_deref()).await?;
+            let ids = store.ids(pattern.as_deref())?;
             let text: String = ids.iter().map(|id| format!("{id}\n")).collect();
             Ok(Output::new(text, json!(ids)))
         }
         StateCommand::Get { id } => {
-            let state = instance
-                .state_get(handle, id)
-                .await?
-                .ok_or_else(|| not_found(id))?;
-            let merged = merged_view(&state);
-            Ok(Output::new(
-                serde_json::to_string_pretty(&merged).unwrap_or_default(),
-                state_json(&state),
-            ))
+            let state = store.get(id)?.ok_or_else(|| not_found(id))?;
+            Ok(Output::new(pretty(state.merged()), state_json(&state)))
         }
         StateCommand::Set { id, state, partial } => {
-            let body = Value::Object(parse_object(state)?).to_string();
-            let (p, c) = if *partial {
-                (body, String::new())
+            let body = parts::parse_part(state, "the state")?;
+            let new = if *partial {
+                State {
+                    id: id.clone(),
+                    partial: body,
+                    completed: Map::new(),
+                }
             } else {
-                (String::new(), body)
+                State {
+                    id: id.clone(),
+                    partial: Map::new(),
+                    completed: body,
+                }
             };
-            let state = State {
-                id: id.clone(),
-                partial: p,
-                completed: c,
-            };
-            instance.state_set(handle, &state).await?;
+            store.set(&new)?;
             Ok(Output::new(
                 format!("set state '{}'", id.escape_debug()),
                 json!({"ok": true, "id": id}),
             ))
         }
         StateCommand::Merge { id, state } => {
-            let state = State {
+            let update = State {
                 id: id.clone(),
-                partial: Value::Object(parse_object(state)?).to_string(),
-                completed: String::new(),
+                partial: parts::parse_part(state, "the state")?,
+                completed: Map::new(),
             };
-            let stored = instance.state_update(handle, &state).await?;
-            Ok(Output::new(
-                serde_json::to_string_pretty(&merged_view(&stored)).unwrap_or_default(),
-                state_json(&stored),
-            ))
+            let stored = store.update(&update)?;
+            Ok(Output::new(pretty(stored.merged()), state_json(&stored)))
         }
         StateCommand::Clear { id } => {
-            let n = instance.state_delete(handle, id).await?;
+            let n = store.delete(id)?;
             if n == 0 {
                 return Err(not_found(id));
             }
@@ -195,22 +178,19 @@ pub async fn run(
             ))
         }
         StateCommand::ClearAll { .. } => {
-            let n = instance.state_clear_all(handle).await?;
+            let n = store.clear_all()?;
             Ok(Output::new(
                 format!("cleared {n} states"),
                 json!({"ok": true, "cleared": n}),
             ))
         }
         StateCommand::Copy { src, dst } | StateCommand::Move { src, dst } => {
-            let mut state = instance
-                .state_get(handle, src)
-                .await?
-                .ok_or_else(|| not_found(src))?;
+            let mut state = store.get(src)?.ok_or_else(|| not_found(src))?;
             state.id = dst.clone();
-            instance.state_set(handle, &state).await?;
+            store.set(&state)?;
             let moved = matches!(command, StateCommand::Move { .. });
             if moved && src != dst {
-                instance.state_delete(handle, src).await?;
+                store.delete(src)?;
             }
             let verb = if moved { "moved" } else { "copied" };
             Ok(Output::new(
@@ -223,20 +203,17 @@ pub async fn run(
             ))
         }
         StateCommand::Export { pattern } => {
-            let states = instance.state_get_all(handle, pattern.as_deref()).await?;
+            let states = store.get_all(pattern.as_deref())?;
             let lines: String = states
                 .iter()
                 .map(|s| format!("{}\n", state_json(s)))
                 .collect();
-            // NDJSON is already machine-readable: --json prints the same lines.
-            let mut out = Output::new(lines.clone(), Value::Null);
-            out.json = Value::String(lines);
-            Ok(out)
+            Ok(Output::raw(lines))
         }
         StateCommand::Import { .. } => {
             let states = import.unwrap_or_default();
             let n = states.len();
-            instance.state_set_all(handle, &states).await?;
+            store.set_all(&states)?;
             Ok(Output::new(
                 format!("imported {n} states"),
                 json!({"ok": true, "imported": n}),
@@ -245,17 +222,18 @@ pub async fn run(
     }
 }
 
-/// Reads and validates an import file: NDJSON lines or one JSON array of objects with `id`,
-/// and optional `partial` / `completed` objects.
-fn read_import(file: &PathBuf) -> Result<Vec<State>, CallError> {
+/// Reads and validates an import: NDJSON lines or one JSON array of objects with `id`, and
+/// optional `partial` / `completed` objects.
+fn read_import<T, P>(file: &PathBuf, runner: &mut Runner<'_, T, P>) -> Result<Vec<State>, Error> {
     let mut text = String::new();
     if file.as_os_str() == "-" {
-        std::io::stdin()
+        runner
+            .stdin
             .read_to_string(&mut text)
-            .map_err(|e| invalid(format!("reading stdin: {e}")))?;
+            .map_err(|e| Error::invalid(format!("reading stdin: {e}")))?;
     } else {
         text = std::fs::read_to_string(file)
-            .map_err(|e| invalid(format!("reading {}: {e}", file.display())))?;
+            .map_err(|e| Error::invalid(format!("reading {}: {e}", file.display())))?;
     }
     let items: Vec<(usize, Value)> = if text.trim_start().starts_with('[') {
         match serde_json::from_str::<Value>(&text) {
@@ -264,9 +242,7 @@ fn read_import(file: &PathBuf) -> Result<Vec<State>, CallError> {
                 .enumerate()
                 .map(|(i, v)| (i + 1, v))
                 .collect(),
-            Ok(_) | Err(_) => {
-                return Err(invalid("the import file is not a valid JSON array".into()))
-            }
+            _ => return Err(Error::invalid("the import is not a valid JSON array")),
         }
     } else {
         let mut items = Vec::new();
@@ -275,7 +251,7 @@ fn read_import(file: &PathBuf) -> Result<Vec<State>, CallError> {
                 continue;
             }
             let value = serde_json::from_str(line)
-                .map_err(|e| invalid(format!("line {}: not valid JSON: {e}", n + 1)))?;
+                .map_err(|e| Error::invalid(format!("line {}: not valid JSON: {e}", n + 1)))?;
             items.push((n + 1, value));
         }
         items
@@ -283,24 +259,26 @@ fn read_import(file: &PathBuf) -> Result<Vec<State>, CallError> {
     let mut states = Vec::with_capacity(items.len());
     for (n, item) in items {
         let Value::Object(map) = item else {
-            return Err(invalid(format!("item {n}: expected an object with \"id\"")));
+            return Err(Error::invalid(format!(
+                "item {n}: expected an object with \"id\""
+            )));
         };
         let id = map
             .get("id")
             .and_then(Value::as_str)
-            .ok_or_else(|| invalid(format!("item {n}: \"id\" must be a string")))?;
-        let part = |key: &str| -> Result<String, CallError> {
+            .ok_or_else(|| Error::invalid(format!("item {n}: \"id\" must be a string")))?;
+        let part = |key: &str| -> Result<String, Error> {
             match map.get(key) {
                 None | Some(Value::Null) => Ok(String::new()),
                 Some(v @ Value::Object(_)) => Ok(v.to_string()),
-                Some(_) => Err(invalid(format!("item {n}: \"{key}\" must be an object"))),
+                Some(_) => Err(Error::invalid(format!(
+                    "item {n}: \"{key}\" must be an object"
+                ))),
             }
         };
-        states.push(State {
-            id: id.to_string(),
-            partial: part("partial")?,
-            completed: part("completed")?,
-        });
+        let state = State::from_json(id, &part("partial")?, &part("completed")?)
+            .map_err(|e| Error::invalid(format!("item {n}: {}", e.message)))?;
+        states.push(state);
     }
     Ok(states)
 }

@@ -1,0 +1,30 @@
+//! Command mode (wasm32 only): the `wasi:cli/run` export runs the shared command line with the
+//! arguments and environment the runner gives, over wasi:http and WASI clocks, reading WASI
+//! stdin. `CLICKHOUSE_PROGRESS=1` in the environment shows sink progress on stderr.
+
+use clap::Parser;
+
+use crate::cli::{self, Cli, Runner};
+use crate::client::wasi_http::WasiHttpTransport;
+use crate::platform::wasi::WasiPlatform;
+
+/// Runs the command line; returns the exit code.
+pub fn main() -> i32 {
+    let cli = match Cli::try_parse_from(std::env::args()) {
+        Ok(cli) => cli,
+        Err(e) => {
+            let _ = e.print();
+            return if e.use_stderr() { 2 } else { 0 };
+        }
+    };
+    let mut stderr = std::io::stderr();
+    let mut stdout = std::io::stdout();
+    let mut runner = Runner {
+        transport: WasiHttpTransport,
+        platform: WasiPlatform,
+        stdin: Box::new(std::io::stdin()),
+        stderr: &mut stderr,
+        progress: std::env::var("CLICKHOUSE_PROGRESS").is_ok_and(|v| v == "1"),
+    };
+    cli::run(&cli, &mut runner, &mut stdout)
+}
