@@ -9,14 +9,23 @@ PYTHON := $(VENV)/bin/python
 CHDB_VERSION := 26.9.0
 CLI := target/debug/clickhouse-component
 
-.PHONY: run test setup wasm-target venv build bench lint fmt clean
+.PHONY: run test setup wasm-target venv build bench lint fmt clean js
 
 run: setup build
 	scripts/with-clickhouse scripts/quickstart
 
 test: setup
 	cargo build --workspace --bins
-	scripts/with-clickhouse cargo test --workspace --all-targets
+	$(MAKE) js
+	scripts/with-clickhouse bash -c 'cargo test --workspace --all-targets && cd js && npm test'
+
+# The Node package: jco (pinned in js/package-lock.json) transpiles the component built above.
+js: js/node_modules/.installed
+	cd js && npm run build
+
+js/node_modules/.installed: js/package-lock.json
+	cd js && npm ci --no-audit --no-fund
+	touch $@
 
 setup: wasm-target venv
 

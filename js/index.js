@@ -1,0 +1,162 @@
+// clickhouse-component for JavaScript: the WebAssembly component transpiled by jco
+// (dist/, built by `npm run build`), with a small idiomatic layer:
+//   - errors are thrown as ClickHouseError with .kind (the WIT error-kind), .server and
+//     .committedRows;
+//   - state parts are plain objects (JSON text on the wire to the component);
+//   - sink rows are plain objects, sent through the component's exact JSON path (BigInt values
+//     are written as exact integers).
+// Every call is synchronous (the component blocks on wasi:http; Node's shim runs the HTTP
+// request in a worker).
+import { server, stateStore, tableSink } from './dist/clickhouse_component.js';
+
+/** A failure reported by the component; `kind` is one of the WIT error-kind names. */
+export class ClickHouseError extends Error {
+  constructor(payload) {
+    super(`${payload.kind}: ${payload.message}`);
+    this.name = 'ClickHouseError';
+    this.kind = payload.kind;
+    this.server = payload.server ?? null;
+    this.committedRows = Number(payload.committedRows ?? 0n);
+  }
+}
+
+function call(fn) {
+  try {
+    return fn();
+  } catch (e) {
+    if (e && e.payload && typeof e.payload.kind === 'string') throw new ClickHouseError(e.payload);
+    throw e;
+  }
+}
+
+/**
+ * A connection record. `settings` is an object of ClickHouse settings.
+ * @param {string} url clickhouse:// clickhouses:// http:// https:// connection string
+ */
+export function connection(url, { user, password, database, settings = {}, connectTimeoutMs, requestTimeoutMs } = {}) {
+  return {
+    url,
+    user,
+    password,
+    database,
+    settings: Object.entries(settings).map(([k, v]) => [k, String(v)]),
+    connectTimeoutMs,
+    requestTimeoutMs,
+  };
+}
+
+/** Connects and returns { version, timezone, user, database, roundTripUs }. */
+export function ping(conn) {
+  return call(() => server.ping(conn));
+}
+
+const parse = (text) => (text ? JSON.parse(text) : {});
+const fromWit = (s) => ({ id: s.id, partial: parse(s.partial), completed: parse(s.completed) });
+const toWit = ({ id, partial = {}, completed = {} }) => ({
+  id,
+  partial: JSON.stringify(partial),
+  completed: JSON.stringify(completed),
+});
+
+/** The pipeline state store (Meltano StateStoreManager parity). */
+export class StateStore {
+  #store;
+  constructor(store) {
+    this.#store = store;
+  }
+  /** options: { database, table, lockTable, createSchema, lockTimeoutMs, lockRetryMs, staleAfterMs } */
+  static open(conn, options = {}) {
+    return new StateStore(call(() => stateStore.Store.open(conn, options)));
+  }
+  /** { id, partial, completed } or undefined. */
+  get(id) {
+    const s = call(() => this.#store.get(id));
+    return s && fromWit(s);
+  }
+  set(state) {
+    call(() => this.#store.set(toWit(state)));
+  }
+  /** Meltano update(): merges a partial state, or replaces with a completed one; returns the stored state. */
+  update(state) {
+    return fromWit(call(() => this.#store.update(toWit(state))));
+  }
+  /** Returns 1 if a state was deleted, else 0. */
+  delete(id) {
+    return Number(call(() => this.#store.delete(id)));
+  }
+  ids(pattern) {
+    return call(() => this.#store.ids(pattern));
+  }
+  getAll(pattern) {
+    return call(() => this.#store.getAll(pattern)).map(fromWit);
+  }
+  setAll(states) {
+    call(() => this.#store.setAll(states.map(toWit)));
+  }
+  clearAll() {
+    return Number(call(() => this.#store.clearAll()));
+  }
+  /** Acquires the advisory lock; returns { token, renew(), release() }. */
+  lock(id) {
+    const lock = call(() => this.#store.lock(id));
+    return {
+      token: lock.token(),
+      renew: () => call(() => lock.renew()),
+      release: () => call(() => lock.release()),
+    };
+  }
+  /** Runs fn while holding the lock on id, releasing it after (also when fn throws). */
+  withLock(id, fn) {
+    const lock = this.lock(id);
+    try {
+      return fn();
+    } finally {
+      lock.release();
+    }
+  }
+}
+
+// JSON text of a row with BigInt values written as exact integers.
+const rowJson = (row) =>
+  JSON.stringify(row, (_, v) => (typeof v === 'bigint' ? `__bigint__${v}__` : v)).replace(
+    /"__bigint__(-?\d+)__"/g,
+    '$1',
+  );
+
+/** The acknowledged table sink. */
+export class Sink {
+  #sink;
+  constructor(sink) {
+    this.#sink = sink;
+  }
+  /** options: { table, columns, batchSize, settings: {name: value}, dedup } */
+  static open(conn, { table, columns, batchSize, settings = {}, dedup } = {}) {
+    const options = {
+      table,
+      columns,
+      batchSize,
+      settings: Object.entries(settings).map(([k, v]) => [k, String(v)]),
+      dedup,
+    };
+    return new Sink(call(() => tableSink.Sink.open(conn, options)));
+  }
+  /** Sends plain objects; returns the receipt { rows, chunks, writtenRows, ... } (numbers). */
+  send(rows) {
+    return this.sendJson(rows.map(rowJson).join('\n'));
+  }
+  /** Sends NDJSON or a JSON array (string or bytes). */
+  sendJson(data) {
+    const bytes = typeof data === 'string' ? new TextEncoder().encode(data) : data;
+    const r = call(() => this.#sink.sendJson(bytes));
+    return {
+      rows: Number(r.rows),
+      chunks: r.chunks,
+      writtenRows: Number(r.writtenRows),
+      deduplicatedChunks: r.deduplicatedChunks,
+      unverifiedChunks: r.unverifiedChunks,
+    };
+  }
+  close() {
+    this.#sink.close();
+  }
+}

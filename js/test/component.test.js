@@ -1,0 +1,83 @@
+// The component in Node (via jco) against the ClickHouse named by CLICKHOUSE_URL (the test
+// command starts the local one): state store, lock, sink, and errors as JS exceptions.
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { connection, ping, StateStore, Sink, ClickHouseError } from '../index.js';
+
+const url = process.env.CLICKHOUSE_URL;
+if (!url) throw new Error('CLICKHOUSE_URL must name a ClickHouse server (run through `make test`)');
+const user = process.env.CLICKHOUSE_USER ?? 'default';
+const password = process.env.CLICKHOUSE_PASSWORD ?? '';
+const conn = connection(url, { user, password });
+const database = `js_${process.pid}_${Date.now()}`;
+
+async function sql(query) {
+  const response = await fetch(`${url.replace(/\/$/, '')}/`, {
+    method: 'POST',
+    headers: { 'X-ClickHouse-User': user, 'X-ClickHouse-Key': password },
+    body: query,
+  });
+  const text = await response.text();
+  if (!response.ok) throw new Error(`${query}: ${text}`);
+  return text;
+}
+
+test('ping reports the server', () => {
+  const info = ping(conn);
+  assert.match(info.version, /^\d/);
+  assert.equal(info.user, user);
+});
+
+test('state set, get, update and lock', () => {
+  const store = StateStore.open(conn, { database });
+  assert.equal(store.get('missing'), undefined);
+  store.set({ id: 'tap-a--target-b', completed: { bookmarks: { s: 1 } } });
+  store.update({ id: 'tap-a--target-b', partial: { bookmarks: { p: 1 } } });
+  const stored = store.update({ id: 'tap-a--target-b', partial: { bookmarks: { q: 2 } } });
+  assert.deepEqual(stored.partial, { bookmarks: { p: 1, q: 2 } });
+  assert.deepEqual(store.get('tap-a--target-b').completed, { bookmarks: { s: 1 } });
+  assert.deepEqual(store.ids('tap-?--*'), ['tap-a--target-b']);
+  const result = store.withLock('tap-a--target-b', () => 'locked work');
+  assert.equal(result, 'locked work');
+  // The lock is free again: a contender with no patience gets it.
+  const quick = StateStore.open(conn, { database, lockTimeoutMs: 0 });
+  const lock = quick.lock('tap-a--target-b');
+  assert.match(lock.token, /^[0-9a-f-]{36}$/);
+  // ... and while it is held, another contender fails with kind 'locked'.
+  assert.throws(() => StateStore.open(conn, { database, lockTimeoutMs: 200 }).lock('tap-a--target-b'),
+    (e) => e instanceof ClickHouseError && e.kind === 'locked');
+  lock.release();
+  assert.equal(store.delete('tap-a--target-b'), 1);
+});
+
+test('sink sends rows and they arrive exactly', async () => {
+  await sql(`CREATE DATABASE IF NOT EXISTS ${database}`);
+  await sql(`CREATE TABLE ${database}.events (id UInt64, name String) ENGINE = MergeTree ORDER BY id`);
+  const sink = Sink.open(conn, { table: `${database}.events`, batchSize: 2 });
+  const receipt = sink.send([
+    { id: 18446744073709551615n, name: 'max u64' },
+    { id: 1, name: 'ünïcødé' },
+    { id: 2, name: '' },
+  ]);
+  assert.deepEqual([receipt.rows, receipt.chunks, receipt.writtenRows], [3, 2, 3]);
+  const text = await sql(`SELECT toString(id), name FROM ${database}.events ORDER BY id FORMAT TSV`);
+  assert.equal(text, '1\tünïcødé\n2\t\n18446744073709551615\tmax u64\n');
+  sink.close();
+});
+
+test('errors arrive as exceptions with the error kind', async () => {
+  assert.throws(() => ping(connection(url, { user, password: 'wrong-password' })),
+    (e) => e instanceof ClickHouseError && e.kind === 'misconfigured' && e.server.code === 516
+      && !e.message.includes('wrong-password'));
+  assert.throws(() => ping(connection('ftp://nowhere')),
+    (e) => e instanceof ClickHouseError && e.kind === 'invalid-input');
+  await sql(`CREATE DATABASE IF NOT EXISTS ${database}`);
+  await sql(`CREATE TABLE IF NOT EXISTS ${database}.t (n UInt32) ENGINE = MergeTree ORDER BY n`);
+  const sink = Sink.open(conn, { table: `${database}.t`, columns: ['n'] });
+  assert.throws(() => sink.send([{ n: 1, extra: 2 }]),
+    (e) => e instanceof ClickHouseError && e.kind === 'invalid-input' && /extra 'extra'/.test(e.message));
+  assert.throws(() => sink.send([{ n: 'not a number' }]),
+    (e) => e instanceof ClickHouseError && e.kind === 'permanent');
+  assert.throws(() => Sink.open(conn, { table: 't', settings: { async_insert: 1 } }),
+    (e) => e.kind === 'invalid-input' && /fire-and-forget/.test(e.message));
+});
