@@ -9,12 +9,12 @@ PYTHON := $(VENV)/bin/python
 CHDB_VERSION := 26.9.0
 CLI := target/debug/clickhouse-component
 
-.PHONY: run test setup wasm-target venv build bench lint fmt clean js
+.PHONY: run test setup wasm-target venv build bench lint fmt clean js wasmtime-cli
 
 run: setup build
 	scripts/with-clickhouse scripts/quickstart
 
-test: setup
+test: setup wasmtime-cli
 	cargo build --workspace --bins
 	$(MAKE) js
 	scripts/with-clickhouse bash -c 'cargo test --workspace --all-targets && cd js && npm test'
@@ -28,6 +28,12 @@ js/node_modules/.installed: js/package-lock.json
 	touch $@
 
 setup: wasm-target venv
+
+# The stock wasmtime CLI, for the tests that run the component under it (~9 min to build once).
+WASMTIME_VERSION := 48.0.8
+wasmtime-cli:
+	@wasmtime --version 2>/dev/null | grep -q "wasmtime $(WASMTIME_VERSION)" || \
+		cargo install wasmtime-cli@$(WASMTIME_VERSION) --locked
 
 wasm-target:
 	@rustup target list --installed 2>/dev/null | grep -qx wasm32-wasip2 || rustup target add wasm32-wasip2

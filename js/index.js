@@ -34,6 +34,9 @@ function call(fn) {
  * @param {string} url clickhouse:// clickhouses:// http:// https:// connection string
  */
 export function connection(url, { user, password, database, settings = {}, connectTimeoutMs, requestTimeoutMs } = {}) {
+  if (typeof url !== 'string') {
+    throw new ClickHouseError({ kind: 'invalid-input', message: 'connection(url): url must be a string' });
+  }
   return {
     url,
     user,

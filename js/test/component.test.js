@@ -69,6 +69,8 @@ test('errors arrive as exceptions with the error kind', async () => {
   assert.throws(() => ping(connection(url, { user, password: 'wrong-password' })),
     (e) => e instanceof ClickHouseError && e.kind === 'misconfigured' && e.server.code === 516
       && !e.message.includes('wrong-password'));
+  assert.throws(() => connection(undefined),
+    (e) => e instanceof ClickHouseError && e.kind === 'invalid-input');
   assert.throws(() => ping(connection('ftp://nowhere')),
     (e) => e instanceof ClickHouseError && e.kind === 'invalid-input');
   await sql(`CREATE DATABASE IF NOT EXISTS ${database}`);

@@ -1,0 +1,285 @@
+//! The same component file under the stock wasmtime CLI (48.0.8, `wasmtime run -S http`):
+//! outputs and exit codes compared with the reference host's for the same commands, and one
+//! `--invoke` of a library export. (Node is tested by `js/test`, the Rust example by
+//! `foundation::the_embedding_example_runs`.)
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+
+use clickhouse_component_host::component::EMBEDDED_COMPONENT_PATH;
+use clickhouse_component_tests::native::Sql;
+use clickhouse_component_tests::{cli, clickhouse, unique_name, Server};
+use serde_json::Value;
+
+/// The wasmtime CLI the test command installed (`cargo install wasmtime-cli@48.0.8 --locked`).
+fn wasmtime() -> PathBuf {
+    let candidates = std::env::var_os("PATH")
+        .map(|p| {
+            std::env::split_paths(&p)
+                .map(|d| d.join("wasmtime"))
+                .collect::<Vec<_>>()
+        })
+        .unwrap_or_default();
+    let path = candidates
+        .into_iter()
+        .find(|p| p.exists())
+        .expect("no wasmtime on PATH: `make test` installs wasmtime-cli 48.0.8");
+    let version = Command::new(&path).arg("--version").output().unwrap();
+    let version = String::from_utf8_lossy(&version.stdout);
+    assert!(
+        version.contains("48.0.8"),
+        "need wasmtime 48.0.8, found {version}"
+    );
+    path
+}
+
+struct Run {
+    code: i32,
+    stdout: String,
+    stderr: String,
+}
+
+fn finish(mut cmd: Command, stdin: &[u8]) -> Run {
+    let mut child = cmd
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child.stdin.take().unwrap().write_all(stdin).unwrap();
+    let out = child.wait_with_output().unwrap();
+    Run {
+        code: out.status.code().unwrap_or(-1),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    }
+}
+
+/// `wasmtime run -S http --env ... component.wasm ARGS`.
+fn under_wasmtime(server: &Server, args: &[&str], stdin: &[u8]) -> Run {
+    let mut cmd = Command::new(wasmtime());
+    cmd.args(["run", "-S", "http"])
+        .arg(format!("--env=CLICKHOUSE_URL={}", server.url))
+        .arg(format!("--env=CLICKHOUSE_USER={}", server.user))
+        .arg(format!("--env=CLICKHOUSE_PASSWORD={}", server.password))
+        .arg(EMBEDDED_COMPONENT_PATH)
+        .args(args);
+    finish(cmd, stdin)
+}
+
+/// The reference host's CLI with the same arguments.
+fn under_host(server: &Server, args: &[&str], stdin: &[u8]) -> Run {
+    let mut cmd = cli(server);
+    cmd.args(args);
+    finish(cmd, stdin)
+}
+
+/// JSON output without the fields that measure time.
+fn timeless(text: &str) -> Value {
+    let mut v: Value = serde_json::from_str(text).unwrap_or_else(|e| panic!("{e}: {text}"));
+    if let Some(o) = v.as_object_mut() {
+        for key in [
+            "round_trip_ms",
+            "seconds",
+            "rows_per_second",
+            "waited_ms",
+            "held_ms",
+            "token",
+        ] {
+            o.remove(key);
+        }
+    }
+    v
+}
+
+#[test]
+fn check_is_the_same_under_wasmtime_and_the_host() {
+    let server = clickhouse();
+    let w = under_wasmtime(server, &["--json", "check"], b"");
+    let h = under_host(server, &["--json", "check"], b"");
+    assert_eq!((w.code, h.code), (0, 0), "{}{}", w.stderr, h.stderr);
+    assert_eq!(timeless(&w.stdout), timeless(&h.stdout));
+    // Text output: the same lines but the round trip.
+    let w = under_wasmtime(server, &["check"], b"");
+    let h = under_host(server, &["check"], b"");
+    let strip = |s: &str| {
+        s.lines()
+            .filter(|l| !l.contains("round trip"))
+            .collect::<Vec<_>>()
+            .join("\n")
+    };
+    assert_eq!(strip(&w.stdout), strip(&h.stdout));
+    assert!(w.stdout.starts_with("ClickHouse "), "{}", w.stdout);
+}
+
+#[test]
+fn errors_and_exit_codes_are_the_same() {
+    let server = clickhouse();
+    let wrong = Server {
+        password: "Not-The-Password".into(),
+        ..server.clone()
+    };
+    let w = under_wasmtime(&wrong, &["--json", "check"], b"");
+    let h = under_host(&wrong, &["--json", "check"], b"");
+    assert_eq!((w.code, h.code), (3, 3), "{}{}", w.stderr, h.stderr);
+    assert_eq!(timeless(&w.stdout), timeless(&h.stdout));
+    assert!(!w.stdout.contains("Not-The-Password"));
+    // Usage errors: exit 2 from both.
+    let w = under_wasmtime(server, &["state", "set", "only-an-id"], b"");
+    let h = under_host(server, &["state", "set", "only-an-id"], b"");
+    assert_eq!((w.code, h.code), (2, 2));
+    // Not found: exit 10 from both, same message.
+    let db = unique_name("rt_missing");
+    let args = ["state", "--state-database", &db, "get", "nope"];
+    let w = under_wasmtime(server, &args, b"");
+    let h = under_host(server, &args, b"");
+    assert_eq!((w.code, h.code), (10, 10));
+    assert_eq!(w.stderr, h.stderr);
+}
+
+fn refs(v: &[String]) -> Vec<&str> {
+    v.iter().map(String::as_str).collect()
+}
+
+#[test]
+fn state_commands_are_the_same_under_wasmtime_and_the_host() {
+    let server = clickhouse();
+    let db = unique_name("rt_state");
+    let state = |args: &[&str]| -> Vec<String> {
+        let mut v = vec!["state".to_string(), "--state-database".into(), db.clone()];
+        v.extend(args.iter().map(|s| s.to_string()));
+        v
+    };
+    let set = state(&["set", "tap-a--target-b", r#"{"singer_state":{"x":1}}"#]);
+    let w = under_wasmtime(server, &refs(&set), b"");
+    assert_eq!(w.code, 0, "{}", w.stderr);
+    let merge = state(&["merge", "tap-a--target-b", r#"{"singer_state":{"y":2}}"#]);
+    assert_eq!(under_host(server, &refs(&merge), b"").code, 0);
+    for args in [
+        state(&["get", "tap-a--target-b"]),
+        state(&["--json", "get", "tap-a--target-b"]),
+        state(&["list"]),
+        state(&["list", "tap-?--*"]),
+        state(&["export"]),
+    ] {
+        let w = under_wasmtime(server, &refs(&args), b"");
+        let h = under_host(server, &refs(&args), b"");
+        assert_eq!(
+            (w.code, h.code),
+            (0, 0),
+            "{args:?}: {}{}",
+            w.stderr,
+            h.stderr
+        );
+        assert_eq!(w.stdout, h.stdout, "{args:?}");
+    }
+    let w = under_wasmtime(server, &refs(&state(&["get", "tap-a--target-b"])), b"");
+    let merged: Value = serde_json::from_str(&w.stdout).unwrap();
+    assert_eq!(
+        merged,
+        serde_json::json!({"singer_state": {"x": 1, "y": 2}})
+    );
+    // Import from stdin under wasmtime.
+    let w = under_wasmtime(
+        server,
+        &refs(&state(&["import", "-"])),
+        b"{\"id\":\"imported\",\"completed\":{\"z\":3}}\n",
+    );
+    assert_eq!(w.code, 0, "{}", w.stderr);
+    let h = under_host(server, &refs(&state(&["list"])), b"");
+    assert_eq!(h.stdout, "imported\ntap-a--target-b\n");
+}
+
+#[test]
+fn sink_from_stdin_is_the_same_under_wasmtime_and_the_host() {
+    let server = clickhouse();
+    let db = unique_name("rt_sink");
+    let sql = Sql::new(&server.connection());
+    sql.exec("CREATE DATABASE {db:Identifier}", &[("db", &db)]);
+    for t in ["a", "b"] {
+        sql.exec(
+            "CREATE TABLE {db:Identifier}.{t:Identifier} (n UInt32, s String) ENGINE = MergeTree ORDER BY n",
+            &[("db", &db), ("t", t)],
+        );
+    }
+    let rows: String = (0..2500)
+        .map(|n| format!("{{\"n\":{n},\"s\":\"row {n}\"}}\n"))
+        .collect();
+    let w = under_wasmtime(
+        server,
+        &[
+            "--json",
+            "sink",
+            "--table",
+            &format!("{db}.a"),
+            "--batch-size",
+            "1000",
+        ],
+        rows.as_bytes(),
+    );
+    let h = under_host(
+        server,
+        &[
+            "--json",
+            "sink",
+            "--table",
+            &format!("{db}.b"),
+            "--batch-size",
+            "1000",
+        ],
+        rows.as_bytes(),
+    );
+    assert_eq!((w.code, h.code), (0, 0), "{}{}", w.stderr, h.stderr);
+    let (mut wj, mut hj) = (timeless(&w.stdout), timeless(&h.stdout));
+    assert_eq!(wj["rows"], 2500);
+    assert_eq!(wj["chunks"], 3);
+    wj["table"] = Value::Null;
+    hj["table"] = Value::Null;
+    assert_eq!(wj, hj);
+    for t in ["a", "b"] {
+        let n = sql.count(
+            "SELECT count() FROM {db:Identifier}.{t:Identifier}",
+            &[("db", &db), ("t", t)],
+        );
+        assert_eq!(n, 2500);
+    }
+    // A failure after committed chunks: same kind, committed count and exit code.
+    let bad = format!("{rows}{{\"n\":\"x\",\"s\":\"bad\"}}\n");
+    let args = [
+        "--json",
+        "sink",
+        "--table",
+        &format!("{db}.a"),
+        "--batch-size",
+        "1000",
+    ];
+    let w = under_wasmtime(server, &args, bad.as_bytes());
+    let h = under_host(server, &args, bad.as_bytes());
+    assert_eq!((w.code, h.code), (8, 8), "{}{}", w.stdout, h.stdout);
+    let (wj, hj) = (timeless(&w.stdout), timeless(&h.stdout));
+    assert_eq!(wj["error"]["kind"], "uncertain");
+    assert_eq!(wj["error"]["committed_rows"], hj["error"]["committed_rows"]);
+}
+
+#[test]
+fn wasmtime_invokes_a_library_export() {
+    let server = clickhouse();
+    let call = format!(
+        "ping({{url: \"{}\", user: some(\"{}\"), password: some(\"{}\"), database: none, settings: [], connect-timeout-ms: none, request-timeout-ms: none}})",
+        server.url, server.user, server.password
+    );
+    let mut cmd = Command::new(wasmtime());
+    cmd.args([
+        "run",
+        "-S",
+        "http",
+        "--invoke",
+        &call,
+        EMBEDDED_COMPONENT_PATH,
+    ]);
+    let out = finish(cmd, b"");
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    assert!(out.stdout.starts_with("ok("), "{}", out.stdout);
+    assert!(out.stdout.contains("version:"), "{}", out.stdout);
+}
