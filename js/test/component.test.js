@@ -83,3 +83,18 @@ test('errors arrive as exceptions with the error kind', async () => {
   assert.throws(() => Sink.open(conn, { table: 't', settings: { async_insert: 1 } }),
     (e) => e.kind === 'invalid-input' && /fire-and-forget/.test(e.message));
 });
+
+test("the README's example runs", async () => {
+  const { execFileSync } = await import('node:child_process');
+  const exampleDb = `${database}_readme`;
+  await sql(`CREATE DATABASE IF NOT EXISTS ${exampleDb}`);
+  await sql(`CREATE TABLE IF NOT EXISTS ${exampleDb}.events (id UInt64, name String) ENGINE = MergeTree ORDER BY id`);
+  const out = execFileSync(process.execPath, [new URL('../examples/readme.mjs', import.meta.url).pathname], {
+    env: { ...process.env, EXAMPLE_DATABASE: exampleDb },
+    encoding: 'utf8',
+  });
+  assert.match(out, /^ClickHouse \d/);
+  assert.match(out, /"partial":\{"bookmarks":\{"issues":"2026-11-28"\}\}/);
+  assert.match(out, /sent 1 rows in 1 chunk/);
+  assert.equal(await sql(`SELECT toString(id) FROM ${exampleDb}.events FORMAT TSV`), '18446744073709551615\n');
+});
