@@ -15,7 +15,7 @@ run: setup build
 	scripts/with-clickhouse scripts/quickstart
 
 test: setup wasmtime-cli
-	cargo build --workspace --bins
+	cargo build --workspace --bins --examples
 	$(MAKE) js
 	scripts/with-clickhouse bash -c 'cargo test --workspace --all-targets && cd js && npm test'
 

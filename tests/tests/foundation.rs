@@ -390,7 +390,7 @@ fn the_embedding_example_runs() {
         .join("embed");
     assert!(
         exe.exists(),
-        "{} not built (cargo test --all-targets builds it)",
+        "{} not built: run `make test` (it runs `cargo build --workspace --bins --examples`)",
         exe.display()
     );
     let db = clickhouse_component_tests::unique_name("embed_sink");
