@@ -1,6 +1,6 @@
 //! What the core needs from its runtime besides HTTP: a monotonic clock, sleeping, and
 //! randomness (lock tokens, retry jitter). WASI provides them in the component
-//! ([`wasi::WasiPlatform`]); tests use [`std_platform::StdPlatform`].
+//! ([`wasi::WasiPlatform`]); unit tests use `std_platform::StdPlatform`.
 
 use std::time::Duration;
 
@@ -69,7 +69,8 @@ pub mod wasi {
     }
 }
 
-/// The platform of native code (tests, benchmarks): std's clock and a seeded generator.
+/// The platform of native unit tests: std's clock and a seeded generator.
+#[cfg(test)]
 pub mod std_platform {
     use super::Platform;
     use std::cell::Cell;

@@ -4,6 +4,7 @@ use std::io::Read;
 use std::path::PathBuf;
 
 use clap::Subcommand;
+use serde_json::value::RawValue;
 use serde_json::{json, Map, Value};
 
 use crate::client::{Client, Error, ErrorKind, Transport};
@@ -109,9 +110,11 @@ pub fn run<T: Transport + Clone, P: Platform + Clone>(
     command: &StateCommand,
     runner: &mut Runner<'_, T, P>,
 ) -> Result<Output, Error> {
-    // Validate what can be validated before connecting.
-    let import = match command {
-        StateCommand::Import { file } => Some(read_import(file, runner)?),
+    // Validate (and parse, once) what can be checked before connecting.
+    let mut import = None;
+    let mut given = Map::new();
+    match command {
+        StateCommand::Import { file } => import = Some(read_import(file, runner)?),
         StateCommand::ClearAll { yes: false } => {
             return Err(Error::invalid(
                 "clear-all deletes every state: run again with --yes",
@@ -119,11 +122,10 @@ pub fn run<T: Transport + Clone, P: Platform + Clone>(
         }
         StateCommand::Set { id, state, .. } | StateCommand::Merge { id, state } => {
             crate::state::check_id(id)?;
-            parts::parse_part(state, "the state")?;
-            None
+            given = parts::parse_part(state, "the state")?;
         }
-        _ => None,
-    };
+        _ => {}
+    }
     let options = store.options()?;
     let client = Client::new(&global.connection()?, runner.transport.clone())?;
     let store = StateStore::open(client, runner.platform.clone(), &options)?;
@@ -158,10 +160,10 @@ pub fn run<T: Transport + Clone, P: Platform + Clone>(
                 json!({"ok": true, "id": id}),
             ))
         }
-        StateCommand::Merge { id, state } => {
+        StateCommand::Merge { id, .. } => {
             let update = State {
                 id: id.clone(),
-                partial: parts::parse_part(state, "the state")?,
+                partial: given,
                 completed: Map::new(),
             };
             let stored = store.update(&update)?;
@@ -235,50 +237,108 @@ fn read_import<T, P>(file: &PathBuf, runner: &mut Runner<'_, T, P>) -> Result<Ve
         text = std::fs::read_to_string(file)
             .map_err(|e| Error::invalid(format!("reading {}: {e}", file.display())))?;
     }
-    let items: Vec<(usize, Value)> = if text.trim_start().starts_with('[') {
-        match serde_json::from_str::<Value>(&text) {
-            Ok(Value::Array(items)) => items
-                .into_iter()
-                .enumerate()
-                .map(|(i, v)| (i + 1, v))
-                .collect(),
-            _ => return Err(Error::invalid("the import is not a valid JSON array")),
+    // Each item is parsed once, strictly (duplicate keys rejected at any depth, as the store
+    // does for every part).
+    let mut items: Vec<(usize, Map<String, Value>)> = Vec::new();
+    if text.trim_start().starts_with('[') {
+        let elements: Vec<&RawValue> = serde_json::from_str(&text)
+            .map_err(|e| Error::invalid(format!("the import is not a valid JSON array: {e}")))?;
+        for (i, element) in elements.into_iter().enumerate() {
+            items.push((
+                i + 1,
+                parts::parse_part(element.get(), &format!("item {}", i + 1))?,
+            ));
         }
     } else {
-        let mut items = Vec::new();
         for (n, line) in text.lines().enumerate() {
-            if line.trim().is_empty() {
-                continue;
+            if !line.trim().is_empty() {
+                items.push((n + 1, parts::parse_part(line, &format!("line {}", n + 1))?));
             }
-            let value = serde_json::from_str(line)
-                .map_err(|e| Error::invalid(format!("line {}: not valid JSON: {e}", n + 1)))?;
-            items.push((n + 1, value));
         }
-        items
-    };
+    }
     let mut states = Vec::with_capacity(items.len());
-    for (n, item) in items {
-        let Value::Object(map) = item else {
-            return Err(Error::invalid(format!(
-                "item {n}: expected an object with \"id\""
-            )));
+    for (n, mut item) in items {
+        let id = match item.remove("id") {
+            Some(Value::String(id)) => id,
+            _ => return Err(Error::invalid(format!("item {n}: \"id\" must be a string"))),
         };
-        let id = map
-            .get("id")
-            .and_then(Value::as_str)
-            .ok_or_else(|| Error::invalid(format!("item {n}: \"id\" must be a string")))?;
-        let part = |key: &str| -> Result<String, Error> {
-            match map.get(key) {
-                None | Some(Value::Null) => Ok(String::new()),
-                Some(v @ Value::Object(_)) => Ok(v.to_string()),
+        crate::state::check_id(&id)
+            .map_err(|e| Error::invalid(format!("item {n}: {}", e.message)))?;
+        let mut part = |key: &str| -> Result<Map<String, Value>, Error> {
+            match item.remove(key) {
+                None | Some(Value::Null) => Ok(Map::new()),
+                Some(Value::Object(map)) => Ok(map),
                 Some(_) => Err(Error::invalid(format!(
                     "item {n}: \"{key}\" must be an object"
                 ))),
             }
         };
-        let state = State::from_json(id, &part("partial")?, &part("completed")?)
-            .map_err(|e| Error::invalid(format!("item {n}: {}", e.message)))?;
-        states.push(state);
+        let partial = part("partial")?;
+        let completed = part("completed")?;
+        states.push(State {
+            id,
+            partial,
+            completed,
+        });
     }
     Ok(states)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::client::transport::Transport;
+
+    struct NoNetwork;
+    impl Transport for NoNetwork {
+        fn send(
+            &self,
+            _: &crate::client::HttpRequest,
+        ) -> Result<crate::client::HttpResponse, crate::client::error::TransportError> {
+            panic!("an import is validated before any request")
+        }
+    }
+
+    fn import(text: &'static str) -> Result<Vec<State>, Error> {
+        let mut stderr = Vec::new();
+        let mut runner = Runner {
+            transport: NoNetwork,
+            platform: crate::platform::std_platform::StdPlatform::default(),
+            stdin: Box::new(text.as_bytes()),
+            stderr: &mut stderr,
+            progress: false,
+        };
+        read_import(&PathBuf::from("-"), &mut runner)
+    }
+
+    #[test]
+    fn imports_are_parsed_strictly() {
+        let states =
+            import("{\"id\":\"a\",\"completed\":{\"n\":18446744073709551616}}\n\n").unwrap();
+        assert_eq!(states[0].id, "a");
+        assert_eq!(
+            Value::Object(states[0].completed.clone()).to_string(),
+            "{\"n\":18446744073709551616}"
+        );
+        let states = import("[{\"id\":\"a\"},{\"id\":\"b\",\"partial\":{\"x\":1}}]").unwrap();
+        assert_eq!(states.len(), 2);
+        for (text, want) in [
+            (
+                "{\"id\":\"a\",\"completed\":{\"k\":1,\"k\":2}}",
+                "duplicate key",
+            ),
+            ("[{\"id\":\"a\",\"id\":\"b\"}]", "duplicate key"),
+            ("{\"id\":\"a\"}\nnot json", "line 2"),
+            ("{\"id\":1}", "\"id\" must be a string"),
+            ("{\"id\":\"\"}", "must not be empty"),
+            (
+                "{\"id\":\"a\",\"partial\":[1]}",
+                "\"partial\" must be an object",
+            ),
+            ("[1]", "item 1"),
+        ] {
+            let e = import(text).unwrap_err();
+            assert!(e.message.contains(want), "{text}: {}", e.message);
+        }
+    }
 }

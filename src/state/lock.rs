@@ -136,7 +136,7 @@ fn holder_and<T: Transport>(
             query = query.param(name, value.clone());
         }
     }
-    let response = client.execute(&query)?;
+    let response = client.execute_owned(query)?;
     let row: Value = serde_json::from_slice(&response.body).map_err(|e| {
         Error::new(
             ErrorKind::Transient,

@@ -169,7 +169,7 @@ impl<T: Transport, P: Platform> StateStore<T, P> {
     }
 
     fn read_states(&self, query: Query) -> Result<Vec<State>, Error> {
-        let response = self.client.execute(&query.format("JSONEachRow"))?;
+        let response = self.client.execute_owned(query.format("JSONEachRow"))?;
         let text = std::str::from_utf8(&response.body)
             .map_err(|_| Error::new(ErrorKind::Transient, "the server's answer is not UTF-8"))?;
         let mut states = Vec::new();
@@ -257,7 +257,7 @@ impl<T: Transport, P: Platform> StateStore<T, P> {
         .param("db", &self.tables.database)
         .param("t", &self.tables.state)
         .data(body);
-        self.client.execute(&query).map(|_| ())
+        self.client.execute_owned(query).map(|_| ())
     }
 
     /// Overwrites both parts of one state (Meltano `set`).
@@ -365,7 +365,7 @@ impl<T: Transport, P: Platform> StateStore<T, P> {
     }
 
     fn count(&self, query: Query) -> Result<u64, Error> {
-        let response = self.client.execute(&query.format("TabSeparated"))?;
+        let response = self.client.execute_owned(query.format("TabSeparated"))?;
         String::from_utf8_lossy(&response.body)
             .trim()
             .parse()
@@ -411,7 +411,7 @@ impl<T: Transport, P: Platform> StateStore<T, P> {
             "SELECT state_id FROM {db:Identifier}.{t:Identifier} FINAL",
             pattern,
         );
-        let response = self.client.execute(&query.format("JSONEachRow"))?;
+        let response = self.client.execute_owned(query.format("JSONEachRow"))?;
         let mut ids = Vec::new();
         for line in String::from_utf8_lossy(&response.body).lines() {
             if line.is_empty() {

@@ -156,6 +156,18 @@ pub fn cli_binary() -> PathBuf {
     bin
 }
 
+/// Runs a command with `stdin` as its standard input and waits for it.
+pub fn output_with_stdin(cmd: &mut Command, stdin: &[u8]) -> std::process::Output {
+    let mut child = cmd
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawning the command");
+    std::io::Write::write_all(&mut child.stdin.take().unwrap(), stdin).unwrap();
+    child.wait_with_output().unwrap()
+}
+
 /// The CLI with the server's connection in its environment (and nothing inherited that could
 /// point it elsewhere).
 pub fn cli(server: &Server) -> Command {

@@ -122,23 +122,32 @@ async fn closed_port_is_disconnected() {
     );
 }
 
-/// A TCP listener that counts connections and never answers.
-fn black_hole() -> (u16, Arc<AtomicUsize>) {
+/// A loopback listener that counts the connections it accepts and hands each to `handle` on a
+/// thread of its own.
+fn counting_listener(
+    handle: impl Fn(std::net::TcpStream) + Send + Sync + 'static,
+) -> (u16, Arc<AtomicUsize>) {
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let port = listener.local_addr().unwrap().port();
     let count = Arc::new(AtomicUsize::new(0));
     let seen = count.clone();
+    let handle = Arc::new(handle);
     std::thread::spawn(move || {
         for stream in listener.incoming() {
             seen.fetch_add(1, Ordering::SeqCst);
-            let mut stream = stream.unwrap();
-            std::thread::spawn(move || {
-                let mut buf = [0u8; 4096];
-                while matches!(stream.read(&mut buf), Ok(n) if n > 0) {}
-            });
+            let (stream, handle) = (stream.unwrap(), handle.clone());
+            std::thread::spawn(move || handle(stream));
         }
     });
     (port, count)
+}
+
+/// A TCP listener that counts connections and never answers.
+fn black_hole() -> (u16, Arc<AtomicUsize>) {
+    counting_listener(|mut stream| {
+        let mut buf = [0u8; 4096];
+        while matches!(stream.read(&mut buf), Ok(n) if n > 0) {}
+    })
 }
 
 #[tokio::test]
@@ -322,28 +331,17 @@ fn cli_exit_codes_follow_the_error_kind() {
 /// A pass-through TCP proxy to the real server that counts the connections it accepts.
 fn counting_proxy(target: &str) -> (u16, Arc<AtomicUsize>) {
     let target = target.trim_start_matches("http://").to_string();
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    let port = listener.local_addr().unwrap().port();
-    let count = Arc::new(AtomicUsize::new(0));
-    let seen = count.clone();
-    std::thread::spawn(move || {
-        for client in listener.incoming() {
-            let client = client.unwrap();
-            seen.fetch_add(1, Ordering::SeqCst);
-            let server = std::net::TcpStream::connect(&target).unwrap();
-            let (mut c2, mut s2) = (client.try_clone().unwrap(), server.try_clone().unwrap());
-            let (mut c1, mut s1) = (client, server);
-            std::thread::spawn(move || {
-                let _ = std::io::copy(&mut c1, &mut s1);
-                let _ = s1.shutdown(std::net::Shutdown::Write);
-            });
-            std::thread::spawn(move || {
-                let _ = std::io::copy(&mut s2, &mut c2);
-                let _ = c2.shutdown(std::net::Shutdown::Write);
-            });
-        }
-    });
-    (port, count)
+    counting_listener(move |client| {
+        let server = std::net::TcpStream::connect(&target).unwrap();
+        let (mut c2, mut s2) = (client.try_clone().unwrap(), server.try_clone().unwrap());
+        let (mut c1, mut s1) = (client, server);
+        std::thread::spawn(move || {
+            let _ = std::io::copy(&mut c1, &mut s1);
+            let _ = s1.shutdown(std::net::Shutdown::Write);
+        });
+        let _ = std::io::copy(&mut s2, &mut c2);
+        let _ = c2.shutdown(std::net::Shutdown::Write);
+    })
 }
 
 #[tokio::test]

@@ -3,13 +3,12 @@
 //! `--invoke` of a library export. (Node is tested by `js/test`, the Rust example by
 //! `foundation::the_embedding_example_runs`.)
 
-use std::io::Write;
 use std::path::PathBuf;
-use std::process::{Command, Stdio};
+use std::process::Command;
 
 use clickhouse_component_host::component::EMBEDDED_COMPONENT_PATH;
 use clickhouse_component_tests::native::Sql;
-use clickhouse_component_tests::{cli, clickhouse, unique_name, Server};
+use clickhouse_component_tests::{cli, clickhouse, output_with_stdin, unique_name, Server};
 use serde_json::Value;
 
 /// The wasmtime CLI the test command installed (`cargo install wasmtime-cli@48.0.8 --locked`).
@@ -41,14 +40,7 @@ struct Run {
 }
 
 fn finish(mut cmd: Command, stdin: &[u8]) -> Run {
-    let mut child = cmd
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    child.stdin.take().unwrap().write_all(stdin).unwrap();
-    let out = child.wait_with_output().unwrap();
+    let out = output_with_stdin(&mut cmd, stdin);
     Run {
         code: out.status.code().unwrap_or(-1),
         stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
@@ -206,30 +198,16 @@ fn sink_from_stdin_is_the_same_under_wasmtime_and_the_host() {
     let rows: String = (0..2500)
         .map(|n| format!("{{\"n\":{n},\"s\":\"row {n}\"}}\n"))
         .collect();
-    let w = under_wasmtime(
-        server,
-        &[
-            "--json",
-            "sink",
-            "--table",
-            &format!("{db}.a"),
-            "--batch-size",
-            "1000",
-        ],
-        rows.as_bytes(),
-    );
-    let h = under_host(
-        server,
-        &[
-            "--json",
-            "sink",
-            "--table",
-            &format!("{db}.b"),
-            "--batch-size",
-            "1000",
-        ],
-        rows.as_bytes(),
-    );
+    let table_a = format!("{db}.a");
+    let table_b = format!("{db}.b");
+    let sink = |table: &str| -> Vec<String> {
+        ["--json", "sink", "--table", table, "--batch-size", "1000"]
+            .iter()
+            .map(|s| s.to_string())
+            .collect()
+    };
+    let w = under_wasmtime(server, &refs(&sink(&table_a)), rows.as_bytes());
+    let h = under_host(server, &refs(&sink(&table_b)), rows.as_bytes());
     assert_eq!((w.code, h.code), (0, 0), "{}{}", w.stderr, h.stderr);
     let (mut wj, mut hj) = (timeless(&w.stdout), timeless(&h.stdout));
     assert_eq!(wj["rows"], 2500);
@@ -246,14 +224,8 @@ fn sink_from_stdin_is_the_same_under_wasmtime_and_the_host() {
     }
     // A failure after committed chunks: same kind, committed count and exit code.
     let bad = format!("{rows}{{\"n\":\"x\",\"s\":\"bad\"}}\n");
-    let args = [
-        "--json",
-        "sink",
-        "--table",
-        &format!("{db}.a"),
-        "--batch-size",
-        "1000",
-    ];
+    let args = sink(&table_a);
+    let args = refs(&args);
     let w = under_wasmtime(server, &args, bad.as_bytes());
     let h = under_host(server, &args, bad.as_bytes());
     assert_eq!((w.code, h.code), (8, 8), "{}{}", w.stdout, h.stdout);

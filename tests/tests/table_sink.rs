@@ -8,7 +8,7 @@ use std::process::Stdio;
 use clickhouse_component::client::ErrorKind;
 use clickhouse_component_host::{Instance, SinkHandle, SinkOptions, Value};
 use clickhouse_component_tests::native::Sql;
-use clickhouse_component_tests::{cli, clickhouse, instance, unique_name};
+use clickhouse_component_tests::{cli, clickhouse, instance, output_with_stdin, unique_name};
 use serde_json::{json, Value as Json};
 
 fn sql() -> Sql {
@@ -669,31 +669,20 @@ fn cli_reports_kind_committed_rows_and_exit_code_on_failure() {
     let t = table("n UInt32", "");
     let mut data = ndjson((0..2500).map(|n| json!({"n": n})));
     data.extend_from_slice(b"{\"n\":\"not a number\"}\n");
-    let mut child = cli(clickhouse())
-        .args(["sink", "--table", &t, "--batch-size", "1000"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    child.stdin.take().unwrap().write_all(&data).unwrap();
-    let out = child.wait_with_output().unwrap();
+    let out = output_with_stdin(
+        cli(clickhouse()).args(["sink", "--table", &t, "--batch-size", "1000"]),
+        &data,
+    );
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(8), "uncertain: {stderr}");
     assert!(stderr.contains("error (uncertain)"), "{stderr}");
     assert!(stderr.contains("committed rows: 2000"), "{stderr}");
     assert_eq!(count(&t), 2000);
 
-    let out = cli(clickhouse())
-        .args(["--json", "sink", "--table", &t, "--columns", "n,missing"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .and_then(|mut c| {
-            c.stdin.take().unwrap().write_all(b"{\"n\":1}\n")?;
-            c.wait_with_output()
-        })
-        .unwrap();
+    let out = output_with_stdin(
+        cli(clickhouse()).args(["--json", "sink", "--table", &t, "--columns", "n,missing"]),
+        b"{\"n\":1}\n",
+    );
     assert_eq!(out.status.code(), Some(2));
     let v: Json = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(v["error"]["kind"], "invalid-input");
