@@ -6,11 +6,20 @@ that clickhouse-component uses, so the quick start and the integration tests run
 engine on a machine where no ClickHouse server can be installed:
 
 * ``GET/POST /?query=...``: the query is the ``query`` URL parameter followed by a newline and the
-  request body. ``INSERT ... FORMAT X`` in the URL with a body streams the body to the engine as
-  data (``send_insert`` + ``append`` + ``finish``), like a real server, never as query text.
+  request body. ``INSERT ... FORMAT X`` in the URL with a body hands the body to the engine as
+  data (``FROM INFILE`` a spool file), like a real server, never as query text.
+* The front never parses or edits SQL: statements reach the engine byte for byte as a server
+  receives them. It only splits ``INSERT ... FORMAT X`` from its data, as a server does, and
+  hands the data to the engine from a spool file (``FROM INFILE``; chdb's streaming insert
+  skips CHECK constraints).
 * ``database``, ``default_format``, ``query_id``, ``param_<name>`` (typed query parameters, TSV
-  escaped as on a real server); every other URL parameter is a setting, applied with ``SET`` so an
-  unknown setting or a bad value fails with the server's own error.
+  escaped as on a real server, bound by the engine itself: chdb's ``params=`` for queries,
+  ``SET param_<name>`` on the request's session for streamed inserts); every other URL parameter
+  is a setting, applied with ``SET`` so an unknown setting or a bad value fails with the server's
+  own error.
+* ``Content-Encoding`` request bodies (gzip, deflate, br, xz, zstd, lz4, bz2, snappy) are decoded
+  by the engine's own readers (the ``file()`` table function with that compression method, the
+  same ``chooseCompressionMethod`` a server's HTTP handler uses).
 * Auth by ``X-ClickHouse-User``/``X-ClickHouse-Key``, HTTP Basic, or ``user``/``password`` URL
   parameters, checked against the one configured user.
 * Errors: ``Code: N. DB::Exception: ... (NAME)`` body, ``X-ClickHouse-Exception-Code`` header and
@@ -54,18 +63,31 @@ RESERVED_PARAMS = {
     "wait_end_of_query", "stacktrace", "role", "enable_http_compression",
 }
 
-# ClickHouse's exceptionCodeToHTTPStatus (src/Server/HTTPHandler.cpp), the codes we can meet.
-STATUS_BY_CODE = {
-    194: 401,  # REQUIRED_PASSWORD
-    192: 403, 193: 403, 516: 403, 517: 403,  # UNKNOWN_USER, WRONG_PASSWORD, AUTHENTICATION_FAILED, ...
-    36: 400, 427: 400, 6: 400, 25: 400, 26: 400, 38: 400, 41: 400, 72: 400, 441: 400, 27: 400,
-    376: 400, 15: 400, 44: 400, 61: 400, 62: 400, 117: 400, 53: 400, 321: 400, 167: 400, 168: 400,
-    169: 400, 456: 400, 457: 400,
-    60: 404, 46: 404, 47: 404, 50: 404, 56: 404, 81: 404, 115: 404, 73: 404, 336: 404, 376: 400,
-    159: 408,  # TIMEOUT_EXCEEDED
-    209: 503,  # SOCKET_TIMEOUT
-    48: 501,  # NOT_IMPLEMENTED
+# ClickHouse's exceptionCodeToHTTPStatus (src/Server/HTTP/exceptionCodeToHTTPStatus.cpp), by
+# error name (the engine's messages end in "(NAME)"); every other error is 500.
+_STATUS_NAMES = {
+    401: "REQUIRED_PASSWORD",
+    403: "UNKNOWN_USER WRONG_PASSWORD AUTHENTICATION_FAILED SET_NON_GRANTED_ROLE ACCESS_DENIED",
+    400: "BAD_ARGUMENTS CANNOT_COMPILE_REGEXP CANNOT_PARSE_TEXT CANNOT_PARSE_ESCAPE_SEQUENCE "
+         "CANNOT_PARSE_QUOTED_STRING CANNOT_PARSE_DATE CANNOT_PARSE_DATETIME CANNOT_PARSE_NUMBER "
+         "CANNOT_PARSE_DOMAIN_VALUE_FROM_STRING CANNOT_PARSE_IPV4 CANNOT_PARSE_IPV6 "
+         "CANNOT_PARSE_INPUT_ASSERTION_FAILED CANNOT_PARSE_UUID DUPLICATE_COLUMN ILLEGAL_COLUMN "
+         "UNKNOWN_ELEMENT_IN_AST UNKNOWN_TYPE_OF_AST_NODE THERE_IS_NO_COLUMN TOO_DEEP_AST TOO_BIG_AST "
+         "UNEXPECTED_AST_STRUCTURE SYNTAX_ERROR INCORRECT_DATA TYPE_MISMATCH "
+         "VALUE_IS_OUT_OF_RANGE_OF_DATA_TYPE",
+    404: "UNKNOWN_TABLE UNKNOWN_FUNCTION UNKNOWN_IDENTIFIER UNKNOWN_TYPE UNKNOWN_STORAGE "
+         "UNKNOWN_DATABASE UNKNOWN_SETTING UNKNOWN_DIRECTION_OF_SORTING UNKNOWN_AGGREGATE_FUNCTION "
+         "UNKNOWN_FORMAT UNKNOWN_DATABASE_ENGINE UNKNOWN_TYPE_OF_QUERY UNKNOWN_ROLE",
+    413: "QUERY_IS_TOO_LARGE",
+    501: "NOT_IMPLEMENTED",
+    503: "SOCKET_TIMEOUT CANNOT_OPEN_FILE CANNOT_SCHEDULE_TASK",
+    411: "HTTP_LENGTH_REQUIRED",
+    408: "TIMEOUT_EXCEEDED",
+    415: "UNSUPPORTED_MEDIA_TYPE",
 }
+STATUS_BY_NAME = {name: status for status, names in _STATUS_NAMES.items() for name in names.split()}
+# The compression methods ClickHouse's chooseCompressionMethod knows (src/IO/CompressionMethod.cpp).
+COMPRESSION_METHODS = {"auto", "none", "gzip", "deflate", "br", "xz", "zstd", "lz4", "bz2", "snappy"}
 CODE_RE = re.compile(r"Code: (\d+)\. ")
 NAME_RE = re.compile(r"\(([A-Z][A-Z0-9_]+)\)(?: \(version [^)]*\))?\s*$")
 FORMAT_RE = re.compile(r"\s+FORMAT\s+([A-Za-z0-9_]+)\s*;?\s*$", re.IGNORECASE)
@@ -74,7 +96,6 @@ INSERT_RE = re.compile(r"^\s*INSERT\b", re.IGNORECASE)
 # clickhouse-connect send it): the data starts after the format name and one whitespace.
 BODY_INSERT_RE = re.compile(rb"^\s*(INSERT\b.*?\bFORMAT\s+([A-Za-z0-9_]+))[ \t]*(\r?\n|[ \t])", re.IGNORECASE | re.DOTALL)
 SETTING_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_.]*$")
-PLACEHOLDER_RE = re.compile(r"\{\s*([A-Za-z_][A-Za-z0-9_]*)\s*:\s*([^{}]+?)\s*\}")
 VERSION = "unknown"
 
 
@@ -87,6 +108,10 @@ class ServerError(Exception):
 
     def body(self) -> str:
         return f"Code: {self.code}. DB::Exception: {self.message}. ({self.name}) (version {VERSION})\n"
+
+
+def status_for(name: str | None) -> int:
+    return STATUS_BY_NAME.get(name or "", 500)
 
 
 def engine_error(exc: Exception) -> tuple[int, str]:
@@ -102,12 +127,18 @@ def engine_error(exc: Exception) -> tuple[int, str]:
     body = text[match.start():].rstrip()
     if "(version " not in body:
         body += f" (version {VERSION})"
-    return STATUS_BY_CODE.get(code, 500), body + "\n"
+    name = NAME_RE.search(body)
+    return status_for(name.group(1) if name else None), body + "\n"
 
 
 def sql_string(value: str) -> str:
     """A ClickHouse string literal (only used for SET values, which the engine parses itself)."""
     return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+def backquote(name: str) -> str:
+    """A backquoted identifier (only used for SET names, which the engine parses itself)."""
+    return "`" + name.replace("\\", "\\\\").replace("`", "\\`") + "`"
 
 
 class Engine:
@@ -116,6 +147,29 @@ class Engine:
     def __init__(self, data_dir: str):
         self.path = f"file:{data_dir}"
         self._keepalive = chdb.connect(self.path)  # keeps the engine up between requests
+        # Compressed request bodies are staged here for the engine's own decompressing reader.
+        self.spool_dir = os.path.join(data_dir, "http_spool")
+        os.makedirs(self.spool_dir, exist_ok=True)
+
+    def decode(self, body: bytes, encoding: str) -> bytes:
+        """Decode a ``Content-Encoding`` body with the engine's own reader (the compression
+        method name goes to the engine unchanged, so unknown names fail as on a server)."""
+        fd, path = tempfile.mkstemp(dir=self.spool_dir)
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(body)
+            conn = chdb.connect(self.path)
+            try:
+                result = conn.query(
+                    "SELECT raw FROM file({path:String}, 'RawBLOB', 'raw String', {method:String})",
+                    "RawBLOB",
+                    params={"path": path, "method": encoding},
+                )
+                return result.bytes() if result is not None else b""
+            finally:
+                conn.close()
+        finally:
+            os.unlink(path)
 
     def session(self, settings: dict[str, str], database: str | None, readonly: bool):
         conn = chdb.connect(self.path)
@@ -190,15 +244,32 @@ class Handler(BaseHTTPRequestHandler):
         self._send(status, body.encode(), headers)
 
     def _authenticate(self, params: dict[str, str]) -> None:
+        """One source of credentials, as authenticateUserByHTTP checks: the X-ClickHouse-User /
+        X-ClickHouse-Key headers, or Basic auth, or the user / password URL parameters; mixing
+        them is refused."""
         user = self.headers.get("X-ClickHouse-User")
         key = self.headers.get("X-ClickHouse-Key")
-        auth = self.headers.get("Authorization", "")
-        if user is None and auth.lower().startswith("basic "):
+        auth = self.headers.get("Authorization")
+        in_params = "user" in params or "password" in params
+        mixed = ServerError(
+            516,
+            "AUTHENTICATION_FAILED",
+            "Invalid authentication: it is not allowed to use several authentication methods "
+            "(X-ClickHouse-User/Key headers, Authorization header, user/password parameters) simultaneously",
+        )
+        if user or key:
+            if auth is not None or in_params:
+                raise mixed
+        elif auth is not None:
+            if in_params:
+                raise mixed
+            if not auth.lower().startswith("basic "):
+                raise ServerError(516, "AUTHENTICATION_FAILED", "Unsupported Authorization scheme")
             try:
                 user, _, key = base64.b64decode(auth[6:]).decode().partition(":")
             except Exception:
                 raise ServerError(516, "AUTHENTICATION_FAILED", "Malformed Basic authorization")
-        if user is None:
+        else:
             user, key = params.get("user"), params.get("password")
         user = user or "default"
         key = key or ""
@@ -219,6 +290,7 @@ class Handler(BaseHTTPRequestHandler):
     def _handle(self, readonly: bool):
         url = urlsplit(self.path)
         body = self._read_body() if self.command == "POST" else b""
+        encoding = self.headers.get("Content-Encoding", "").strip()
         if url.path in ("/ping", "/") and "query=" not in (url.query or "") and not body:
             self._send(200, b"Ok.\n", {"Content-Type": "text/html; charset=UTF-8"})
             return
@@ -229,9 +301,20 @@ class Handler(BaseHTTPRequestHandler):
         query_id = params.get("query_id") or str(uuid.uuid4())
         try:
             self._authenticate(params)
+            if encoding:
+                if encoding not in COMPRESSION_METHODS:
+                    raise ServerError(
+                        48,
+                        "NOT_IMPLEMENTED",
+                        f"Unknown compression method '{encoding}'. Only "
+                        + ", ".join(f"'{m}'" for m in sorted(COMPRESSION_METHODS))
+                        + " are supported as compression methods",
+                    )
+                if body:
+                    body = self.engine.decode(body, encoding)
             self._execute(params, body, query_id, readonly)
         except ServerError as e:
-            self._error(STATUS_BY_CODE.get(e.code, 500), e.body(), query_id)
+            self._error(status_for(e.name), e.body(), query_id)
         except Exception as e:  # chdb's errors carry the engine's code
             status, text = engine_error(e)
             self._error(status, text, query_id)
@@ -245,31 +328,37 @@ class Handler(BaseHTTPRequestHandler):
             elif name not in RESERVED_PARAMS:
                 settings[name] = value
         url_query = params.get("query", "")
-        out_format = params.get("default_format") or "TabSeparated"
+        # URL parameters first, then the X-ClickHouse-Database / X-ClickHouse-Format headers.
+        database = params.get("database") or self.headers.get("X-ClickHouse-Database")
+        out_format = (
+            params.get("default_format") or self.headers.get("X-ClickHouse-Format") or "TabSeparated"
+        )
         started = time.monotonic()
-        conn = self.engine.session(settings, params.get("database"), readonly)
+        conn = self.engine.session(settings, database, readonly)
         try:
             body_insert = None if url_query else BODY_INSERT_RE.match(body[:65536])
             if url_query and body and INSERT_RE.match(url_query):
-                statement = substitute_identifiers(url_query, query_params)
-                summary = self._insert(conn, statement, body)
-                payload = b""
+                result = self._insert(conn, url_query, query_params, body)
             elif body_insert:
-                statement = substitute_identifiers(body_insert.group(1).decode(), query_params)
-                summary = self._insert(conn, statement, body[body_insert.end():])
-                payload = b""
+                statement = body_insert.group(1).decode()
+                result = self._insert(conn, statement, query_params, body[body_insert.end():])
             else:
                 text = url_query + ("\n" if url_query and body else "") + body.decode("utf-8")
                 if not text.strip():
                     raise ServerError(62, "SYNTAX_ERROR", "Empty query")
                 result = conn.query(text, out_format, params=query_params)
-                payload = result.bytes() if result is not None else b""
-                summary = {
-                    "read_rows": result.rows_read() if result is not None else 0,
-                    "read_bytes": result.bytes_read() if result is not None else 0,
-                    "written_rows": 0,
-                    "written_bytes": 0,
-                }
+            payload = result.bytes() if result is not None else b""
+            written_rows = result.rows_written() if result is not None else 0
+            summary = {
+                "read_rows": result.rows_read() if result is not None else 0,
+                "read_bytes": result.bytes_read() if result is not None else 0,
+                "written_rows": written_rows,
+                "written_bytes": result.bytes_written() if result is not None else 0,
+                "total_rows_to_read": result.rows_read() if result is not None else 0,
+                # chdb does not count result rows; an INSERT's are its written rows.
+                "result_rows": written_rows,
+                "result_bytes": len(payload),
+            }
         finally:
             conn.close()
         summary = {k: str(v) for k, v in summary.items()}
@@ -286,9 +375,17 @@ class Handler(BaseHTTPRequestHandler):
         }
         self._send(200, payload, headers)
 
-    @staticmethod
-    def _insert(conn, url_query: str, body: bytes) -> dict:
-        """Stream the body to the engine as INSERT data (never as query text)."""
+    def _insert(self, conn, url_query: str, query_params: dict[str, str], body: bytes):
+        """Hand the body to the engine as INSERT data, never as query text.
+
+        The statement is passed on unchanged up to its ``FORMAT`` clause (the split a server
+        makes); the data goes to the engine from a spool file (``FROM INFILE``), which runs the
+        same insert pipeline as a server's HTTP insert. (chdb's streaming ``send_insert`` skips
+        CHECK constraints: it answers success and writes nothing.) Query parameters are bound
+        on the session with ``SET param_<name>``, which the engine treats exactly like a
+        server's ``param_<name>`` URL parameters."""
+        for name, value in query_params.items():
+            conn.query(f"SET {backquote('param_' + name)} = {sql_string(value)}")
         match = FORMAT_RE.search(url_query)
         if match:
             fmt, statement = match.group(1), url_query[: match.start()]
@@ -296,51 +393,13 @@ class Handler(BaseHTTPRequestHandler):
             fmt, statement = "Values", re.sub(r"\bVALUES\s*$", "", url_query, flags=re.IGNORECASE)
         else:
             fmt, statement = "TabSeparated", url_query
-        inserter = conn.send_insert(statement, fmt)
+        fd, path = tempfile.mkstemp(dir=self.engine.spool_dir)
         try:
-            inserter.append(body)
-            result = inserter.finish()
-        except BaseException:
-            inserter.cancel()
-            raise
-        return {
-            "read_rows": 0,
-            "read_bytes": 0,
-            "written_rows": result.rows_written,
-            "written_bytes": result.bytes_written,
-        }
-
-
-def unescape_param(value: str) -> str:
-    """Undo the TSV escaping of a query parameter value, as the server does."""
-    out, i = [], 0
-    escapes = {"t": "\t", "n": "\n", "r": "\r", "0": "\0", "\\": "\\", "'": "'", "b": "\b", "f": "\f"}
-    while i < len(value):
-        c = value[i]
-        if c == "\\" and i + 1 < len(value):
-            out.append(escapes.get(value[i + 1], value[i + 1]))
-            i += 2
-        else:
-            out.append(c)
-            i += 1
-    return "".join(out)
-
-
-def substitute_identifiers(statement: str, params: dict[str, str]) -> str:
-    """Substitute {name:Identifier} in a streamed INSERT statement (chdb's send_insert takes no
-    parameters); a real server does this itself. Other parameter types are not supported there."""
-
-    def replace(match):
-        name, kind = match.group(1), match.group(2)
-        if kind != "Identifier":
-            raise ServerError(457, "BAD_QUERY_PARAMETER",
-                              f"local ClickHouse: only Identifier parameters are supported in INSERT ... FORMAT (got {kind})")
-        if name not in params:
-            raise ServerError(456, "UNKNOWN_QUERY_PARAMETER", f"Substitution `{name}` is not set")
-        ident = unescape_param(params[name])
-        return "`" + ident.replace("\\", "\\\\").replace("`", "\\`") + "`"
-
-    return PLACEHOLDER_RE.sub(replace, statement)
+            with os.fdopen(fd, "wb") as f:
+                f.write(body)
+            return conn.query(f"{statement} FROM INFILE {sql_string(path)} FORMAT {fmt}")
+        finally:
+            os.unlink(path)
 
 
 def exit_with_parent(parent: int):
