@@ -183,9 +183,12 @@ pub fn kind_for_code(code: i32) -> Option<ErrorKind> {
         3 | 32 | 159 | 209 | 210 | 225 | 242 | 279 | 285 | 394 | 425 | 473 | 999 | 1000 => {
             ErrorKind::Transient
         }
-        // The request or its data is wrong.
-        6 | 8 | 25 | 26 | 27 | 36 | 38 | 41 | 43 | 44 | 53 | 62 | 69 | 70 | 72 | 117 | 131
-        | 321 | 349 | 456 | 457 => ErrorKind::Permanent,
+        // The request or its data is wrong: parse and type errors, constraint violations,
+        // undecodable bodies. Repeating the same request fails the same way.
+        6 | 8 | 25 | 26 | 27 | 33 | 36 | 38 | 41 | 43 | 44 | 53 | 62 | 69 | 70 | 72 | 117 | 130
+        | 131 | 190 | 321 | 349 | 354 | 376 | 441 | 456 | 457 | 467 | 469 | 561 | 675 | 676 => {
+            ErrorKind::Permanent
+        }
         _ => return None,
     })
 }
@@ -345,6 +348,10 @@ mod tests {
             (400, Some(62), Read, Permanent),       // SYNTAX_ERROR
             (400, Some(27), Write, Permanent),      // CANNOT_PARSE_INPUT_ASSERTION_FAILED
             (400, Some(53), Write, Permanent),      // TYPE_MISMATCH
+            (500, Some(130), Write, Permanent),     // CANNOT_READ_ARRAY_FROM_TEXT
+            (500, Some(467), Write, Permanent),     // CANNOT_PARSE_BOOL
+            (500, Some(469), Write, Permanent),     // VIOLATED_CONSTRAINT
+            (500, Some(561), Write, Permanent),     // ZSTD_DECODER_FAILED
             (500, Some(319), Write, Uncertain),     // UNKNOWN_STATUS_OF_INSERT
             (500, Some(319), Read, Uncertain),
             (408, Some(159), Read, Transient),  // TIMEOUT_EXCEEDED

@@ -1,5 +1,6 @@
 //! ClickHouse HTTP client: connection strings ([`dsn`]), requests ([`request`]), answers
-//! ([`response`]), the error taxonomy ([`error`]) and the transport seam ([`transport`]).
+//! ([`response`]), the error taxonomy ([`error`]), identifiers in SQL text ([`sql`]) and the
+//! transport seam ([`transport`]).
 //!
 //! Everything here except [`wasi_http`] is plain Rust with native unit tests.
 
@@ -7,6 +8,7 @@ pub mod dsn;
 pub mod error;
 pub mod request;
 pub mod response;
+pub mod sql;
 pub mod transport;
 pub mod url;
 #[cfg(target_arch = "wasm32")]

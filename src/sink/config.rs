@@ -41,14 +41,16 @@ pub struct SinkConfig {
     pub async_insert: bool,
 }
 
-/// How ClickHouse reads a boolean setting: `Some(true/false)` for the spellings it accepts,
-/// `None` otherwise.
+/// How ClickHouse reads a boolean setting given as text (a URL parameter): `0`, `1`, or
+/// `true`/`false` in any case (`SettingFieldBool`); `None` for anything else, which a server
+/// refuses with CANNOT_PARSE_BOOL (`on`, `yes`, `2`, quoted or padded values).
 pub fn parse_bool_setting(value: &str) -> Option<bool> {
-    let v = value.trim().trim_matches(|c| c == '\'' || c == '"').trim();
-    match v.to_ascii_lowercase().as_str() {
-        "1" | "true" | "yes" | "on" | "enable" | "enabled" => Some(true),
-        "0" | "false" | "no" | "off" | "disable" | "disabled" => Some(false),
-        other => other.parse::<i64>().ok().map(|n| n != 0),
+    match value {
+        "1" => Some(true),
+        "0" => Some(false),
+        v if v.eq_ignore_ascii_case("true") => Some(true),
+        v if v.eq_ignore_ascii_case("false") => Some(false),
+        _ => None,
     }
 }
 
@@ -111,7 +113,9 @@ impl SinkConfig {
             match effective(name) {
                 None => Ok(None),
                 Some(v) => parse_bool_setting(v).map(Some).ok_or_else(|| {
-                    Error::invalid(format!("{name} must be 0 or 1 (or true/false)"))
+                    Error::invalid(format!(
+                        "{name} must be 0, 1, true or false (ClickHouse accepts no other spelling)"
+                    ))
                 }),
             }
         };
@@ -234,7 +238,7 @@ mod tests {
                 .collect(),
             ..opts("t")
         };
-        for on in ["1", "true", "TRUE", "True", "'1'", " 1 ", "yes", "on", "2"] {
+        for on in ["1", "true", "TRUE", "True"] {
             let msg = err(with(&[("async_insert", on)]), "http://h");
             assert!(msg.contains("fire-and-forget"), "{on}: {msg}");
             let msg = err(
@@ -261,12 +265,22 @@ mod tests {
             &endpoint("http://h?async_insert=1")
         )
         .is_ok());
-        for off in ["0", "false", "FALSE", "off"] {
+        for off in ["0", "false", "FALSE"] {
             assert!(
                 SinkConfig::new(&with(&[("async_insert", off)]), &endpoint("http://h")).is_ok()
             );
         }
-        assert!(err(with(&[("async_insert", "maybe")]), "http://h").contains("must be 0 or 1"));
+        // Spellings a server refuses (CANNOT_PARSE_BOOL) are refused before any request.
+        for bad in ["maybe", "on", "off", "yes", "2", "'1'", " 1 ", ""] {
+            let msg = err(
+                with(&[("async_insert", bad), ("wait_for_async_insert", "1")]),
+                "http://h",
+            );
+            assert!(
+                msg.contains("must be 0, 1, true or false"),
+                "{bad:?}: {msg}"
+            );
+        }
         let dedup_off = SinkOptions {
             dedup: true,
             ..with(&[("insert_deduplicate", "0")])

@@ -3,10 +3,14 @@
 //! across sends). The receipt reports the server's `written_rows`; a failure after a committed
 //! chunk is `uncertain` and says how many rows committed.
 
+use std::cell::OnceCell;
+
 use sha2::{Digest, Sha256};
 
+use crate::client::sql::quote_identifier;
 use crate::client::{Client, Error, ErrorKind, Query, Transport};
 
+use super::columns::{ColumnTypeSource, ColumnTypes};
 use super::config::{SinkConfig, SinkOptions};
 use super::encode::{encode_json, encode_rows, Encoded, Row};
 
@@ -30,6 +34,8 @@ pub struct Sink<T: Transport> {
     client: Client<T>,
     config: SinkConfig,
     closed: bool,
+    /// The table's column types, read at the first send.
+    types: OnceCell<ColumnTypes>,
 }
 
 impl<T: Transport> Sink<T> {
@@ -40,6 +46,7 @@ impl<T: Transport> Sink<T> {
             client,
             config,
             closed: false,
+            types: OnceCell::new(),
         })
     }
 
@@ -56,17 +63,17 @@ impl<T: Transport> Sink<T> {
         }
     }
 
-    /// Sends typed rows.
+    /// Sends typed rows. Every row is checked before the first INSERT.
     pub fn send(&self, rows: &[Row]) -> Result<Receipt, Error> {
         self.check_open()?;
-        let encoded = encode_rows(rows, self.config.columns.as_deref())?;
+        let encoded = encode_rows(rows, self.config.columns.as_deref(), Some(self))?;
         self.deliver(&encoded)
     }
 
-    /// Sends NDJSON or a JSON array of objects.
+    /// Sends NDJSON or a JSON array of objects. Every row is checked before the first INSERT.
     pub fn send_json(&self, data: &[u8]) -> Result<Receipt, Error> {
         self.check_open()?;
-        let encoded = encode_json(data, self.config.columns.as_deref())?;
+        let encoded = encode_json(data, self.config.columns.as_deref(), Some(self))?;
         self.deliver(&encoded)
     }
 
@@ -75,11 +82,11 @@ impl<T: Transport> Sink<T> {
         self.closed = true;
     }
 
-    /// The INSERT statement for these columns, names as `Identifier` parameters.
+    /// The INSERT statement for these columns: the table (and database) as `Identifier`
+    /// parameters, the column names backquoted by [`quote_identifier`] (ClickHouse's grammar
+    /// takes no parameter in an INSERT column list).
     fn insert_query(&self, columns: &[String]) -> Query {
-        let placeholders: Vec<String> = (0..columns.len())
-            .map(|i| format!("{{c{i}:Identifier}}"))
-            .collect();
+        let column_list: Vec<String> = columns.iter().map(|c| quote_identifier(c)).collect();
         let target = if self.config.database.is_some() {
             "{db:Identifier}.{t:Identifier}"
         } else {
@@ -89,15 +96,12 @@ impl<T: Transport> Sink<T> {
             "send",
             format!(
                 "INSERT INTO {target} ({}) FORMAT JSONEachRow",
-                placeholders.join(", ")
+                column_list.join(", ")
             ),
         )
         .param("t", &self.config.table);
         if let Some(db) = &self.config.database {
             query = query.param("db", db);
-        }
-        for (i, column) in columns.iter().enumerate() {
-            query = query.param(&format!("c{i}"), column);
         }
         for (name, value) in &self.config.settings {
             query = query.setting(name, value.clone());
@@ -188,12 +192,56 @@ impl<T: Transport> Sink<T> {
     }
 }
 
+impl<T: Transport> ColumnTypeSource for Sink<T> {
+    /// The table's column types: `DESCRIBE TABLE`, one read request, the first time a value
+    /// holds a null (a missing table is the server's `misconfigured` error, before any row is
+    /// sent).
+    fn column_types(&self) -> Result<&ColumnTypes, Error> {
+        if let Some(types) = self.types.get() {
+            return Ok(types);
+        }
+        let sql = if self.config.database.is_some() {
+            "DESCRIBE TABLE {db:Identifier}.{t:Identifier}"
+        } else {
+            "DESCRIBE TABLE {t:Identifier}"
+        };
+        let mut query = Query::read("describe", sql)
+            .param("t", &self.config.table)
+            .format("JSONEachRow");
+        if let Some(db) = &self.config.database {
+            query = query.param("db", db);
+        }
+        #[derive(serde::Deserialize)]
+        struct Column {
+            name: String,
+            #[serde(rename = "type")]
+            ty: String,
+        }
+        let response = self.client.execute_owned(query)?;
+        let mut columns = Vec::new();
+        for line in response.body.split(|b| *b == b'\n') {
+            if line.iter().all(u8::is_ascii_whitespace) {
+                continue;
+            }
+            let column: Column = serde_json::from_slice(line).map_err(|e| {
+                Error::new(
+                    ErrorKind::Transient,
+                    format!("unexpected answer to DESCRIBE TABLE: {e}"),
+                )
+            })?;
+            columns.push((column.name, column.ty));
+        }
+        Ok(self.types.get_or_init(|| ColumnTypes::new(columns)))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::client::error::{TransportError, TransportFailure};
     use crate::client::testing::Scripted;
     use crate::client::{ConnectionOptions, HttpResponse};
+    use crate::sink::encode::Value;
 
     fn ack(written: u64) -> Result<HttpResponse, TransportError> {
         Ok(HttpResponse {
@@ -257,12 +305,35 @@ mod tests {
         assert_eq!(sent[0].body, b"{\"id\":0}\n{\"id\":1}\n");
         assert_eq!(sent[2].body, b"{\"id\":4}\n");
         let url = &sent[0].path_and_query;
-        assert!(url.contains("query=INSERT%20INTO%20%7Bdb%3AIdentifier%7D.%7Bt%3AIdentifier%7D%20%28%7Bc0%3AIdentifier%7D%29%20FORMAT%20JSONEachRow"), "{url}");
+        // The table is a parameter; the column list is backquoted text (no parameter there).
+        assert!(url.contains("query=INSERT%20INTO%20%7Bdb%3AIdentifier%7D.%7Bt%3AIdentifier%7D%20%28%60id%60%29%20FORMAT%20JSONEachRow"), "{url}");
         assert!(url.contains("param_db=db&"), "{url}");
         assert!(url.contains("param_t=events"), "{url}");
-        assert!(url.contains("param_c0=id"), "{url}");
+        assert!(!url.contains("param_c0"), "{url}");
         assert!(url.contains("input_format_null_as_default=0"), "{url}");
         assert!(!url.contains("insert_deduplication_token"), "{url}");
+    }
+
+    #[test]
+    fn awkward_column_names_are_backquoted_in_the_statement() {
+        let t = Scripted::new(vec![ack(1)]);
+        let client = Client::new(&ConnectionOptions::from_url("http://h"), &t).unwrap();
+        let columns = ["id", "weird col", "a`b", "x.y", "{c0:Identifier}"];
+        let sink = Sink::open(
+            client,
+            &SinkOptions {
+                table: "events".into(),
+                columns: Some(columns.iter().map(|c| c.to_string()).collect()),
+                ..Default::default()
+            },
+        )
+        .unwrap();
+        let query = sink.insert_query(&sink.config().columns.clone().unwrap());
+        assert_eq!(
+            query.sql,
+            "INSERT INTO {t:Identifier} (`id`, `weird col`, `a\\`b`, `x.y`, `{c0:Identifier}`) FORMAT JSONEachRow"
+        );
+        assert_eq!(query.params, vec![("t".to_string(), "events".to_string())]);
     }
 
     #[test]
@@ -341,6 +412,60 @@ mod tests {
         };
         assert_eq!(token(0), token(1));
         assert_eq!(token(0).len(), "insert_deduplication_token=".len() + 64);
+    }
+
+    fn described(columns: &[(&str, &str)]) -> Result<HttpResponse, TransportError> {
+        let body: String = columns
+            .iter()
+            .map(|(n, t)| format!("{{\"name\":\"{n}\",\"type\":\"{t}\",\"default_type\":\"\"}}\n"))
+            .collect();
+        Ok(HttpResponse {
+            status: 200,
+            headers: vec![],
+            body: body.into_bytes(),
+            elapsed_us: 1,
+        })
+    }
+
+    #[test]
+    fn a_null_a_column_cannot_hold_is_refused_before_any_insert() {
+        let t = Scripted::new(vec![described(&[
+            ("id", "UInt32"),
+            ("n", "Nullable(String)"),
+        ])]);
+        let s = sink(&t, 10, false);
+        let e = s
+            .send_json(b"{\"id\":1,\"n\":null}\n{\"id\":null,\"n\":\"x\"}\n")
+            .unwrap_err();
+        assert_eq!(e.kind, ErrorKind::InvalidInput);
+        assert!(
+            e.message
+                .starts_with("row index 1, column 'id': null for a column of type UInt32"),
+            "{}",
+            e.message
+        );
+        // Only the DESCRIBE was sent, once, with the table as parameters.
+        let sent = t.sent.borrow();
+        assert_eq!(sent.len(), 1);
+        assert!(sent[0]
+            .body
+            .starts_with(b"DESCRIBE TABLE {db:Identifier}.{t:Identifier}"));
+        drop(sent);
+        // Typed rows use the cached types: no second DESCRIBE.
+        let e = s
+            .send(&[vec![("id".into(), Value::Null), ("n".into(), Value::Null)]])
+            .unwrap_err();
+        assert!(e.message.contains("column 'id'"), "{}", e.message);
+        assert_eq!(t.sent.borrow().len(), 1);
+    }
+
+    #[test]
+    fn null_free_rows_need_no_describe() {
+        let t = Scripted::new(vec![ack(2)]);
+        sink(&t, 10, false).send_json(&ndjson(2)).unwrap();
+        let sent = t.sent.borrow();
+        assert_eq!(sent.len(), 1);
+        assert!(sent[0].path_and_query.contains("query=INSERT"));
     }
 
     #[test]

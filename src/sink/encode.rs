@@ -13,6 +13,8 @@ use serde_json::value::RawValue;
 
 use crate::client::Error;
 
+use super::columns::{may_hold_null, ColumnTypeSource};
+
 /// One value of a typed row (the WIT `value` variant).
 #[derive(Clone, Debug, PartialEq)]
 pub enum Value {
@@ -167,8 +169,13 @@ fn check_keys<'k>(
     )))
 }
 
-/// Encodes typed rows.
-pub fn encode_rows(rows: &[Row], columns: Option<&[String]>) -> Result<Encoded<'static>, Error> {
+/// Encodes typed rows. With a source of column `types`, a null a column cannot hold is
+/// refused (the types are asked for only when a value holds a null).
+pub fn encode_rows(
+    rows: &[Row],
+    columns: Option<&[String]>,
+    types: Option<&dyn ColumnTypeSource>,
+) -> Result<Encoded<'static>, Error> {
     let first = rows
         .first()
         .ok_or_else(|| Error::invalid("send needs at least one row"))?;
@@ -197,7 +204,14 @@ pub fn encode_rows(rows: &[Row], columns: Option<&[String]>) -> Result<Encoded<'
         )?;
         out.push_row(|column, buf| {
             let value = &row.iter().find(|(k, _)| k == column).expect("checked").1;
-            write_value(buf, value).map_err(|why| {
+            let nulls = match (types, value) {
+                (Some(types), Value::Null) => types.column_types()?.check_null(column),
+                (Some(types), Value::Json(text)) if may_hold_null(text) => {
+                    types.column_types()?.check_json(column, text)
+                }
+                _ => Ok(()),
+            };
+            nulls.and_then(|()| write_value(buf, value)).map_err(|why| {
                 Error::invalid(format!(
                     "row index {index}, column {}: {why}",
                     shown(column)
@@ -309,8 +323,13 @@ impl<'de> Visitor<'de> for KeyVisitor {
 }
 
 /// Encodes JSON input: NDJSON (one object per line; blank lines skipped) or one JSON array of
-/// objects.
-pub fn encode_json<'a>(data: &'a [u8], columns: Option<&[String]>) -> Result<Encoded<'a>, Error> {
+/// objects. With a source of column `types`, a null a column cannot hold is refused (the types
+/// are asked for only when a value holds a null).
+pub fn encode_json<'a>(
+    data: &'a [u8],
+    columns: Option<&[String]>,
+    types: Option<&dyn ColumnTypeSource>,
+) -> Result<Encoded<'a>, Error> {
     let text = std::str::from_utf8(data).map_err(|e| {
         Error::invalid(format!(
             "the JSON input is not UTF-8 (at byte {})",
@@ -351,6 +370,21 @@ pub fn encode_json<'a>(data: &'a [u8], columns: Option<&[String]>) -> Result<Enc
             &out.columns,
             columns.is_some(),
         )?;
+        if let Some(types) = types {
+            for (key, raw) in &row.fields {
+                if may_hold_null(raw.get()) {
+                    types
+                        .column_types()?
+                        .check_json(key, raw.get())
+                        .map_err(|why| {
+                            Error::invalid(format!(
+                                "row index {index}, column {}: {why}",
+                                shown(key)
+                            ))
+                        })?;
+                }
+            }
+        }
         let in_order = row
             .fields
             .iter()
@@ -412,7 +446,7 @@ mod tests {
 
     fn err_json(data: &str, columns: Option<&[&str]>) -> String {
         let c = columns.map(cols);
-        let e = encode_json(data.as_bytes(), c.as_deref()).unwrap_err();
+        let e = encode_json(data.as_bytes(), c.as_deref(), None).unwrap_err();
         assert_eq!(e.kind, ErrorKind::InvalidInput);
         e.message
     }
@@ -431,13 +465,13 @@ mod tests {
                 ("b".into(), Value::Json(r#" {"x": [1, 2.50]} "#.into())),
             ],
         ];
-        let e = encode_rows(&rows, Some(&cols(&["a", "b", "c"]))).unwrap();
+        let e = encode_rows(&rows, Some(&cols(&["a", "b", "c"])), None).unwrap();
         assert_eq!(
             text(&e),
             "{\"a\":18446744073709551615,\"b\":-9223372036854775808,\"c\":\"tab\\t\\\"q\\\" é\"}\n{\"a\":0.1,\"b\":{\"x\": [1, 2.50]},\"c\":null}\n"
         );
         // Without configured columns the first row's order is the column order.
-        let e = encode_rows(&rows, None).unwrap();
+        let e = encode_rows(&rows, None, None).unwrap();
         assert_eq!(e.columns, cols(&["b", "a", "c"]));
     }
 
@@ -448,16 +482,16 @@ mod tests {
             ("t".into(), Value::Bool(true)),
             ("f".into(), Value::Float(1e300)),
         ]];
-        let e = encode_rows(&rows, None).unwrap();
+        let e = encode_rows(&rows, None, None).unwrap();
         assert_eq!(
             e.rows(0, 1),
             b"{\"b\":\"\xff\\u0000\\\"a\\u001f\",\"t\":true,\"f\":1e300}\n"
         );
         let nan: Vec<Row> = vec![vec![("f".into(), Value::Float(f64::NAN))]];
-        let msg = encode_rows(&nan, None).unwrap_err().message;
+        let msg = encode_rows(&nan, None, None).unwrap_err().message;
         assert!(msg.contains("row index 0, column 'f': NaN"), "{msg}");
         let bad: Vec<Row> = vec![vec![("j".into(), Value::Json("{".into()))]];
-        assert!(encode_rows(&bad, None)
+        assert!(encode_rows(&bad, None, None)
             .unwrap_err()
             .message
             .contains("not valid JSON"));
@@ -465,12 +499,12 @@ mod tests {
 
     #[test]
     fn typed_row_rules() {
-        assert!(encode_rows(&[], None)
+        assert!(encode_rows(&[], None, None)
             .unwrap_err()
             .message
             .contains("at least one row"));
         let empty: Vec<Row> = vec![vec![]];
-        assert!(encode_rows(&empty, None)
+        assert!(encode_rows(&empty, None, None)
             .unwrap_err()
             .message
             .contains("row index 0 is empty"));
@@ -478,9 +512,9 @@ mod tests {
             vec![("a".into(), Value::Int(1)), ("b".into(), Value::Int(1))],
             vec![("a".into(), Value::Int(1)), ("c".into(), Value::Int(1))],
         ];
-        let msg = encode_rows(&rows, None).unwrap_err().message;
+        let msg = encode_rows(&rows, None, None).unwrap_err().message;
         assert_eq!(msg, "row index 1: missing 'b'; extra 'c' (every row must have the same keys as the first row)");
-        let msg = encode_rows(&rows, Some(&cols(&["a", "b", "z"])))
+        let msg = encode_rows(&rows, Some(&cols(&["a", "b", "z"])), None)
             .unwrap_err()
             .message;
         assert_eq!(
@@ -491,7 +525,7 @@ mod tests {
             ("a".into(), Value::Int(1)),
             ("a".into(), Value::Int(2)),
         ]];
-        assert!(encode_rows(&dup, None)
+        assert!(encode_rows(&dup, None, None)
             .unwrap_err()
             .message
             .contains("appears twice"));
@@ -500,7 +534,7 @@ mod tests {
     #[test]
     fn json_lines_pass_through_with_exact_numbers() {
         let input = "{\"id\":1,\"big\":123456789012345678901234567890,\"f\":1.10000000000000000000001}\n\n{\"big\":2,\"id\":3e2,\"f\":-0.0}\r\n";
-        let e = encode_json(input.as_bytes(), None).unwrap();
+        let e = encode_json(input.as_bytes(), None, None).unwrap();
         assert_eq!(e.columns, cols(&["id", "big", "f"]));
         assert_eq!(
             text(&e),
@@ -513,7 +547,7 @@ mod tests {
     #[test]
     fn json_arrays_and_escaped_keys() {
         let input = "[\n {\"a\": 1,\n  \"b\": \"x\"},\n {\"b\": \"y\", \"\\u0061\": 2}\n]";
-        let e = encode_json(input.as_bytes(), Some(&cols(&["a", "b"]))).unwrap();
+        let e = encode_json(input.as_bytes(), Some(&cols(&["a", "b"])), None).unwrap();
         assert_eq!(text(&e), "{\"a\":1,\"b\":\"x\"}\n{\"a\":2,\"b\":\"y\"}\n");
     }
 
@@ -537,7 +571,7 @@ mod tests {
             "row index 0: missing 'b'; extra 'x' (every row must have exactly the configured columns)"
         );
         assert!(err_json("[{\"a\":1}", None).contains("not valid JSON"));
-        let e = encode_json(&[b'{', 0xff, b'}'], None).unwrap_err();
+        let e = encode_json(&[b'{', 0xff, b'}'], None, None).unwrap_err();
         assert!(e.message.contains("not UTF-8"));
         // With configured columns an empty object is a missing-keys error, not "empty first row".
         assert!(err_json("{}", Some(&["a"])).contains("missing 'a'"));

@@ -5,9 +5,11 @@
 //! each chunk is one INSERT that is sent and acknowledged before the next. A failure after a
 //! committed chunk is `uncertain`.
 //!
-//! Rooms: [`config`] (options and their rules), [`encode`] (rows to JSONEachRow bytes),
-//! [`driver`] (chunking, acknowledgement, failure semantics).
+//! Rooms: [`config`] (options and their rules), [`columns`] (the table's column types: where a
+//! null may go), [`encode`] (rows to JSONEachRow bytes), [`driver`] (chunking,
+//! acknowledgement, failure semantics).
 
+pub mod columns;
 pub mod config;
 pub mod driver;
 pub mod encode;

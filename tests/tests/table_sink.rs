@@ -348,15 +348,70 @@ async fn every_value_type_round_trips_exactly() {
 
 #[tokio::test]
 async fn nulls_never_become_defaults_and_unknown_keys_are_never_dropped() {
-    let t = table("a Int64, s String", "");
+    let t = table(
+        "a Int64, s String, arr Array(UInt32), m Map(String, UInt8), n Nullable(UInt32), \
+         an Array(Nullable(UInt32))",
+        "",
+    );
     let mut i = instance().await;
     let s = open(&mut i, &options(&t)).await;
-    let e = i
-        .sink_send_json(s, b"{\"a\":1,\"s\":null}")
-        .await
-        .unwrap_err()
-        .into_component();
-    assert_eq!(e.kind, ErrorKind::Permanent, "{e}");
+    let ok = r#"{"a":1,"s":"x","arr":[1],"m":{"k":1},"n":null,"an":[1,null]}"#;
+    // A null where the type holds none: refused before any INSERT (ClickHouse's JSON input
+    // would store 0 for the numbers whatever input_format_null_as_default says).
+    for (bad, column) in [
+        (
+            ok.replace(r#""a":1"#, r#""a":null"#),
+            "'a': null for a column of type Int64",
+        ),
+        (
+            ok.replace(r#""s":"x""#, r#""s":null"#),
+            "'s': null for a column of type String",
+        ),
+        (ok.replace("[1]", "[1,null]"), "'arr': a null inside"),
+        (
+            ok.replace(r#"{"k":1}"#, r#"{"k":null}"#),
+            "'m': a null inside",
+        ),
+        (
+            ok.replace("[1,null]", "null"),
+            "'an': null for a column of type Array(Nullable",
+        ),
+    ] {
+        let data = format!("{ok}\n{bad}\n");
+        let e = i
+            .sink_send_json(s, data.as_bytes())
+            .await
+            .unwrap_err()
+            .into_component();
+        assert_eq!(e.kind, ErrorKind::InvalidInput, "{e}");
+        assert!(
+            e.message
+                .starts_with(&format!("row index 1, column {column}")),
+            "{column}: {}",
+            e.message
+        );
+    }
+    let typed = vec![
+        ("a".to_string(), Value::Null),
+        ("s".to_string(), Value::Text("x".into())),
+        ("arr".to_string(), Value::Json("[]".into())),
+        ("m".to_string(), Value::Json("{}".into())),
+        ("n".to_string(), Value::Null),
+        ("an".to_string(), Value::Json("[]".into())),
+    ];
+    let e = i.sink_send(s, &[typed]).await.unwrap_err().into_component();
+    assert_eq!(e.kind, ErrorKind::InvalidInput, "{e}");
+    assert_eq!(count(&t), 0);
+    // Nulls where the type holds them arrive as nulls.
+    i.sink_send_json(s, ok.as_bytes()).await.unwrap();
+    let (db, tb) = t.split_once('.').unwrap();
+    let got = sql().rows(
+        "SELECT n, an FROM {db:Identifier}.{t:Identifier}",
+        &[("db", db), ("t", tb)],
+    );
+    assert_eq!(got, vec![json!({"n": null, "an": [1, null]})]);
+    let t = table("a Int64, s String", "");
+    let s = open(&mut i, &options(&t)).await;
     // A key the table does not have is an unknown column (misconfigured), not silently dropped.
     let e = i
         .sink_send_json(s, b"{\"a\":1,\"s\":\"x\",\"zz\":1}")
@@ -690,4 +745,88 @@ fn cli_reports_kind_committed_rows_and_exit_code_on_failure() {
         .as_str()
         .unwrap()
         .contains("missing 'missing'"));
+}
+
+/// Column names a real server's parser only takes backquoted (ClickHouse has no query
+/// parameter for an INSERT column list): spaces, a backquote, a backslash, unicode, a reserved
+/// word, a dot, and text that looks like a placeholder. NDJSON, typed rows and the CLI all
+/// round-trip them exactly.
+#[tokio::test]
+async fn awkward_column_names_round_trip_through_every_path() {
+    let t = table(
+        "id UInt32, `weird col` String, `a\\`b` String, `back\\\\slash` String, `ünï` String, \
+         `select` String, `x.y` String, `{c0:Identifier}` String",
+        "",
+    );
+    let names = [
+        "weird col",
+        "a`b",
+        "back\\slash",
+        "ünï",
+        "select",
+        "x.y",
+        "{c0:Identifier}",
+    ];
+    let row_json = |id: u32| {
+        let mut row = serde_json::Map::new();
+        row.insert("id".into(), json!(id));
+        for (n, name) in names.iter().enumerate() {
+            row.insert(name.to_string(), json!(format!("{id}-{n}")));
+        }
+        Json::Object(row)
+    };
+    let mut i = instance().await;
+    let s = open(&mut i, &options(&t)).await;
+    // NDJSON (the exact-order fast path) and a JSON array.
+    let receipt = i
+        .sink_send_json(s, &ndjson([row_json(1), row_json(2)]))
+        .await
+        .unwrap();
+    assert_eq!((receipt.rows, receipt.written_rows), (2, 2));
+    let array = serde_json::to_vec(&json!([row_json(3)])).unwrap();
+    i.sink_send_json(s, &array).await.unwrap();
+    // Typed rows, keys in another order than the table's.
+    let typed: Vec<(String, Value)> = names
+        .iter()
+        .enumerate()
+        .rev()
+        .map(|(n, name)| (name.to_string(), Value::Text(format!("4-{n}"))))
+        .chain([("id".to_string(), Value::Int(4))])
+        .collect();
+    i.sink_send(s, &[typed]).await.unwrap();
+    // With explicit columns.
+    let with_columns = SinkOptions {
+        columns: Some(
+            std::iter::once("id")
+                .chain(names)
+                .map(String::from)
+                .collect(),
+        ),
+        batch_size: Some(1),
+        ..options(&t)
+    };
+    let s2 = open(&mut i, &with_columns).await;
+    let receipt = i
+        .sink_send_json(s2, &ndjson([row_json(5), row_json(6)]))
+        .await
+        .unwrap();
+    assert_eq!((receipt.chunks, receipt.written_rows), (2, 2));
+    // The CLI.
+    let out = output_with_stdin(
+        cli(clickhouse()).args(["sink", "--table", &t]),
+        &ndjson([row_json(7)]),
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+
+    let (db, tb) = t.split_once('.').unwrap();
+    let got = sql().rows(
+        "SELECT * FROM {db:Identifier}.{t:Identifier} ORDER BY id",
+        &[("db", db), ("t", tb)],
+    );
+    let want: Vec<Json> = (1..=7).map(row_json).collect();
+    assert_eq!(got, want);
 }

@@ -1,0 +1,219 @@
+//! The target table's column types, read once per sink (`DESCRIBE TABLE`), and the one rule
+//! the sink needs from them: where a JSON `null` may go.
+//!
+//! ClickHouse's JSON input stores a `null` sent to a non-Nullable number as 0 (and to a
+//! non-Nullable element of an array or map as its default) whatever
+//! `input_format_null_as_default` says: the number reader takes `null` as zero. An
+//! acknowledged, exact sink cannot let that happen silently, so nulls are checked against the
+//! column types before any INSERT.
+
+use std::collections::HashMap;
+
+use serde_json::Value as Json;
+
+/// What a column's type does with a JSON `null`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum NullRule {
+    /// `null` is a value of the type (`Nullable(T)`, `LowCardinality(Nullable(T))`, `JSON`,
+    /// `Dynamic`, `Variant(...)`, `Object(...)`, `Nothing`).
+    Accepts,
+    /// No `null` at the top level; anything inside is left alone: scalars (`UInt32`, and
+    /// `String`, which keeps a JSON object's text as it is) and composites with a Nullable,
+    /// JSON, Dynamic or Variant part inside (`Array(Nullable(UInt32))`).
+    RefusesTopLevel,
+    /// No `null` anywhere in the value: an `Array`, `Map`, `Tuple` or `Nested` with no part
+    /// that holds a null (`Array(UInt32)`, `Map(String, Int64)`).
+    Refuses,
+}
+
+/// The rule for a ClickHouse type name as `DESCRIBE TABLE` prints it.
+pub fn null_rule(ty: &str) -> NullRule {
+    let ty = ty.trim();
+    let inner = ty
+        .strip_prefix("LowCardinality(")
+        .and_then(|t| t.strip_suffix(')'))
+        .unwrap_or(ty);
+    let accepts_null = |t: &str| {
+        t.starts_with("Nullable(")
+            || t == "JSON"
+            || t.starts_with("JSON(")
+            || t.starts_with("Object(")
+            || t == "Dynamic"
+            || t.starts_with("Dynamic(")
+            || t.starts_with("Variant(")
+            || t == "Nothing"
+    };
+    let composite = ["Array(", "Map(", "Tuple(", "Nested("]
+        .iter()
+        .any(|c| inner.starts_with(c));
+    let nullable_inside = ["Nullable(", "JSON", "Object(", "Dynamic", "Variant("]
+        .iter()
+        .any(|part| ty.contains(part));
+    if accepts_null(inner) {
+        NullRule::Accepts
+    } else if composite && !nullable_inside {
+        NullRule::Refuses
+    } else {
+        NullRule::RefusesTopLevel
+    }
+}
+
+/// Where column types come from when a value might hold a null: a sink asks the server once,
+/// on the first such value (null-free data costs no request).
+pub trait ColumnTypeSource {
+    /// The table's column types.
+    fn column_types(&self) -> Result<&ColumnTypes, crate::client::Error>;
+}
+
+impl ColumnTypeSource for ColumnTypes {
+    fn column_types(&self) -> Result<&ColumnTypes, crate::client::Error> {
+        Ok(self)
+    }
+}
+
+/// Whether a value's JSON text could be or contain a `null` (a cheap test before a real check).
+pub fn may_hold_null(value: &str) -> bool {
+    let value = value.trim();
+    value == "null"
+        || ((value.starts_with('[') || value.starts_with('{')) && value.contains("null"))
+}
+
+/// Column name to null rule, for one table.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ColumnTypes {
+    rules: HashMap<String, (NullRule, String)>,
+}
+
+impl ColumnTypes {
+    /// From `(name, type)` pairs.
+    pub fn new<I: IntoIterator<Item = (String, String)>>(columns: I) -> Self {
+        ColumnTypes {
+            rules: columns
+                .into_iter()
+                .map(|(name, ty)| (name, (null_rule(&ty), ty)))
+                .collect(),
+        }
+    }
+
+    /// Checks one value, given as JSON text, against its column; the reason when a null would
+    /// be turned into a default. Unknown columns pass (the server names them).
+    pub fn check_json(&self, column: &str, value: &str) -> Result<(), String> {
+        let Some((rule, ty)) = self.rules.get(column) else {
+            return Ok(());
+        };
+        let value = value.trim();
+        let refused = match rule {
+            NullRule::Accepts => false,
+            NullRule::RefusesTopLevel => value == "null",
+            NullRule::Refuses => {
+                value == "null"
+                    || ((value.starts_with('[') || value.starts_with('{'))
+                        && value.contains("null")
+                        && serde_json::from_str::<Json>(value).is_ok_and(|v| has_null(&v)))
+            }
+        };
+        if refused {
+            Err(refusal(ty, value == "null"))
+        } else {
+            Ok(())
+        }
+    }
+
+    /// Whether `column` takes a top-level null.
+    pub fn check_null(&self, column: &str) -> Result<(), String> {
+        match self.rules.get(column) {
+            Some((NullRule::Accepts, _)) | None => Ok(()),
+            Some((_, ty)) => Err(refusal(ty, true)),
+        }
+    }
+}
+
+fn refusal(ty: &str, top_level: bool) -> String {
+    let ty: String = ty.chars().take(80).collect();
+    if top_level {
+        format!("null for a column of type {ty}, which is not Nullable (ClickHouse would store a default such as 0 or '')")
+    } else {
+        format!("a null inside a value for a column of type {ty}, whose elements are not Nullable (ClickHouse would store a default such as 0)")
+    }
+}
+
+fn has_null(value: &Json) -> bool {
+    match value {
+        Json::Null => true,
+        Json::Array(items) => items.iter().any(has_null),
+        Json::Object(map) => map.values().any(has_null),
+        _ => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use NullRule::*;
+
+    #[test]
+    fn rules_by_type() {
+        for (ty, want) in [
+            ("UInt32", RefusesTopLevel),
+            ("String", RefusesTopLevel),
+            ("DateTime64(3)", RefusesTopLevel),
+            ("Array(UInt32)", Refuses),
+            ("Map(String, Int64)", Refuses),
+            ("Tuple(x String, y UInt8)", Refuses),
+            ("LowCardinality(String)", RefusesTopLevel),
+            ("Array(Array(UInt8))", Refuses),
+            ("Nullable(UInt32)", Accepts),
+            ("LowCardinality(Nullable(String))", Accepts),
+            ("JSON", Accepts),
+            ("JSON(max_dynamic_paths = 8)", Accepts),
+            ("Dynamic", Accepts),
+            ("Variant(String, UInt64)", Accepts),
+            ("Array(Nullable(UInt32))", RefusesTopLevel),
+            ("Map(String, Nullable(String))", RefusesTopLevel),
+            ("Tuple(a JSON)", RefusesTopLevel),
+        ] {
+            assert_eq!(null_rule(ty), want, "{ty}");
+        }
+    }
+
+    #[test]
+    fn values_are_checked_against_their_column() {
+        let types = ColumnTypes::new(
+            [
+                ("n", "UInt32"),
+                ("s", "String"),
+                ("ns", "Nullable(String)"),
+                ("a", "Array(UInt32)"),
+                ("an", "Array(Nullable(UInt32))"),
+                ("m", "Map(String, UInt8)"),
+                ("j", "JSON"),
+            ]
+            .map(|(a, b)| (a.to_string(), b.to_string())),
+        );
+        assert!(types.check_json("n", "1").is_ok());
+        assert!(types
+            .check_json("n", " null ")
+            .unwrap_err()
+            .contains("UInt32"));
+        assert!(types.check_json("s", "null").is_err());
+        assert!(types.check_json("s", "\"null\"").is_ok());
+        // A String keeps a JSON value's text, nulls and all.
+        assert!(types.check_json("s", "{\"k\":null}").is_ok());
+        assert!(types.check_json("ns", "null").is_ok());
+        assert!(types
+            .check_json("a", "[1,null]")
+            .unwrap_err()
+            .contains("inside"));
+        assert!(types.check_json("a", "[1,2]").is_ok());
+        assert!(types.check_json("a", "[\"null\"]").is_ok());
+        assert!(types.check_json("an", "[1,null]").is_ok());
+        assert!(types.check_json("an", "null").is_err());
+        assert!(types.check_json("m", "{\"k\":null}").is_err());
+        assert!(types.check_json("j", "null").is_ok());
+        assert!(types.check_json("j", "{\"k\":null}").is_ok());
+        assert!(types.check_json("unknown", "null").is_ok());
+        assert!(types.check_null("n").is_err());
+        assert!(types.check_null("ns").is_ok());
+        assert!(types.check_null("unknown").is_ok());
+    }
+}
