@@ -1,7 +1,8 @@
 # The two commands:
 #   make run    quick start: installs what it needs, starts the local ClickHouse unless
 #               CLICKHOUSE_URL is set, and runs the CLI end to end
-#   make test   installs the same and runs every test (what .ci/run runs)
+#   make test   installs the same and runs every test (what .ci/run runs): cargo tests, the
+#               Node tests and the sink's differential test against onestep-clickhouse
 
 SHELL := /bin/bash
 VENV := .venv
@@ -9,15 +10,15 @@ PYTHON := $(VENV)/bin/python
 CHDB_VERSION := 26.9.0
 CLI := target/debug/clickhouse-component
 
-.PHONY: run test setup wasm-target venv build bench lint fmt clean js wasmtime-cli
+.PHONY: run test setup wasm-target venv build bench diff lint fmt clean js wasmtime-cli
 
 run: setup build
 	scripts/with-clickhouse scripts/quickstart
 
-test: setup wasmtime-cli
+test: setup wasmtime-cli $(VENV)-bench/.onestep-0.1.1
 	cargo build --workspace --bins --examples
 	$(MAKE) js
-	scripts/with-clickhouse bash -c 'cargo test --workspace --all-targets && cd js && npm test'
+	scripts/with-clickhouse bash -c 'cargo test --workspace --all-targets && (cd js && npm test) && $(VENV)-bench/bin/python tests/diff/onestep_diff.py'
 
 # The Node package: jco (pinned in js/package-lock.json) transpiles the component built above.
 js: js/node_modules/.installed
@@ -63,6 +64,12 @@ clean:
 bench: setup $(VENV)-bench/.onestep-0.1.1
 	cargo build -p clickhouse-component-tests --bin bench
 	scripts/with-clickhouse target/debug/bench $(BENCH)
+
+# Differential test of the table sink against onestep-clickhouse 0.1.1 (same payloads, options and
+# ClickHouse; compares accepted/rejected, error kind and the rows left): tests/diff/onestep_diff.py.
+diff: setup $(VENV)-bench/.onestep-0.1.1
+	cargo build -p clickhouse-component-host
+	scripts/with-clickhouse $(VENV)-bench/bin/python tests/diff/onestep_diff.py
 
 # onestep-clickhouse 0.1.1 (the sink benchmark's Python comparison), in a venv of its own.
 $(VENV)-bench/.onestep-0.1.1:
