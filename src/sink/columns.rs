@@ -27,35 +27,89 @@ pub enum NullRule {
 }
 
 /// The rule for a ClickHouse type name as `DESCRIBE TABLE` prints it.
+///
+/// Conservative for composites: a nested `null` is allowed only where the elements of an
+/// `Array` or the values of a `Map` are directly `Nullable` scalars; in a `Tuple`, or anything
+/// deeper, every nested `null` is refused (even one whose element type is Nullable), so a null
+/// can never reach a non-Nullable part and become its default.
 pub fn null_rule(ty: &str) -> NullRule {
-    let ty = ty.trim();
-    let inner = ty
-        .strip_prefix("LowCardinality(")
-        .and_then(|t| t.strip_suffix(')'))
-        .unwrap_or(ty);
-    let accepts_null = |t: &str| {
-        t.starts_with("Nullable(")
-            || t == "JSON"
-            || t.starts_with("JSON(")
-            || t.starts_with("Object(")
-            || t == "Dynamic"
-            || t.starts_with("Dynamic(")
-            || t.starts_with("Variant(")
-            || t == "Nothing"
-    };
+    let inner = unwrap_type(ty.trim());
+    if accepts_null(inner) {
+        return NullRule::Accepts;
+    }
     let composite = ["Array(", "Map(", "Tuple(", "Nested("]
         .iter()
         .any(|c| inner.starts_with(c));
-    let nullable_inside = ["Nullable(", "JSON", "Object(", "Dynamic", "Variant("]
-        .iter()
-        .any(|part| ty.contains(part));
-    if accepts_null(inner) {
-        NullRule::Accepts
-    } else if composite && !nullable_inside {
-        NullRule::Refuses
-    } else {
-        NullRule::RefusesTopLevel
+    if !composite {
+        return NullRule::RefusesTopLevel;
     }
+    let element = if let Some(args) = arguments(inner, "Array(") {
+        Some(args)
+    } else {
+        arguments(inner, "Map(").and_then(|args| split_top_level(args).map(|(_, value)| value))
+    };
+    match element.map(|e| unwrap_type(e.trim())) {
+        Some(e) if e.starts_with("Nullable(") && is_scalar(e) => NullRule::RefusesTopLevel,
+        _ => NullRule::Refuses,
+    }
+}
+
+/// A type with `LowCardinality(...)` and `SimpleAggregateFunction(f, ...)` wrappers removed.
+fn unwrap_type(ty: &str) -> &str {
+    if let Some(args) = arguments(ty, "LowCardinality(") {
+        return unwrap_type(args.trim());
+    }
+    if let Some(args) = arguments(ty, "SimpleAggregateFunction(") {
+        if let Some((_, t)) = split_top_level(args) {
+            return unwrap_type(t.trim());
+        }
+    }
+    ty
+}
+
+fn accepts_null(t: &str) -> bool {
+    t.starts_with("Nullable(")
+        || t == "JSON"
+        || t.starts_with("JSON(")
+        || t.starts_with("Object(")
+        || t == "Dynamic"
+        || t.starts_with("Dynamic(")
+        || t.starts_with("Variant(")
+        || t == "Nothing"
+}
+
+/// Whether a type has no composite or null-holding part inside.
+fn is_scalar(t: &str) -> bool {
+    let inside = t.strip_prefix("Nullable(").unwrap_or(t);
+    ![
+        "Array(", "Map(", "Tuple(", "Nested(", "JSON", "Object(", "Dynamic", "Variant(",
+    ]
+    .iter()
+    .any(|part| inside.contains(part))
+}
+
+/// The text between `prefix` and the type's final `)`.
+fn arguments<'t>(ty: &'t str, prefix: &str) -> Option<&'t str> {
+    ty.strip_prefix(prefix)?.strip_suffix(')')
+}
+
+/// Splits `a, b` at its first comma outside parentheses and quotes.
+fn split_top_level(args: &str) -> Option<(&str, &str)> {
+    let mut depth = 0i32;
+    let mut quoted = false;
+    let mut escaped = false;
+    for (i, c) in args.char_indices() {
+        match c {
+            _ if escaped => escaped = false,
+            '\\' if quoted => escaped = true,
+            '\'' => quoted = !quoted,
+            '(' if !quoted => depth += 1,
+            ')' if !quoted => depth -= 1,
+            ',' if !quoted && depth == 0 => return Some((&args[..i], &args[i + 1..])),
+            _ => {}
+        }
+    }
+    None
 }
 
 /// Where column types come from when a value might hold a null: a sink asks the server once,
@@ -169,8 +223,23 @@ mod tests {
             ("Dynamic", Accepts),
             ("Variant(String, UInt64)", Accepts),
             ("Array(Nullable(UInt32))", RefusesTopLevel),
+            ("Array(LowCardinality(Nullable(String)))", RefusesTopLevel),
             ("Map(String, Nullable(String))", RefusesTopLevel),
-            ("Tuple(a JSON)", RefusesTopLevel),
+            (
+                "Map(LowCardinality(String), Nullable(Decimal(10, 2)))",
+                RefusesTopLevel,
+            ),
+            ("SimpleAggregateFunction(anyLast, Nullable(UInt8))", Accepts),
+            ("SimpleAggregateFunction(sum, UInt64)", RefusesTopLevel),
+            // Conservative: nested nulls are refused wherever a non-Nullable part could take one.
+            ("Tuple(a JSON)", Refuses),
+            ("Tuple(a Nullable(UInt8), b UInt8)", Refuses),
+            ("Tuple(JSONx UInt8)", Refuses),
+            ("Array(Tuple(n Nullable(UInt8), m UInt32))", Refuses),
+            ("Map(String, Tuple(Nullable(UInt8), UInt8))", Refuses),
+            ("Array(Array(Nullable(UInt8)))", Refuses),
+            ("Map(String, Array(Nullable(UInt8)))", Refuses),
+            ("Enum8('Nullable(' = 1, 'x' = 2)", RefusesTopLevel),
         ] {
             assert_eq!(null_rule(ty), want, "{ty}");
         }

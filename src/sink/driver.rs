@@ -205,8 +205,11 @@ impl<T: Transport> ColumnTypeSource for Sink<T> {
         } else {
             "DESCRIBE TABLE {t:Identifier}"
         };
+        // Pinned so a connection's settings cannot change the answer's shape.
         let mut query = Query::read("describe", sql)
             .param("t", &self.config.table)
+            .setting("output_format_json_array_of_rows", "0")
+            .setting("describe_include_subcolumns", "0")
             .format("JSONEachRow");
         if let Some(db) = &self.config.database {
             query = query.param("db", db);
@@ -225,7 +228,7 @@ impl<T: Transport> ColumnTypeSource for Sink<T> {
             }
             let column: Column = serde_json::from_slice(line).map_err(|e| {
                 Error::new(
-                    ErrorKind::Transient,
+                    ErrorKind::Permanent,
                     format!("unexpected answer to DESCRIBE TABLE: {e}"),
                 )
             })?;
