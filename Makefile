@@ -1,6 +1,6 @@
 # The two commands:
-#   make run    quick start: installs what it needs, starts the local ClickHouse unless
-#               CLICKHOUSE_URL is set, and runs the CLI end to end
+#   make run    quick start: installs what it needs, starts the local ClickHouse (with a private
+#               ZooKeeper) unless CLICKHOUSE_URL is set, and runs the CLI end to end
 #   make test   installs the same and runs every test (what .ci/run runs): cargo tests, the
 #               Node tests and the sink's differential test against onestep-clickhouse
 
@@ -10,7 +10,7 @@ PYTHON := $(VENV)/bin/python
 CHDB_VERSION := 26.9.0
 CLI := target/debug/clickhouse-component
 
-.PHONY: run test setup wasm-target venv build bench diff lint fmt clean js wasmtime-cli
+.PHONY: run test setup wasm-target venv zookeeper build bench diff lint fmt clean js wasmtime-cli
 
 run: setup build
 	scripts/with-clickhouse scripts/quickstart
@@ -28,7 +28,11 @@ js/node_modules/.installed: js/package-lock.json
 	cd js && npm ci --no-audit --no-fund
 	touch $@
 
-setup: wasm-target venv
+setup: wasm-target venv zookeeper
+
+# Debian's zookeeper package: the local ClickHouse runs a private ZooKeeper (KeeperMap tables).
+zookeeper:
+	@scripts/zookeeper install
 
 # The stock wasmtime CLI, for the tests that run the component under it (~9 min to build once).
 WASMTIME_VERSION := 48.0.8

@@ -25,6 +25,11 @@ engine on a machine where no ClickHouse server can be installed:
 * Errors: ``Code: N. DB::Exception: ... (NAME)`` body, ``X-ClickHouse-Exception-Code`` header and
   the HTTP status a real server maps that code to.
 * ``GET /ping`` answers ``Ok.``; ``X-ClickHouse-Summary`` on every answer.
+* ``--zookeeper start`` (or ``HOST:PORT``): the engine is opened with a ClickHouse config file
+  whose ``<zookeeper>`` names a ZooKeeper (``start``: a private one from scripts/zookeeper on a
+  free loopback port, owned by this process and stopped with it) and which sets
+  ``<keeper_map_path_prefix>`` and ``<macros>``, so KeeperMap tables work (and Replicated tables
+  can be created). Without it the engine has no Keeper, like a server without one.
 
 Server defaults are set explicitly on every session (chdb's own defaults differ from a server's),
 every request gets a fresh session (settings never leak between requests), sockets use
@@ -34,7 +39,11 @@ TCP_NODELAY. Differences from a real server are listed in README.md ("Local Clic
 from __future__ import annotations
 
 import argparse
+import atexit
 import base64
+import ctypes
+import shutil
+import subprocess
 import json
 import os
 import re
@@ -141,11 +150,117 @@ def backquote(name: str) -> str:
     return "`" + name.replace("\\", "\\\\").replace("`", "\\`") + "`"
 
 
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+class ZooKeeper:
+    """A private ZooKeeper (scripts/zookeeper run) on a free loopback port, data in ``dir``.
+
+    It gets SIGKILL from the kernel when this process dies however it dies (PR_SET_PDEATHSIG),
+    so it never outlives the local ClickHouse; an orderly exit also removes its data."""
+
+    def __init__(self, dir: str, timeout: float = 30.0):
+        self.dir, self.proc, self.port = dir, None, 0
+        deadline = time.monotonic() + timeout
+        for _ in range(5):  # another process may take the free port before ZooKeeper binds it
+            shutil.rmtree(dir, ignore_errors=True)
+            os.makedirs(dir)
+            self.port = free_port()
+            parent = os.getpid()
+            with open(os.path.join(dir, "zookeeper.log"), "wb") as log:
+                self.proc = subprocess.Popen(
+                    [os.path.join(REPO_ROOT, "scripts", "zookeeper"), "run", str(self.port), dir],
+                    stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                    preexec_fn=lambda: die_with_parent(parent),
+                )
+            while self.proc.poll() is None and time.monotonic() < deadline:
+                if four_letter("127.0.0.1", self.port, b"ruok") == b"imok":
+                    return
+                time.sleep(0.02)
+            if self.proc.poll() is None:  # alive but not answering: give up
+                break
+        log = self.tail_log()
+        self.stop()
+        raise RuntimeError(f"ZooKeeper did not start:\n{log}")
+
+    @property
+    def address(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def tail_log(self) -> str:
+        try:
+            with open(os.path.join(self.dir, "zookeeper.log"), "rb") as f:
+                return f.read()[-4000:].decode(errors="replace")
+        except OSError:
+            return ""
+
+    def stop(self):
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+        self.proc = None
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+LIBC = ctypes.CDLL(None, use_errno=True)
+
+
+def die_with_parent(parent: int):
+    """In a child between fork and exec: SIGKILL it when the parent dies (Linux; the flag
+    survives exec)."""
+    PR_SET_PDEATHSIG = 1
+    LIBC.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    if os.getppid() != parent:  # the parent died before prctl
+        os._exit(1)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def four_letter(host: str, port: int, command: bytes) -> bytes:
+    """A ZooKeeper four-letter command's answer (b"" when it does not answer)."""
+    try:
+        with socket.create_connection((host, port), timeout=1) as s:
+            s.sendall(command)
+            chunks = []
+            while chunk := s.recv(4096):
+                chunks.append(chunk)
+            return b"".join(chunks)
+    except OSError:
+        return b""
+
+
+def keeper_config(path: str, zookeeper: str, prefix: str) -> str:
+    """Writes the engine's config file: the ZooKeeper, the KeeperMap path prefix, and the macros
+    and default replica path Replicated tables need."""
+    host, _, port = zookeeper.rpartition(":")
+    esc = lambda v: v.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+    with open(path, "w") as f:
+        f.write(
+            "<clickhouse>\n"
+            "    <zookeeper>\n"
+            f"        <node><host>{esc(host)}</host><port>{int(port)}</port></node>\n"
+            "        <session_timeout_ms>30000</session_timeout_ms>\n"
+            "    </zookeeper>\n"
+            f"    <keeper_map_path_prefix>{esc(prefix)}</keeper_map_path_prefix>\n"
+            "    <macros><shard>1</shard><replica>local</replica></macros>\n"
+            # ENGINE = ReplicatedMergeTree without arguments, in any database engine.
+            "    <default_replica_path>/clickhouse/tables/{database}/{table}</default_replica_path>\n"
+            "    <default_replica_name>{replica}</default_replica_name>\n"
+            "</clickhouse>\n"
+        )
+    return path
+
+
 class Engine:
     """One chdb engine for the process; a fresh session per request."""
 
-    def __init__(self, data_dir: str):
-        self.path = f"file:{data_dir}"
+    def __init__(self, data_dir: str, config_file: str | None = None):
+        # chdb passes the URL parameters to the engine as its startup arguments (--config-file).
+        self.path = f"file:{data_dir}" + (f"?config-file={config_file}" if config_file else "")
         self._keepalive = chdb.connect(self.path)  # keeps the engine up between requests
         # Compressed request bodies are staged here for the engine's own decompressing reader.
         self.spool_dir = os.path.join(data_dir, "http_spool")
@@ -402,12 +517,22 @@ class Handler(BaseHTTPRequestHandler):
             os.unlink(path)
 
 
+ZOOKEEPER: ZooKeeper | None = None
+
+
+def shutdown():
+    """Exit now (the engine needs no orderly shutdown), stopping our ZooKeeper first."""
+    if ZOOKEEPER is not None:
+        ZOOKEEPER.stop()
+    os._exit(0)
+
+
 def exit_with_parent(parent: int):
     """Stop when the process that started us is gone (tests never leak a server)."""
     while True:
         time.sleep(0.5)
         if os.getppid() != parent:
-            os._exit(0)
+            shutdown()
 
 
 def main():
@@ -419,10 +544,36 @@ def main():
     parser.add_argument("--user", default=os.environ.get("LOCAL_CLICKHOUSE_USER", "default"))
     parser.add_argument("--password", default=os.environ.get("LOCAL_CLICKHOUSE_PASSWORD", ""))
     parser.add_argument("--exit-with-parent", action="store_true")
+    parser.add_argument(
+        "--zookeeper",
+        default=os.environ.get("LOCAL_CLICKHOUSE_ZOOKEEPER", "none"),
+        metavar="start|HOST:PORT|none",
+        help="the Keeper for KeeperMap/Replicated tables: 'start' runs a private ZooKeeper "
+        "(scripts/zookeeper), HOST:PORT uses one, 'none' (default) configures none",
+    )
+    parser.add_argument("--keeper-map-path-prefix", default="/keeper_map_tables")
     args = parser.parse_args()
 
+    global ZOOKEEPER
+    parent = os.getppid()
     data_dir = args.data_dir or tempfile.mkdtemp(prefix="local-clickhouse-")
-    engine = Engine(data_dir)
+    os.makedirs(data_dir, exist_ok=True)
+    # Before the engine's threads exist: signals stop our ZooKeeper with us.
+    signal.signal(signal.SIGTERM, lambda *_: shutdown())
+    signal.signal(signal.SIGHUP, lambda *_: shutdown())
+    config_file = None
+    if args.zookeeper == "start":
+        ZOOKEEPER = ZooKeeper(os.path.join(data_dir, "zookeeper"))
+        atexit.register(ZOOKEEPER.stop)
+        zookeeper = ZOOKEEPER.address
+    elif args.zookeeper != "none":
+        zookeeper = args.zookeeper
+    if args.zookeeper != "none":
+        config_file = keeper_config(
+            os.path.join(data_dir, "local-clickhouse-config.xml"), zookeeper,
+            args.keeper_map_path_prefix,
+        )
+    engine = Engine(data_dir, config_file)
     VERSION = engine._keepalive.query("SELECT version()", "TabSeparated").bytes().decode().strip()
     Handler.engine, Handler.user, Handler.password = engine, args.user, args.password
     ThreadingHTTPServer.daemon_threads = True
@@ -431,15 +582,16 @@ def main():
     host, port = server.server_address[:2]
     # First line of stdout: the URL (read by the tests and the Makefile).
     print(f"http://{host}:{port}", flush=True)
-    print(f"local-clickhouse: ClickHouse {VERSION} (chdb) on http://{host}:{port}, data in {data_dir}",
+    keeper = f", ZooKeeper {zookeeper}" if config_file else ""
+    print(f"local-clickhouse: ClickHouse {VERSION} (chdb) on http://{host}:{port}, data in {data_dir}{keeper}",
           file=sys.stderr, flush=True)
     if args.exit_with_parent:
-        threading.Thread(target=exit_with_parent, args=(os.getppid(),), daemon=True).start()
-    signal.signal(signal.SIGTERM, lambda *_: os._exit(0))
+        threading.Thread(target=exit_with_parent, args=(parent,), daemon=True).start()
     try:
         server.serve_forever(poll_interval=0.2)
     except KeyboardInterrupt:
         pass
+    shutdown()
 
 
 if __name__ == "__main__":
