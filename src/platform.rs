@@ -69,18 +69,19 @@ pub mod wasi {
     }
 }
 
-/// The platform of native unit tests: std's clock and a seeded generator.
-#[cfg(test)]
+/// The native platform (unit tests, and integration tests that drive the core over a native
+/// transport): std's clock and a seeded generator.
+#[cfg(not(target_arch = "wasm32"))]
 pub mod std_platform {
     use super::Platform;
-    use std::cell::Cell;
+    use std::sync::atomic::{AtomicU64, Ordering};
     use std::time::{Duration, Instant};
 
     /// `std::time` and a xorshift generator seeded from the clock and the address of a local.
     #[derive(Debug)]
     pub struct StdPlatform {
         origin: Instant,
-        state: Cell<u64>,
+        state: AtomicU64,
     }
 
     impl Default for StdPlatform {
@@ -93,7 +94,7 @@ pub mod std_platform {
                 ^ (&local as *const u8 as u64).rotate_left(32);
             StdPlatform {
                 origin: Instant::now(),
-                state: Cell::new(seed | 1),
+                state: AtomicU64::new(seed | 1),
             }
         }
     }
@@ -106,11 +107,11 @@ pub mod std_platform {
             std::thread::sleep(duration)
         }
         fn random_u64(&self) -> u64 {
-            let mut x = self.state.get();
+            let mut x = self.state.load(Ordering::Relaxed);
             x ^= x << 13;
             x ^= x >> 7;
             x ^= x << 17;
-            self.state.set(x);
+            self.state.store(x, Ordering::Relaxed);
             x
         }
     }

@@ -189,7 +189,8 @@ pub fn run<T: Transport + Clone, P: Platform + Clone>(
         StateCommand::Copy { src, dst } | StateCommand::Move { src, dst } => {
             let mut state = store.get(src)?.ok_or_else(|| not_found(src))?;
             state.id = dst.clone();
-            store.set(&state)?;
+            // Under the destination's lock (and the source's, for the delete of a move).
+            store.set_locked(&state)?;
             let moved = matches!(command, StateCommand::Move { .. });
             if moved && src != dst {
                 store.delete(src)?;

@@ -137,7 +137,12 @@ impl Query {
             push("default_format", format);
         }
         push("wait_end_of_query", "1");
-        for (name, value) in endpoint.settings.iter().chain(&self.settings) {
+        // A statement's own setting replaces the connection's of the same name.
+        let overridden = |name: &str| self.settings.iter().any(|(n, _)| n == name);
+        for (name, value) in endpoint.settings.iter().filter(|(n, _)| !overridden(n)) {
+            push(name, value);
+        }
+        for (name, value) in &self.settings {
             push(name, value);
         }
         for (name, value) in &self.params {

@@ -11,8 +11,18 @@
 //! * Lost: insert a `release` row for our token (withdraw), poll the winner query every retry
 //!   interval (with jitter) until nobody holds the lock, then try again with a new token; after
 //!   the timeout, fail with `locked`.
-//! * Release: a `release` row. Renew: a new `acquire` row with the same token (the lease moves,
-//!   the place does not).
+//! * Release: a `release` row, which outlives every acquire row of its token (leases are at
+//!   most [`MAX_STALE_AFTER`]; a release row expires [`MAX_STALE_AFTER`] after it was written),
+//!   so the TTL never reaps a release before the acquire rows it cancels.
+//! * Renew: one statement that writes a new `acquire` row with the same token (the lease
+//!   moves, the place does not) **only while the token holds** with at least the fence margin
+//!   of its lease left; otherwise nothing is written and the holder gets `locked`. So an
+//!   expired lease is never resurrected by a late renewal.
+//! * Fencing: writes made under the lock ([`HOLDS`]) are `INSERT ... SELECT ... WHERE` the
+//!   token still holds with the fence margin left; a fenced-out write writes nothing and is
+//!   `locked`. The margin bounds the time between the server evaluating the condition and
+//!   committing the row; a server stalled longer than that inside one INSERT can still land a
+//!   stale write (the Keeper-backed lock has no such window).
 //! * A crashed holder's lease ends after the stale window; its rows are then ignored, and the
 //!   TTL reaps them a day later. Nothing on these paths is a mutation.
 
@@ -31,6 +41,10 @@ pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
 pub const DEFAULT_RETRY: Duration = Duration::from_millis(100);
 /// Default lease: a holder that neither releases nor renews within it loses the lock.
 pub const DEFAULT_STALE_AFTER: Duration = Duration::from_secs(300);
+/// Longest lease (release rows are kept at least this long, so they outlive every acquire).
+pub const MAX_STALE_AFTER: Duration = Duration::from_secs(12 * 3600);
+/// Most of the fence margin: renewals and fenced writes need this much of the lease left.
+const MAX_FENCE_MARGIN: Duration = Duration::from_secs(2);
 
 /// Lock timing.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -41,6 +55,14 @@ pub struct LockOptions {
     pub retry: Duration,
     /// Lease length; a crashed holder's lock is free after this.
     pub stale_after: Duration,
+}
+
+impl LockOptions {
+    /// How much of its lease a holder must have left for a renewal or a fenced write: a
+    /// quarter of the lease, at most 2 s.
+    pub fn fence_margin(&self) -> Duration {
+        (self.stale_after / 4).min(MAX_FENCE_MARGIN)
+    }
 }
 
 impl Default for LockOptions {
@@ -62,15 +84,72 @@ pub struct LockHandle {
     pub token: String,
 }
 
-const INSERT_ROW: &str = "INSERT INTO {db:Identifier}.{lt:Identifier} (state_id, token, kind, expires_at)
-    SELECT {id:String}, {token:String}, {kind:String}, now64(3) + toIntervalMillisecond({lease_ms:UInt64})";
+const INSERT_ACQUIRE: &str = "INSERT INTO {db:Identifier}.{lt:Identifier} (state_id, token, kind, expires_at)
+    SELECT {id:String}, {token:String}, 'acquire', now64(3) + toIntervalMillisecond({lease_ms:UInt64})";
+
+const INSERT_RELEASE: &str = "INSERT INTO {db:Identifier}.{lt:Identifier} (state_id, token, kind, expires_at)
+    SELECT {id:String}, {token:String}, 'release', now64(3) + toIntervalMillisecond({keep_ms:UInt64})";
 
 const WINNER: &str = "SELECT token FROM {db:Identifier}.{lt:Identifier}
     WHERE state_id = {id:String}
     GROUP BY token
-    HAVING countIf(kind = 'release') = 0 AND max(expires_at) > now64(3)
+    HAVING countIf(kind = 'release') = 0 AND maxIf(expires_at, kind = 'acquire') > now64(3)
     ORDER BY min(_block_number), token
     LIMIT 1";
+
+/// The fence: true while `{token}` holds the lock on `{id}` with at least `{margin_ms}` of its
+/// lease left. Needs the parameters `db`, `lt`, `id`, `token`, `margin_ms` ([`fence`]).
+pub const HOLDS: &str = "(SELECT token FROM {db:Identifier}.{lt:Identifier}
+        WHERE state_id = {id:String}
+        GROUP BY token
+        HAVING countIf(kind = 'release') = 0 AND maxIf(expires_at, kind = 'acquire') > now64(3)
+        ORDER BY min(_block_number), token
+        LIMIT 1) = {token:String}
+    AND (SELECT maxIf(expires_at, kind = 'acquire') FROM {db:Identifier}.{lt:Identifier}
+        WHERE state_id = {id:String} AND token = {token:String})
+        > now64(3) + toIntervalMillisecond({margin_ms:UInt64})";
+
+/// Binds the parameters of [`HOLDS`] for `handle`.
+pub fn fence(query: Query, tables: &Tables, handle: &LockHandle, options: &LockOptions) -> Query {
+    query
+        .param("db", &tables.database)
+        .param("lt", &tables.lock)
+        .param("id", &handle.id)
+        .param("token", &handle.token)
+        .param("margin_ms", options.fence_margin().as_millis().to_string())
+}
+
+/// Settings every write of the store and the lock sends: a synchronous insert (read-after-write
+/// and the lock need it, whatever the connection's profile says), and never a deduplication
+/// token inherited from the connection.
+pub fn write_settings(query: Query) -> Query {
+    query
+        .setting("async_insert", "0")
+        .setting("insert_deduplication_token", "")
+}
+
+/// Runs a fenced write; `locked` when the fence let nothing through.
+pub fn execute_fenced<T: Transport>(
+    client: &Client<T>,
+    query: Query,
+    handle: &LockHandle,
+) -> Result<(), Error> {
+    let response = client.execute_owned(write_settings(query))?;
+    match response.summary {
+        Some(s) if s.written_rows > 0 => Ok(()),
+        Some(_) => Err(Error::new(
+            ErrorKind::Locked,
+            format!(
+                "the lock on state id '{}' is no longer held by this holder (or its lease is about to end): nothing was written",
+                shorten(&handle.id)
+            ),
+        )),
+        None => Err(Error::new(
+            ErrorKind::Uncertain,
+            "the server did not say whether the fenced write was applied (no X-ClickHouse-Summary)",
+        )),
+    }
+}
 
 /// Something to read in the same query that checks who won (saves a round trip): a scalar SQL
 /// expression and its parameters (`db` and `id` are bound already; don't use `lt`).
@@ -87,22 +166,23 @@ fn insert_row<T: Transport>(
     tables: &Tables,
     id: &str,
     token: &str,
-    kind: &str,
-    lease: Duration,
+    acquire: Option<Duration>,
 ) -> Result<(), Error> {
+    let query = match acquire {
+        Some(lease) => {
+            Query::write("lock", INSERT_ACQUIRE).param("lease_ms", lease.as_millis().to_string())
+        }
+        None => Query::write("unlock", INSERT_RELEASE)
+            .param("keep_ms", MAX_STALE_AFTER.as_millis().to_string()),
+    };
     client
-        .execute(
-            &Query::read(
-                if kind == "acquire" { "lock" } else { "unlock" },
-                INSERT_ROW,
-            )
-            .param("db", &tables.database)
-            .param("lt", &tables.lock)
-            .param("id", id)
-            .param("token", token)
-            .param("kind", kind)
-            .param("lease_ms", lease.as_millis().to_string()),
-        )
+        .execute_owned(write_settings(
+            query
+                .param("db", &tables.database)
+                .param("lt", &tables.lock)
+                .param("id", id)
+                .param("token", token),
+        ))
         .map(|_| ())
 }
 
@@ -136,18 +216,22 @@ fn holder_and<T: Transport>(
             query = query.param(name, value.clone());
         }
     }
+    /// The answer's one row; any other shape is an error, never a default.
+    #[derive(serde::Deserialize)]
+    #[serde(deny_unknown_fields)]
+    struct Row {
+        holder: Option<String>,
+        also: Value,
+    }
     let response = client.execute_owned(query)?;
-    let row: Value = serde_json::from_slice(&response.body).map_err(|e| {
+    let row: Row = serde_json::from_slice(&response.body).map_err(|e| {
         Error::new(
-            ErrorKind::Transient,
+            ErrorKind::Permanent,
             format!("unexpected answer to the lock query: {e}"),
         )
     })?;
-    let token = row["holder"].as_str().unwrap_or_default().to_string();
-    Ok((
-        (!token.is_empty()).then_some(token),
-        also.map(|_| row["also"].clone()),
-    ))
+    let token = row.holder.unwrap_or_default();
+    Ok(((!token.is_empty()).then_some(token), also.map(|_| row.also)))
 }
 
 /// Acquires the lock on `id`, waiting up to `options.timeout`.
@@ -175,9 +259,9 @@ pub fn acquire_and_read<T: Transport, P: Platform>(
     let deadline = started + options.timeout;
     loop {
         let token = platform.random_uuid();
-        if let Err(e) = insert_row(client, tables, id, &token, "acquire", options.stale_after) {
+        if let Err(e) = insert_row(client, tables, id, &token, Some(options.stale_after)) {
             // The row may have been written: withdraw it so it cannot block anyone.
-            let _ = insert_row(client, tables, id, &token, "release", Duration::ZERO);
+            let _ = insert_row(client, tables, id, &token, None);
             return Err(e);
         }
         match holder_and(client, tables, id, also) {
@@ -190,9 +274,9 @@ pub fn acquire_and_read<T: Transport, P: Platform>(
                     read,
                 ))
             }
-            Ok(_) => insert_row(client, tables, id, &token, "release", Duration::ZERO)?,
+            Ok(_) => insert_row(client, tables, id, &token, None)?,
             Err(e) => {
-                let _ = insert_row(client, tables, id, &token, "release", Duration::ZERO);
+                let _ = insert_row(client, tables, id, &token, None);
                 return Err(e);
             }
         }
@@ -230,41 +314,30 @@ pub fn release<T: Transport>(
     tables: &Tables,
     handle: &LockHandle,
 ) -> Result<(), Error> {
-    insert_row(
-        client,
-        tables,
-        &handle.id,
-        &handle.token,
-        "release",
-        Duration::ZERO,
-    )
+    insert_row(client, tables, &handle.id, &handle.token, None)
 }
 
-/// Extends the lease of a held lock by a full stale window; `locked` if it is no longer held
-/// (released, or its lease already ended and someone else may have taken it).
+/// Extends the lease of a held lock by a full stale window, in one statement that writes only
+/// while the token holds with at least the fence margin of its lease left; `locked` otherwise
+/// (released, lease over or about to be, or taken by someone else). A renewal never brings an
+/// ended lease back.
 pub fn renew<T: Transport>(
     client: &Client<T>,
     tables: &Tables,
     handle: &LockHandle,
     options: &LockOptions,
 ) -> Result<(), Error> {
-    match holder(client, tables, &handle.id)? {
-        Some(token) if token == handle.token => insert_row(
-            client,
-            tables,
-            &handle.id,
-            &handle.token,
-            "acquire",
-            options.stale_after,
+    let query = Query::write(
+        "renew",
+        format!(
+            "INSERT INTO {{db:Identifier}}.{{lt:Identifier}} (state_id, token, kind, expires_at)
+             SELECT {{id:String}}, {{token:String}}, 'acquire',
+                    now64(3) + toIntervalMillisecond({{lease_ms:UInt64}})
+             WHERE {HOLDS}"
         ),
-        _ => Err(Error::new(
-            ErrorKind::Locked,
-            format!(
-                "the lock on state id '{}' is no longer held by this holder",
-                shorten(&handle.id)
-            ),
-        )),
-    }
+    )
+    .param("lease_ms", options.stale_after.as_millis().to_string());
+    execute_fenced(client, fence(query, tables, handle, options), handle)
 }
 
 /// An id short enough for a message.
@@ -274,4 +347,57 @@ pub(crate) fn shorten(id: &str) -> String {
         s.push('…');
     }
     s.escape_debug().to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::client::testing::Scripted;
+    use crate::client::{ConnectionOptions, HttpResponse};
+
+    #[test]
+    fn writes_are_synchronous_and_never_inherit_a_dedup_token() {
+        let t = Scripted::new(vec![Ok(HttpResponse {
+            status: 200,
+            headers: vec![(
+                "x-clickhouse-summary".into(),
+                br#"{"written_rows":"1"}"#.to_vec(),
+            )],
+            body: vec![],
+            elapsed_us: 1,
+        })]);
+        let client = Client::new(
+            &ConnectionOptions::from_url(
+                "http://h?async_insert=1&wait_for_async_insert=0&insert_deduplication_token=x",
+            ),
+            &t,
+        )
+        .unwrap();
+        let tables = Tables {
+            database: "d".into(),
+            state: "s".into(),
+            lock: "l".into(),
+        };
+        let handle = LockHandle {
+            id: "job".into(),
+            token: "tok".into(),
+        };
+        renew(&client, &tables, &handle, &LockOptions::default()).unwrap();
+        let url = t.sent.borrow()[0].path_and_query.clone();
+        assert!(url.contains("&async_insert=0&"), "{url}");
+        assert!(!url.contains("async_insert=1"), "{url}");
+        assert!(url.contains("insert_deduplication_token=&"), "{url}");
+        assert!(!url.contains("insert_deduplication_token=x"), "{url}");
+        assert!(url.contains("wait_for_async_insert=0"), "{url}");
+    }
+
+    #[test]
+    fn the_fence_margin_is_a_quarter_of_the_lease_at_most_two_seconds() {
+        let with = |ms| LockOptions {
+            stale_after: Duration::from_millis(ms),
+            ..Default::default()
+        };
+        assert_eq!(with(1000).fence_margin(), Duration::from_millis(250));
+        assert_eq!(with(300_000).fence_margin(), Duration::from_secs(2));
+    }
 }

@@ -12,6 +12,7 @@ pub mod schema;
 
 use serde_json::{Map, Value};
 
+use crate::client::url::encode_component;
 use crate::client::{Client, Error, ErrorKind, Query, Transport};
 use crate::platform::Platform;
 
@@ -97,6 +98,28 @@ pub fn check_id(id: &str) -> Result<(), Error> {
     Ok(())
 }
 
+/// The most URL-encoded state bytes a fenced write carries (a server's `http_max_uri_size` is
+/// 1 MiB by default; the rest of the URL needs room too).
+const MAX_FENCED_URL_BYTES: usize = 1_000_000;
+
+/// A stored part's text as an object (`None`: empty); a part that is not a JSON object is
+/// `permanent` (the store never writes one).
+fn stored_part(text: Option<&str>, what: &str, id: &str) -> Result<Map<String, Value>, Error> {
+    match text {
+        None => Ok(Map::new()),
+        Some(text) => json::parse_part(text, what).map_err(|e| {
+            Error::new(
+                ErrorKind::Permanent,
+                format!(
+                    "the stored {what} of '{}' is unusable: {}",
+                    lock::shorten(id),
+                    e.message
+                ),
+            )
+        }),
+    }
+}
+
 fn check_name(what: &str, name: &str) -> Result<(), Error> {
     if name.is_empty() || name.len() > 200 || name.chars().any(char::is_control) {
         return Err(Error::invalid(format!(
@@ -135,6 +158,13 @@ impl<T: Transport, P: Platform> StateStore<T, P> {
                 "the stale-after window must be greater than 0",
             ));
         }
+        if options.lock.stale_after > lock::MAX_STALE_AFTER {
+            return Err(Error::invalid(format!(
+                "the stale-after window is at most {} s ({} h); renew a long-held lock instead",
+                lock::MAX_STALE_AFTER.as_secs(),
+                lock::MAX_STALE_AFTER.as_secs() / 3600
+            )));
+        }
         let tables = Tables {
             database: options.database.clone(),
             state: options.table.clone(),
@@ -169,36 +199,30 @@ impl<T: Transport, P: Platform> StateStore<T, P> {
     }
 
     fn read_states(&self, query: Query) -> Result<Vec<State>, Error> {
+        /// One row as the store selects it; any other shape is an error, never a default.
+        #[derive(serde::Deserialize)]
+        #[serde(deny_unknown_fields)]
+        struct Row {
+            state_id: String,
+            partial_state: Option<String>,
+            completed_state: Option<String>,
+        }
         let response = self.client.execute_owned(query.format("JSONEachRow"))?;
-        let text = std::str::from_utf8(&response.body)
-            .map_err(|_| Error::new(ErrorKind::Transient, "the server's answer is not UTF-8"))?;
         let mut states = Vec::new();
-        for line in text.lines().filter(|l| !l.is_empty()) {
-            let row: Value = serde_json::from_str(line).map_err(|e| {
-                Error::new(ErrorKind::Transient, format!("unexpected answer row: {e}"))
+        for line in response.body.split(|b| *b == b'\n') {
+            if line.is_empty() {
+                continue;
+            }
+            let row: Row = serde_json::from_slice(line).map_err(|e| {
+                Error::new(ErrorKind::Permanent, format!("unexpected answer row: {e}"))
             })?;
-            let id = row["state_id"].as_str().unwrap_or_default().to_string();
-            let part = |column: &str, what: &str| -> Result<Map<String, Value>, Error> {
-                match row[column].as_str() {
-                    None => Ok(Map::new()),
-                    Some(text) => json::parse_part(text, what).map_err(|e| {
-                        Error::new(
-                            ErrorKind::Permanent,
-                            format!(
-                                "the stored {what} of '{}' is unusable: {}",
-                                lock::shorten(&id),
-                                e.message
-                            ),
-                        )
-                    }),
-                }
+            let part = |text: &Option<String>, what: &str| -> Result<Map<String, Value>, Error> {
+                stored_part(text.as_deref(), what, &row.state_id)
             };
-            let partial = part("partial_state", "partial state")?;
-            let completed = part("completed_state", "completed state")?;
             states.push(State {
-                id,
-                partial,
-                completed,
+                partial: part(&row.partial_state, "partial state")?,
+                completed: part(&row.completed_state, "completed state")?,
+                id: row.state_id,
             });
         }
         Ok(states)
@@ -257,7 +281,9 @@ impl<T: Transport, P: Platform> StateStore<T, P> {
         .param("db", &self.tables.database)
         .param("t", &self.tables.state)
         .data(body);
-        self.client.execute_owned(query).map(|_| ())
+        self.client
+            .execute_owned(lock::write_settings(query))
+            .map(|_| ())
     }
 
     /// Overwrites both parts of one state (Meltano `set`).
@@ -270,10 +296,13 @@ impl<T: Transport, P: Platform> StateStore<T, P> {
     /// partial and the stored completed part is kept. Returns the state as stored.
     pub fn update(&self, state: &State) -> Result<State, Error> {
         check_id(&state.id)?;
-        // The stored parts are read in the query that confirms the lock (one round trip less).
+        // The stored parts are read in the query that confirms the lock (one round trip less),
+        // as an array: a tuple would print as an object under
+        // enable_named_columns_in_function_tuple=1. An aggregate always yields one row, so no
+        // stored row reads as [].
         let also = lock::AlsoRead {
-            expression: "(SELECT tuple(partial_state, completed_state)
-                 FROM {db:Identifier}.{t:Identifier} FINAL WHERE state_id = {id:String} LIMIT 1)"
+            expression: "(SELECT anyLast([partial_state, completed_state])
+                 FROM {db:Identifier}.{t:Identifier} FINAL WHERE state_id = {id:String})"
                 .into(),
             params: vec![("t".into(), self.tables.state.clone())],
         };
@@ -286,23 +315,30 @@ impl<T: Transport, P: Platform> StateStore<T, P> {
             Some(&also),
         )?;
         let result = (|| {
+            let stored: Vec<Option<String>> = match stored {
+                None | Some(Value::Null) => Vec::new(),
+                Some(value) => serde_json::from_value(value).map_err(|e| {
+                    Error::new(
+                        ErrorKind::Permanent,
+                        format!("unexpected answer for the stored state: {e}"),
+                    )
+                })?,
+            };
+            let (stored_partial, stored_completed) = match stored.as_slice() {
+                [] => (None, None),
+                [p, c] => (p.as_deref(), c.as_deref()),
+                other => {
+                    return Err(Error::new(
+                        ErrorKind::Permanent,
+                        format!(
+                            "unexpected answer for the stored state: {} parts",
+                            other.len()
+                        ),
+                    ))
+                }
+            };
             let new = if state.completed.is_empty() {
-                let stored_part = |i: usize, what: &str| -> Result<Map<String, Value>, Error> {
-                    match stored
-                        .as_ref()
-                        .and_then(|v| v.get(i))
-                        .and_then(Value::as_str)
-                    {
-                        None => Ok(Map::new()),
-                        Some(text) => json::parse_part(text, what).map_err(|e| {
-                            Error::new(
-                                ErrorKind::Permanent,
-                                format!("the stored {what} is unusable: {}", e.message),
-                            )
-                        }),
-                    }
-                };
-                let mut partial = stored_part(0, "partial state")?;
+                let mut partial = stored_part(stored_partial, "partial state", &state.id)?;
                 json::deep_merge(&mut partial, &state.partial);
                 let size = json::object_text(&partial).len();
                 if size > json::MAX_PART_BYTES {
@@ -314,7 +350,7 @@ impl<T: Transport, P: Platform> StateStore<T, P> {
                 State {
                     id: state.id.clone(),
                     partial,
-                    completed: stored_part(1, "completed state")?,
+                    completed: stored_part(stored_completed, "completed state", &state.id)?,
                 }
             } else {
                 State {
@@ -323,16 +359,27 @@ impl<T: Transport, P: Platform> StateStore<T, P> {
                     completed: state.completed.clone(),
                 }
             };
-            self.set(&new)?;
+            self.set_fenced(&new, &handle)?;
             Ok(new)
         })();
-        let released = self.release(&handle);
+        self.finish_locked(result, &handle, "the state was written")
+    }
+
+    /// Releases `handle` after a locked operation and combines the outcomes: the operation's
+    /// error wins; a failed release after success is reported with what was done.
+    fn finish_locked<R>(
+        &self,
+        result: Result<R, Error>,
+        handle: &LockHandle,
+        done: &str,
+    ) -> Result<R, Error> {
+        let released = self.release(handle);
         match (result, released) {
-            (Ok(new), Ok(())) => Ok(new),
+            (Ok(r), Ok(())) => Ok(r),
             (Err(e), _) => Err(e),
             (Ok(_), Err(e)) => Err(Error {
                 message: format!(
-                    "the state was written, but releasing its lock failed (it frees itself after the stale window): {}",
+                    "{done}, but releasing its lock failed (it frees itself after the stale window): {}",
                     e.message
                 ),
                 ..e
@@ -340,28 +387,98 @@ impl<T: Transport, P: Platform> StateStore<T, P> {
         }
     }
 
-    /// Deletes the state of `id`; returns 1 if there was one, else 0 (lightweight DELETE).
+    /// Writes both parts of `state` only while `handle` holds its lock (fenced): `locked` and
+    /// nothing written otherwise. The parts travel as query parameters (in the URL, which a
+    /// server limits to 1 MiB by default: `http_max_uri_size`).
+    fn set_fenced(&self, state: &State, handle: &LockHandle) -> Result<(), Error> {
+        let partial = json::part_text(&state.partial).unwrap_or_default();
+        let completed = json::part_text(&state.completed).unwrap_or_default();
+        let url_bytes = encode_component(&partial).len() + encode_component(&completed).len();
+        if url_bytes > MAX_FENCED_URL_BYTES {
+            return Err(Error::invalid(format!(
+                "the state of '{}' is {url_bytes} bytes URL-encoded; a write under the lock carries it in the URL, limited to {MAX_FENCED_URL_BYTES} bytes here (ClickHouse's http_max_uri_size is 1 MiB by default)",
+                lock::shorten(&state.id)
+            )));
+        }
+        let query = Query::write(
+            "set",
+            format!(
+                "INSERT INTO {{db:Identifier}}.{{t:Identifier}} (state_id, partial_state, completed_state)
+                 SELECT {{id:String}}, nullIf({{p:String}}, ''), nullIf({{c:String}}, '')
+                 WHERE {}",
+                lock::HOLDS
+            ),
+        )
+        .param("t", &self.tables.state)
+        .param("p", partial)
+        .param("c", completed);
+        lock::execute_fenced(
+            &self.client,
+            lock::fence(query, &self.tables, handle, &self.lock_options),
+            handle,
+        )
+    }
+
+    /// Overwrites both parts of one state under its lock (waits for it like [`Self::lock`]);
+    /// the write is fenced, so a holder that lost its lock writes nothing.
+    pub fn set_locked(&self, state: &State) -> Result<(), Error> {
+        check_id(&state.id)?;
+        let handle = self.lock(&state.id)?;
+        let result = self.set_fenced(state, &handle);
+        self.finish_locked(result, &handle, "the state was written")
+    }
+
+    /// Deletes the state of `id` under its lock (as Meltano does: an `update` racing a delete
+    /// cannot bring the state back); returns 1 if there was one, else 0 (lightweight DELETE,
+    /// fenced like every write under the lock).
     pub fn delete(&self, id: &str) -> Result<u64, Error> {
         check_id(id)?;
-        let count = self.count(
-            self.query(
-                "delete",
-                "SELECT count() FROM {db:Identifier}.{t:Identifier} FINAL WHERE state_id = {id:String}",
-            )
-            .param("id", id),
-        )?;
-        if count > 0 {
-            self.client.execute(
-                &Query::write(
+        let handle = self.lock(id)?;
+        let result = (|| {
+            let count = self.count(
+                self.query(
                     "delete",
-                    "DELETE FROM {db:Identifier}.{t:Identifier} WHERE state_id = {id:String}",
+                    "SELECT count() FROM {db:Identifier}.{t:Identifier} FINAL WHERE state_id = {id:String}",
                 )
-                .param("db", &self.tables.database)
-                .param("t", &self.tables.state)
                 .param("id", id),
             )?;
-        }
-        Ok(count)
+            if count > 0 {
+                let query = Query::write(
+                    "delete",
+                    format!(
+                        "DELETE FROM {{db:Identifier}}.{{t:Identifier}}
+                         WHERE state_id = {{id:String}} AND {}",
+                        lock::HOLDS
+                    ),
+                )
+                .param("t", &self.tables.state);
+                self.client.execute_owned(lock::fence(
+                    query,
+                    &self.tables,
+                    &handle,
+                    &self.lock_options,
+                ))?;
+                // A lightweight DELETE reports no row count: check that the fence let it through.
+                let left = self.count(
+                    self.query(
+                        "delete",
+                        "SELECT count() FROM {db:Identifier}.{t:Identifier} FINAL WHERE state_id = {id:String}",
+                    )
+                    .param("id", id),
+                )?;
+                if left > 0 {
+                    return Err(Error::new(
+                        ErrorKind::Locked,
+                        format!(
+                            "the lock on state id '{}' was lost before the delete: nothing was deleted",
+                            lock::shorten(id)
+                        ),
+                    ));
+                }
+            }
+            Ok(count)
+        })();
+        self.finish_locked(result, &handle, "the state was deleted")
     }
 
     fn count(&self, query: Query) -> Result<u64, Error> {
@@ -379,7 +496,7 @@ impl<T: Transport, P: Platform> StateStore<T, P> {
             &self
                 .query(
                     "clear-all",
-                    "SELECT count(), toString(max(updated_at)) FROM {db:Identifier}.{t:Identifier} FINAL",
+                    "SELECT count(), toUnixTimestamp64Milli(max(updated_at)) FROM {db:Identifier}.{t:Identifier} FINAL",
                 )
                 .format("TabSeparated"),
         )?;
@@ -389,16 +506,18 @@ impl<T: Transport, P: Platform> StateStore<T, P> {
             .next()
             .and_then(|c| c.parse().ok())
             .ok_or_else(|| Error::new(ErrorKind::Transient, "unexpected answer to count()"))?;
-        let snapshot = fields.next().unwrap_or_default().to_string();
+        let snapshot: i64 = fields.next().and_then(|c| c.parse().ok()).ok_or_else(|| {
+            Error::new(ErrorKind::Permanent, "unexpected answer to max(updated_at)")
+        })?;
         if count > 0 {
             self.client.execute(
                 &Query::write(
                     "clear-all",
-                    "DELETE FROM {db:Identifier}.{t:Identifier} WHERE updated_at <= {snapshot:DateTime64(3)}",
+                    "DELETE FROM {db:Identifier}.{t:Identifier} WHERE toUnixTimestamp64Milli(updated_at) <= {snapshot:Int64}",
                 )
                 .param("db", &self.tables.database)
                 .param("t", &self.tables.state)
-                .param("snapshot", snapshot),
+                .param("snapshot", snapshot.to_string()),
             )?;
         }
         Ok(count)

@@ -66,6 +66,12 @@ struct FoundTable {
     columns: Vec<(String, String)>,
 }
 
+/// Whether an engine (as `system.tables.engine_full` prints it) is a plain, non-replicated
+/// MergeTree: the only engine on which block numbers follow commit order.
+pub fn is_plain_merge_tree(engine_full: &str) -> bool {
+    engine_full.starts_with("MergeTree")
+}
+
 /// Creates the database and both tables if they do not exist (idempotent DDL).
 pub fn create<T: Transport>(client: &Client<T>, tables: &Tables) -> Result<(), Error> {
     client.execute(&Query::read("create-schema", CREATE_DATABASE).param("db", &tables.database))?;
@@ -163,6 +169,16 @@ pub fn verify<T: Transport>(client: &Client<T>, tables: &Tables) -> Result<(), E
                 ));
             }
         }
+        if role == "lock" && !is_plain_merge_tree(engine) {
+            return Err(Error::new(
+                ErrorKind::Misconfigured,
+                format!(
+                    "the lock table {} has engine `{}`: the commit-order lock is only sound on a plain MergeTree on one server (on Replicated and Shared MergeTree, as on ClickHouse Cloud or in a Replicated database, block numbers are taken from Keeper before the commit, so two contenders can both see themselves first); use a single server with a plain MergeTree lock table, or the Keeper-backed lock (KeeperMap)",
+                    describe(table),
+                    engine.chars().take(60).collect::<String>()
+                ),
+            ));
+        }
         let engine_ok = match role {
             "state" => {
                 engine.starts_with("ReplacingMergeTree(updated_at)")
@@ -188,4 +204,55 @@ pub fn verify<T: Transport>(client: &Client<T>, tables: &Tables) -> Result<(), E
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::client::testing::Scripted;
+    use crate::client::{ConnectionOptions, HttpResponse};
+
+    fn answer(engine: &str) -> Scripted {
+        let lock_columns = r#"[["state_id","String"],["token","String"],["kind","Enum8('acquire' = 1, 'release' = 2)"],["expires_at","DateTime64(3)"]]"#;
+        let state_columns = r#"[["state_id","String"],["partial_state","Nullable(String)"],["completed_state","Nullable(String)"],["updated_at","DateTime64(3)"]]"#;
+        let body = format!(
+            "{{\"table\":\"state\",\"engine\":\"ReplacingMergeTree(updated_at) ORDER BY state_id\",\"columns\":{state_columns}}}\n{{\"table\":\"state_lock\",\"engine\":\"{engine}\",\"columns\":{lock_columns}}}\n"
+        );
+        Scripted::new(vec![Ok(HttpResponse {
+            status: 200,
+            headers: vec![],
+            body: body.into_bytes(),
+            elapsed_us: 1,
+        })])
+    }
+
+    fn verify_with(engine: &str) -> Result<(), Error> {
+        let t = answer(engine);
+        let client = Client::new(&ConnectionOptions::from_url("http://h"), &t).unwrap();
+        verify(
+            &client,
+            &Tables {
+                database: "meltano".into(),
+                state: "state".into(),
+                lock: "state_lock".into(),
+            },
+        )
+    }
+
+    #[test]
+    fn replicated_and_shared_lock_tables_are_refused() {
+        assert!(verify_with(
+            "MergeTree ORDER BY (state_id, token) TTL toDateTime(expires_at) + toIntervalDay(1) SETTINGS enable_block_number_column = 1, index_granularity = 8192"
+        )
+        .is_ok());
+        for engine in [
+            "ReplicatedMergeTree('/clickhouse/tables/{uuid}/{shard}', '{replica}') ORDER BY (state_id, token) SETTINGS enable_block_number_column = 1",
+            "SharedMergeTree('/clickhouse/tables/{uuid}/{shard}', '{replica}') ORDER BY (state_id, token) SETTINGS enable_block_number_column = 1",
+        ] {
+            let e = verify_with(engine).unwrap_err();
+            assert_eq!(e.kind, ErrorKind::Misconfigured);
+            assert!(e.message.contains("only sound on a plain MergeTree"), "{}", e.message);
+            assert!(e.message.contains("KeeperMap"), "{}", e.message);
+        }
+    }
 }

@@ -12,6 +12,7 @@ use clickhouse_component::client::{
 use serde_json::Value;
 
 /// ureq-based transport (plain HTTP; keep-alive connection pool per agent).
+#[derive(Clone)]
 pub struct NativeTransport {
     agent: ureq::Agent,
 }
@@ -150,5 +151,83 @@ impl Sql {
             Value::String(s) => s.parse().unwrap(),
             other => panic!("not a count: {other}"),
         }
+    }
+}
+
+/// A [`NativeTransport`] that can hold one chosen request before sending it, so a test can
+/// interleave two clients at an exact point (e.g. hold a holder's renewal until its lease has
+/// ended and someone else took the lock). Clones share the gate.
+#[derive(Clone, Default)]
+pub struct PausingTransport {
+    inner: NativeTransport,
+    gate: std::sync::Arc<Gate>,
+}
+
+#[derive(Default)]
+struct Gate {
+    state: std::sync::Mutex<GateState>,
+    changed: std::sync::Condvar,
+}
+
+#[derive(Default)]
+struct GateState {
+    /// Operation names (the `x-component-operation` header) whose next request is held.
+    armed: Vec<String>,
+    /// A request is being held.
+    holding: bool,
+    /// The held request may go.
+    released: bool,
+}
+
+impl PausingTransport {
+    /// Holds the next request whose operation is one of `operations`.
+    pub fn pause_next(&self, operations: &[&str]) {
+        let mut state = self.gate.state.lock().unwrap();
+        state.armed = operations.iter().map(|o| o.to_string()).collect();
+        state.released = false;
+    }
+
+    /// Waits until a request is held; false after `timeout`.
+    pub fn wait_held(&self, timeout: Duration) -> bool {
+        let state = self.gate.state.lock().unwrap();
+        let (state, _) = self
+            .gate
+            .changed
+            .wait_timeout_while(state, timeout, |s| !s.holding)
+            .unwrap();
+        state.holding
+    }
+
+    /// Lets the held request go.
+    pub fn release(&self) {
+        let mut state = self.gate.state.lock().unwrap();
+        state.released = true;
+        self.gate.changed.notify_all();
+    }
+}
+
+impl Transport for PausingTransport {
+    fn send(&self, request: &HttpRequest) -> Result<HttpResponse, TransportError> {
+        let operation = request
+            .headers
+            .iter()
+            .find(|(n, _)| n == clickhouse_component::client::request::OPERATION_HEADER)
+            .map(|(_, v)| String::from_utf8_lossy(v).into_owned())
+            .unwrap_or_default();
+        {
+            let mut state = self.gate.state.lock().unwrap();
+            if state.armed.contains(&operation) {
+                state.armed.clear();
+                state.holding = true;
+                self.gate.changed.notify_all();
+                let mut state = self
+                    .gate
+                    .changed
+                    .wait_while(state, |s| !s.released)
+                    .unwrap();
+                state.holding = false;
+            }
+        }
+        self.inner.send(request)
     }
 }

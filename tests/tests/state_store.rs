@@ -517,6 +517,44 @@ async fn interop_with_meltano_state_backend_clickhouse_rows() {
     assert!(i.state_get(s, "py-1").await.unwrap().is_none());
 }
 
+/// The commit-order lock is only sound on a plain MergeTree on one server: a lock table on
+/// ReplicatedMergeTree (block numbers from Keeper, before the commit) is refused at open.
+/// (The local ClickHouse runs with a ZooKeeper, so a replicated table can be created.)
+#[tokio::test]
+async fn a_replicated_lock_table_is_refused() {
+    let db = unique_name("replock");
+    let sql = sql();
+    sql.exec("CREATE DATABASE {db:Identifier}", &[("db", &db)]);
+    sql.exec(
+        "CREATE TABLE {db:Identifier}.state_lock (
+            state_id String, token String, kind Enum8('acquire' = 1, 'release' = 2),
+            expires_at DateTime64(3), created_at DateTime64(3) DEFAULT now64(3)
+        ) ENGINE = ReplicatedMergeTree ORDER BY (state_id, token)
+        SETTINGS enable_block_number_column = 1",
+        &[("db", &db)],
+    );
+    let mut i = instance().await;
+    let e = i
+        .open_store(
+            &clickhouse().connection(),
+            &StoreOptions {
+                database: Some(db.clone()),
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap_err()
+        .into_component();
+    assert_eq!(e.kind, ErrorKind::Misconfigured, "{e}");
+    assert!(e.message.contains("ReplicatedMergeTree"), "{}", e.message);
+    assert!(
+        e.message.contains("only sound on a plain MergeTree"),
+        "{}",
+        e.message
+    );
+    assert!(e.message.contains("KeeperMap"), "{}", e.message);
+}
+
 #[tokio::test]
 async fn a_foreign_lock_table_is_refused_clearly() {
     let db = unique_name("foreignlock");
