@@ -29,8 +29,9 @@ pub mod pool;
 pub mod runtime;
 
 pub use allow_list::{AllowList, AllowListError};
-pub use bindings::{Receipt, ServerInfo, SinkOptions, State, StoreOptions, Value};
+pub use bindings::{LockEngine, Receipt, ServerInfo, SinkOptions, State, StoreOptions, Value};
 pub use component::{CachePolicy, ComponentSource, LoadKind, LoadReport};
 pub use runtime::{
-    default_allow_list, CallError, Instance, LockHandle, Runtime, SinkHandle, StoreHandle,
+    default_allow_list, CallError, Instance, LockHandle, RequestDeadline, Runtime, SinkHandle,
+    StoreHandle,
 };

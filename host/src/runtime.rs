@@ -95,6 +95,7 @@ impl Runtime {
                 allow: Arc::new(allow),
                 // Per instance: its connections are driven by the runtime that uses it.
                 pool: ConnectionPool::default(),
+                deadline: RequestDeadline::default(),
             },
         };
         let mut store = Store::new(self.inner.pre.engine(), state);
@@ -107,6 +108,71 @@ impl Runtime {
 pub struct Instance {
     store: Store<HostState>,
     connector: Connector,
+}
+
+/// A deadline for the outgoing requests of one [`Instance`], settable from any task while a call
+/// runs: a request started after it fails at once (nothing sent, a connect timeout), and one
+/// still waiting for its reply when it comes fails with a read timeout. So a call in progress
+/// can be bounded, or cut short, from outside without cancelling it (dropping a call's future
+/// would leave the instance unusable).
+#[derive(Clone, Debug)]
+pub struct RequestDeadline(Arc<tokio::sync::watch::Sender<Option<Instant>>>);
+
+impl Default for RequestDeadline {
+    fn default() -> Self {
+        RequestDeadline(Arc::new(tokio::sync::watch::channel(None).0))
+    }
+}
+
+impl RequestDeadline {
+    /// Sets (or, with `None`, clears) the deadline.
+    pub fn set(&self, deadline: Option<Instant>) {
+        self.0.send_replace(deadline);
+    }
+
+    /// The deadline now.
+    pub fn get(&self) -> Option<Instant> {
+        *self.0.borrow()
+    }
+
+    /// Completes when the deadline, as set at any moment meanwhile, has come.
+    async fn reached(&self) {
+        let mut rx = self.0.subscribe();
+        loop {
+            let deadline = *rx.borrow_and_update();
+            match deadline {
+                Some(d) => tokio::select! {
+                    _ = tokio::time::sleep_until(d.into()) => return,
+                    _ = rx.changed() => {}
+                },
+                // The sender lives as long as `self`: `changed` cannot fail here.
+                None => {
+                    let _ = rx.changed().await;
+                }
+            }
+        }
+    }
+
+    /// `options` with every timeout cut to the time left; `None` if none is left.
+    fn bound(
+        &self,
+        options: Option<wasmtime_wasi_http::RequestOptions>,
+    ) -> Option<Option<wasmtime_wasi_http::RequestOptions>> {
+        let Some(deadline) = self.get() else {
+            return Some(options);
+        };
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return None;
+        }
+        let o = options.unwrap_or_default();
+        let cut = |t: Option<std::time::Duration>| Some(t.map_or(left, |t| t.min(left)));
+        Some(Some(wasmtime_wasi_http::RequestOptions {
+            connect_timeout: cut(o.connect_timeout),
+            first_byte_timeout: cut(o.first_byte_timeout),
+            between_bytes_timeout: cut(o.between_bytes_timeout),
+        }))
+    }
 }
 
 /// A failed call: the component's classified error, or a failure of the runner (a trap).
@@ -172,6 +238,12 @@ pub struct LockHandle(ResourceAny);
 pub struct SinkHandle(ResourceAny);
 
 impl Instance {
+    /// The deadline of this instance's outgoing requests (none by default); clone it to set
+    /// it from another task while a call runs.
+    pub fn request_deadline(&self) -> RequestDeadline {
+        self.store.data().hooks.deadline.clone()
+    }
+
     /// `server.ping`: connects, authenticates and returns the server's identity.
     pub async fn ping(&mut self, connection: &ConnectionOptions) -> Result<ServerInfo, CallError> {
         let conn = to_wit_connection(connection);
@@ -443,6 +515,7 @@ impl WasiHttpView for HostState {
 struct Hooks {
     allow: Arc<AllowList>,
     pool: ConnectionPool,
+    deadline: RequestDeadline,
 }
 
 type SendFuture = Box<
@@ -488,6 +561,11 @@ impl WasiHttpHooks for Hooks {
             );
             return Box::new(async { Err(wasmtime_wasi_http::Error::HttpRequestDenied) });
         }
+        let Some(options) = self.deadline.bound(options) else {
+            tracing::debug!(op = %operation, "clickhouse request not sent: its deadline has passed");
+            return Box::new(async { Err(wasmtime_wasi_http::Error::ConnectionTimeout) });
+        };
+        let deadline = self.deadline.clone();
         let started = Instant::now();
         let bytes = request
             .headers()
@@ -499,16 +577,22 @@ impl WasiHttpHooks for Hooks {
         Box::new(async move {
             use http_body_util::BodyExt;
             type Io = Box<dyn std::future::Future<Output = wasmtime_wasi_http::Result<()>> + Send>;
-            let result: wasmtime_wasi_http::Result<(http::Response<WasiBody>, Io)> = if scheme
-                == "http"
-            {
-                pool.send(request, options)
-                    .await
-                    .map(|response| (response, Box::new(async { Ok(()) }) as Io))
-            } else {
-                wasmtime_wasi_http::default_send_request(request, options)
-                    .await
-                    .map(|(response, io)| (response.map(BodyExt::boxed_unsync), Box::new(io) as Io))
+            let send = async {
+                if scheme == "http" {
+                    pool.send(request, options)
+                        .await
+                        .map(|response| (response, Box::new(async { Ok(()) }) as Io))
+                } else {
+                    wasmtime_wasi_http::default_send_request(request, options)
+                        .await
+                        .map(|(response, io)| {
+                            (response.map(BodyExt::boxed_unsync), Box::new(io) as Io)
+                        })
+                }
+            };
+            let result: wasmtime_wasi_http::Result<(http::Response<WasiBody>, Io)> = tokio::select! {
+                result = send => result,
+                _ = deadline.reached() => Err(wasmtime_wasi_http::Error::ConnectionReadTimeout),
             };
             let ms = started.elapsed().as_secs_f64() * 1e3;
             match &result {

@@ -27,6 +27,15 @@ pub struct LockArgs {
     /// The command to run while holding the lock (after --; reference host only).
     #[arg(last = true)]
     pub command: Vec<String>,
+    /// With a command: if renewals keep failing, stop it (SIGTERM) once its lease could end
+    /// within this time (default: twice --term-grace, so SIGKILL comes --term-grace before the
+    /// lease can end). Must be under 2/3 of the lease.
+    #[arg(long, value_parser = parse_duration, conflicts_with = "hold")]
+    pub stop_before: Option<Duration>,
+    /// With a command: time it has after SIGTERM before SIGKILL (default: a tenth of the
+    /// lease, at most 10s). Must be under --stop-before.
+    #[arg(long, value_parser = parse_duration, conflicts_with = "hold")]
+    pub term_grace: Option<Duration>,
 }
 
 /// Parses `500ms`, `10s`, `2m`, `1h` or a plain number of seconds.

@@ -57,9 +57,20 @@ pub fn clickhouse() -> &'static Server {
     })
 }
 
-/// Starts the local ClickHouse (tests/local_clickhouse/server.py) with a random password. It
-/// exits by itself when this process ends.
+/// Starts the local ClickHouse (tests/local_clickhouse/server.py) with a random password and
+/// the Keeper named by `LOCAL_CLICKHOUSE_ZOOKEEPER` (default `start`: a private ZooKeeper, so
+/// KeeperMap tables work). It exits by itself when this process ends.
 fn start_local() -> Server {
+    let zookeeper =
+        std::env::var("LOCAL_CLICKHOUSE_ZOOKEEPER").unwrap_or_else(|_| "start".to_string());
+    start_local_clickhouse(&zookeeper)
+}
+
+/// Starts another local ClickHouse for this process, with its own data directory. `zookeeper`
+/// is `start` (a private ZooKeeper: KeeperMap tables work), `HOST:PORT` (that ZooKeeper) or
+/// `none` (no Keeper configured: KeeperMap tables fail as on a server without one). It and its
+/// ZooKeeper exit by themselves when this process ends.
+pub fn start_local_clickhouse(zookeeper: &str) -> Server {
     let python = std::env::var("LOCAL_CLICKHOUSE_PYTHON")
         .map(PathBuf::from)
         .unwrap_or_else(|_| repo_root().join(".venv/bin/python"));
@@ -69,14 +80,19 @@ fn start_local() -> Server {
         python.display()
     );
     let password = format!("pw-{}-{}", std::process::id(), nanos());
-    let data_dir =
-        std::env::temp_dir().join(format!("local-clickhouse-test-{}", std::process::id()));
+    let data_dir = std::env::temp_dir().join(format!(
+        "local-clickhouse-test-{}-{}",
+        std::process::id(),
+        nanos()
+    ));
     let mut child = Command::new(python)
         .arg(repo_root().join("tests/local_clickhouse/server.py"))
         .args([
             "--port",
             "0",
             "--exit-with-parent",
+            "--zookeeper",
+            zookeeper,
             "--password",
             &password,
             "--data-dir",
@@ -191,6 +207,7 @@ pub fn cli(server: &Server) -> Command {
 }
 
 pub mod native;
+pub mod proxy;
 
 /// Creates the table critical sections record into.
 pub fn create_section_log(sql: &native::Sql, db: &str, table: &str) {

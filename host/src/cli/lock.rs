@@ -2,14 +2,42 @@
 //! renewing its lease, release it after, and exit with the command's status. Only the host can
 //! start processes, so this one command runs here, through the component's library exports;
 //! `lock ID --hold D` runs in the component like every other command.
+//!
+//! The command never outlives the lease. The lease is counted conservatively from the start of
+//! the last call that extended it (the server starts it later). Renewals are due every third of
+//! the lease; a failed one is retried with capped exponential backoff and jitter, each attempt's
+//! requests cut off when the lease could no longer be guaranteed. Once renewals have failed
+//! until the lease has less than `--stop-before` left (or a renewal says the lock is lost), the
+//! command's process group gets SIGTERM, then SIGKILL after `--term-grace`, so it is gone
+//! `--stop-before` minus `--term-grace` before the lease can end; the host then exits with
+//! [`LEASE_LOST_EXIT_CODE`]. SIGINT, SIGTERM, SIGHUP and SIGQUIT sent to the host are passed on
+//! to the command (which runs in a process group of its own). The lock is released when the
+//! command exits; a failed release is a warning (the lease then ends by itself).
 
+use std::cell::Cell;
 use std::time::{Duration, Instant};
 
 use clickhouse_component::cli::lock::LockArgs;
 use clickhouse_component::cli::{GlobalArgs, StoreArgs};
+use clickhouse_component::client::{Error, ErrorKind};
+use clickhouse_component::state::LockEngineChoice;
 use clickhouse_component_host::config::HostArgs;
-use clickhouse_component_host::{CallError, Runtime, StoreOptions};
+use clickhouse_component_host::{
+    CallError, Instance, LockEngine, LockHandle, RequestDeadline, Runtime, StoreOptions,
+};
 use serde_json::json;
+use tokio::sync::{mpsc, oneshot, watch};
+
+/// Exit code when the command was stopped because its lease could no longer be guaranteed
+/// (the error kinds use 2-10).
+pub const LEASE_LOST_EXIT_CODE: i32 = 11;
+
+/// Default lease when none is configured (the component's default stale window).
+const DEFAULT_LEASE: Duration = Duration::from_secs(300);
+/// Default `--term-grace`: a tenth of the lease, at most this.
+const MAX_DEFAULT_TERM_GRACE: Duration = Duration::from_secs(10);
+/// Time a release gets at least, even when the lease may already have ended.
+const MIN_RELEASE_TIME: Duration = Duration::from_secs(1);
 
 /// The WIT store options for the shared store arguments.
 fn store_options(store: &StoreArgs) -> Result<StoreOptions, CallError> {
@@ -23,41 +51,144 @@ fn store_options(store: &StoreArgs) -> Result<StoreOptions, CallError> {
         lock_timeout_ms: ms(o.lock.timeout),
         lock_retry_ms: ms(o.lock.retry),
         stale_after_ms: ms(o.lock.stale_after),
+        lock_engine: Some(match o.lock_engine {
+            LockEngineChoice::Auto => LockEngine::Auto,
+            LockEngineChoice::KeeperMap => LockEngine::KeeperMap,
+            LockEngineChoice::MergeTree => LockEngine::MergeTree,
+        }),
     })
 }
 
-/// Runs `lock ID -- COMMAND`; returns the command's exit code and the JSON report.
+/// When to renew, retry and stop, derived from the lease.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Timing {
+    /// The lease (stale window).
+    pub lease: Duration,
+    /// A renewal is due this long after the last successful one.
+    pub renew_every: Duration,
+    /// SIGTERM once the lease could end within this time.
+    pub stop_before: Duration,
+    /// SIGKILL this long after SIGTERM.
+    pub term_grace: Duration,
+    /// First pause after a failed renewal (doubles, plus 0-50% jitter).
+    pub first_backoff: Duration,
+    /// Longest pause between renewal attempts.
+    pub max_backoff: Duration,
+}
+
+impl Timing {
+    /// The timing for `lease` and the `--stop-before` / `--term-grace` options.
+    pub fn new(
+        lease: Duration,
+        stop_before: Option<Duration>,
+        term_grace: Option<Duration>,
+    ) -> Result<Timing, Error> {
+        if lease.is_zero() {
+            return Err(Error::invalid(
+                "running a command under the lock needs a lease above 0 (--stale-after-seconds)",
+            ));
+        }
+        let term_grace = term_grace.unwrap_or((lease / 10).min(MAX_DEFAULT_TERM_GRACE));
+        let renew_every = lease / 3;
+        let (stop_before, which) = match stop_before {
+            Some(d) => (d, ""),
+            None => (term_grace * 2, ", by default twice --term-grace,"),
+        };
+        if stop_before >= lease - renew_every {
+            return Err(Error::invalid(format!(
+                "--stop-before{which} ({}) must be under 2/3 of the lease ({}) to leave time to renew",
+                secs(stop_before),
+                secs(lease)
+            )));
+        }
+        if term_grace >= stop_before {
+            return Err(Error::invalid(format!(
+                "--term-grace ({}) must be under --stop-before ({}) so that the command is gone before the lease can end",
+                secs(term_grace),
+                secs(stop_before)
+            )));
+        }
+        let first_backoff =
+            (lease / 30).clamp(Duration::from_millis(10), Duration::from_millis(500));
+        let max_backoff = (lease / 10).clamp(first_backoff, Duration::from_secs(5));
+        Ok(Timing {
+            lease,
+            renew_every,
+            stop_before,
+            term_grace,
+            first_backoff,
+            max_backoff,
+        })
+    }
+
+    /// When the command gets SIGTERM unless the lease is renewed.
+    fn term_at(&self, last_ok: Instant) -> Instant {
+        last_ok + (self.lease - self.stop_before)
+    }
+
+    /// The earliest the lease can end.
+    fn lease_end(&self, last_ok: Instant) -> Instant {
+        last_ok + self.lease
+    }
+}
+
+fn secs(d: Duration) -> String {
+    format!("{:.3} s", d.as_secs_f64())
+}
+
+/// Runs `lock ID -- COMMAND`; returns the exit code and the JSON report.
 pub async fn run(
     host: &HostArgs,
     global: &GlobalArgs,
     args: &LockArgs,
 ) -> Result<(i32, serde_json::Value), CallError> {
     let options = store_options(&args.store)?;
-    let stale = Duration::from_millis(u64::from(options.stale_after_ms.unwrap_or(300_000)));
+    let lease = options
+        .stale_after_ms
+        .map_or(DEFAULT_LEASE, |ms| Duration::from_millis(u64::from(ms)));
+    let timing =
+        Timing::new(lease, args.stop_before, args.term_grace).map_err(CallError::Component)?;
     let connection = global.connection().map_err(CallError::Component)?;
     let allow = host.allow_list(&connection).map_err(CallError::Component)?;
     let runtime = Runtime::new(&host.component_source(), &host.cache_policy())?;
     let mut instance = runtime.instantiate(allow).await?;
+    let deadline = instance.request_deadline();
     let store = instance.open_store(&connection, &options).await?;
     let started = Instant::now();
     let lock = instance.lock(store, &args.id).await?;
     let token = instance.lock_token(lock).await?;
     let waited = started.elapsed();
+    let id = args.id.escape_debug().to_string();
     eprintln!(
-        "lock: acquired '{}' (token {token}) after {:.1} ms",
-        args.id.escape_debug(),
+        "lock: acquired '{id}' (token {token}) after {:.1} ms",
         waited.as_secs_f64() * 1e3
     );
-    // Renew well within the lease so a long command keeps the lock.
-    let mut renew = tokio::time::interval((stale / 3).max(Duration::from_millis(50)));
-    renew.tick().await;
+    // The lease began after `started`, when the winning acquire row was written.
+    let mut last_ok = started;
+    if waited >= timing.renew_every {
+        // A long wait may have used up much of it: renew before the command starts (the
+        // component refuses a renewal that comes too late, so only time bounds this one).
+        let attempt = Instant::now();
+        deadline.set(Some(timing.term_at(attempt)));
+        let renewed = instance.lock_renew(lock).await;
+        deadline.set(None);
+        if let Err(e) = renewed {
+            deadline.set(Some(Instant::now() + MIN_RELEASE_TIME));
+            let _ = instance.lock_release(lock).await;
+            return Err(e);
+        }
+        last_ok = attempt;
+    }
+    let mut signals = Signals::new().map_err(|e| CallError::Runner(e.into()))?;
+    let mut command = tokio::process::Command::new(&args.command[0]);
+    command.args(&args.command[1..]).kill_on_drop(true);
+    #[cfg(unix)]
+    command.process_group(0);
     let held_from = Instant::now();
-    let mut child = match tokio::process::Command::new(&args.command[0])
-        .args(&args.command[1..])
-        .spawn()
-    {
+    let mut child = match command.spawn() {
         Ok(child) => child,
         Err(e) => {
+            deadline.set(Some(Instant::now() + MIN_RELEASE_TIME));
             let _ = instance.lock_release(lock).await;
             eprintln!("lock: cannot run '{}': {e}", args.command[0]);
             return Ok((
@@ -66,28 +197,417 @@ pub async fn run(
             ));
         }
     };
-    let code = loop {
-        tokio::select! {
-            status = child.wait() => {
-                let status = status.map_err(|e| CallError::Runner(e.into()))?;
-                break exit_code(status);
+    let group = child.id().map(|pid| pid as i32);
+
+    let (status_tx, status_rx) = watch::channel(RenewStatus {
+        last_ok,
+        failures: 0,
+        last_error: None,
+        in_flight: None,
+    });
+    let (lost_tx, lost_rx) = mpsc::unbounded_channel();
+    let (release_tx, release_rx) = mpsc::unbounded_channel();
+    let stopping = Cell::new(false);
+    let agent = renew_agent(
+        &mut instance,
+        lock,
+        timing,
+        &deadline,
+        &stopping,
+        status_tx,
+        lost_tx,
+        release_rx,
+    );
+    let supervisor = async {
+        let outcome = supervise(
+            &id,
+            &mut child,
+            group,
+            timing,
+            status_rx.clone(),
+            lost_rx,
+            &mut signals,
+        )
+        .await?;
+        let held = held_from.elapsed();
+        // Cut short a renewal in flight, then release.
+        stopping.set(true);
+        deadline.set(Some(Instant::now()));
+        let last_ok = status_rx.borrow().last_ok;
+        let until = timing
+            .lease_end(last_ok)
+            .max(Instant::now() + MIN_RELEASE_TIME);
+        let (reply_tx, reply_rx) = oneshot::channel();
+        let _ = release_tx.send((until, reply_tx));
+        let released = tokio::select! {
+            reply = reply_rx => match reply {
+                Ok(Ok(())) => Ok(()),
+                Ok(Err(e)) => Err(e.to_string()),
+                Err(_) => Err("the component stopped".to_string()),
+            },
+            signal = signals.recv() => Err(format!("gave up on {}", signal_name(signal))),
+            _ = tokio::time::sleep_until((until + MIN_RELEASE_TIME).into()) => {
+                Err("it did not finish in time".to_string())
             }
-            _ = renew.tick() => instance.lock_renew(lock).await?,
+        };
+        if let Err(e) = &released {
+            let left = timing
+                .lease_end(last_ok)
+                .saturating_duration_since(Instant::now());
+            let when = if left.is_zero() {
+                "its lease has ended".to_string()
+            } else {
+                format!("it frees itself when its lease ends, within {}", secs(left))
+            };
+            eprintln!("lock: warning: could not release '{id}' ({e}); {when}");
+        }
+        Ok::<_, CallError>((outcome, held, released.is_ok()))
+    };
+    let (outcome, held, released) = {
+        tokio::pin!(agent);
+        tokio::select! {
+            result = supervisor => result?,
+            never = &mut agent => match never {},
         }
     };
-    let held = held_from.elapsed();
-    instance.lock_release(lock).await?;
-    Ok((
-        code,
-        json!({
-            "ok": code == 0,
-            "id": args.id,
-            "token": token,
-            "waited_ms": waited.as_secs_f64() * 1e3,
-            "held_ms": held.as_secs_f64() * 1e3,
-            "exit_code": code,
-        }),
-    ))
+    let mut report = json!({
+        "id": args.id,
+        "token": token,
+        "waited_ms": waited.as_secs_f64() * 1e3,
+        "held_ms": held.as_secs_f64() * 1e3,
+        "released": released,
+    });
+    let code = match outcome {
+        Outcome::Exited(status) => {
+            let code = exit_code(status);
+            report["ok"] = json!(code == 0);
+            report["exit_code"] = json!(code);
+            code
+        }
+        Outcome::Stopped {
+            status,
+            reason,
+            killed,
+        } => {
+            let how = if killed {
+                format!(
+                    "SIGTERM, then SIGKILL after {} (--term-grace)",
+                    secs(timing.term_grace)
+                )
+            } else {
+                "SIGTERM".to_string()
+            };
+            let message = format!(
+                "stopped the command ({how}) because the lock on '{id}' could no longer be guaranteed: {reason}"
+            );
+            eprintln!(
+                "lock: stopped the command ({how}): its lock could no longer be guaranteed; exit code {LEASE_LOST_EXIT_CODE}"
+            );
+            report["ok"] = json!(false);
+            report["exit_code"] = json!(LEASE_LOST_EXIT_CODE);
+            report["command_exit_code"] = json!(exit_code(status));
+            report["error"] = json!({"kind": "lease-lost", "message": message});
+            LEASE_LOST_EXIT_CODE
+        }
+    };
+    Ok((code, report))
+}
+
+/// What the renewals have achieved so far.
+#[derive(Clone, Debug)]
+struct RenewStatus {
+    /// Start of the last call that extended the lease.
+    last_ok: Instant,
+    /// Failed attempts since then.
+    failures: u32,
+    /// The last failure.
+    last_error: Option<String>,
+    /// Start of the attempt waiting for an answer, if one is.
+    in_flight: Option<Instant>,
+}
+
+/// A release request: its deadline and where to answer.
+type ReleaseRequest = (Instant, oneshot::Sender<Result<(), CallError>>);
+
+/// Renews the lease while the command runs; the only user of the instance once the command
+/// started. Reports progress on `status`, a definite loss on `lost`; on a release request it
+/// releases, answers, and then idles forever (the caller drops it).
+#[allow(clippy::too_many_arguments)]
+async fn renew_agent(
+    instance: &mut Instance,
+    lock: LockHandle,
+    timing: Timing,
+    deadline: &RequestDeadline,
+    stopping: &Cell<bool>,
+    status: watch::Sender<RenewStatus>,
+    lost: mpsc::UnboundedSender<String>,
+    mut release: mpsc::UnboundedReceiver<ReleaseRequest>,
+) -> std::convert::Infallible {
+    let mut last_ok = status.borrow().last_ok;
+    let mut next = last_ok + timing.renew_every;
+    let mut backoff = timing.first_backoff;
+    let mut failures = 0u32;
+    let mut gave_up = false;
+    loop {
+        tokio::select! {
+            biased;
+            request = release.recv() => {
+                if let Some((until, reply)) = request {
+                    deadline.set(Some(until));
+                    let result = instance.lock_release(lock).await;
+                    deadline.set(None);
+                    let _ = reply.send(result);
+                }
+                return std::future::pending().await;
+            }
+            _ = tokio::time::sleep_until(next.into()), if !gave_up => {}
+        }
+        if stopping.get() {
+            continue;
+        }
+        let term_at = timing.term_at(last_ok);
+        if Instant::now() >= term_at {
+            // Too late: the supervisor stops the command.
+            gave_up = true;
+            continue;
+        }
+        // Each attempt is cut off when the lease can no longer be guaranteed.
+        deadline.set(Some(term_at));
+        let attempt = Instant::now();
+        status.send_modify(|s| s.in_flight = Some(attempt));
+        let result = instance.lock_renew(lock).await;
+        deadline.set(None);
+        status.send_modify(|s| s.in_flight = None);
+        if stopping.get() {
+            continue;
+        }
+        match result {
+            Ok(()) => {
+                if failures > 0 {
+                    eprintln!("lock: renewed the lease after {failures} failed attempt(s)");
+                }
+                last_ok = attempt;
+                failures = 0;
+                backoff = timing.first_backoff;
+                next = attempt + timing.renew_every;
+                status.send_replace(RenewStatus {
+                    last_ok,
+                    failures,
+                    last_error: None,
+                    in_flight: None,
+                });
+            }
+            Err(e) if !worth_retrying(&e) => {
+                let _ = lost.send(format!("renewing the lease failed: {e}"));
+                gave_up = true;
+            }
+            Err(e) => {
+                failures += 1;
+                status.send_modify(|s| {
+                    s.failures = failures;
+                    s.last_error = Some(e.to_string());
+                });
+                if Instant::now() >= term_at {
+                    // Cut off at the last moment: the supervisor stops the command.
+                    gave_up = true;
+                    continue;
+                }
+                if failures == 1 {
+                    let left = timing
+                        .lease_end(last_ok)
+                        .saturating_duration_since(Instant::now());
+                    eprintln!(
+                        "lock: warning: renewing the lease failed ({e}); retrying (it lasts at least {} more)",
+                        secs(left)
+                    );
+                }
+                next = Instant::now() + jitter(backoff);
+                backoff = (backoff * 2).min(timing.max_backoff);
+            }
+        }
+    }
+}
+
+/// Whether a failed renewal may succeed if tried again (else the lock is lost for good).
+fn worth_retrying(e: &CallError) -> bool {
+    match e {
+        CallError::Runner(_) => false,
+        CallError::Component(e) => e.kind.is_retryable() || e.kind == ErrorKind::Uncertain,
+    }
+}
+
+/// `d` plus 0-50%.
+fn jitter(d: Duration) -> Duration {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |t| t.subsec_nanos());
+    let half = d.as_nanos() as u64 / 2;
+    d + Duration::from_nanos(if half == 0 {
+        0
+    } else {
+        u64::from(nanos) % half
+    })
+}
+
+/// How the command ended.
+enum Outcome {
+    /// By itself (or by a signal passed on to it).
+    Exited(std::process::ExitStatus),
+    /// Stopped because the lease could no longer be guaranteed.
+    Stopped {
+        status: std::process::ExitStatus,
+        reason: String,
+        /// SIGKILL was needed.
+        killed: bool,
+    },
+}
+
+/// Waits for the command, passing signals on, and stops it when the lease is in danger.
+async fn supervise(
+    id: &str,
+    child: &mut tokio::process::Child,
+    group: Option<i32>,
+    timing: Timing,
+    mut status: watch::Receiver<RenewStatus>,
+    mut lost: mpsc::UnboundedReceiver<String>,
+    signals: &mut Signals,
+) -> Result<Outcome, CallError> {
+    let runner = |e: std::io::Error| CallError::Runner(e.into());
+    let reason = loop {
+        let now = status.borrow_and_update().clone();
+        let term_at = timing.term_at(now.last_ok);
+        tokio::select! {
+            exited = child.wait() => return Ok(Outcome::Exited(exited.map_err(runner)?)),
+            signal = signals.recv() => {
+                eprintln!("lock: passing {} on to the command", signal_name(signal));
+                send_signal(child, group, signal);
+            }
+            _ = status.changed() => {}
+            Some(reason) = lost.recv() => break reason,
+            _ = tokio::time::sleep_until(term_at.into()) => {
+                let mut attempts = Vec::new();
+                if let Some(error) = &now.last_error {
+                    attempts.push(format!("{} attempt(s) failed, the last with: {error}", now.failures));
+                }
+                if let Some(started) = now.in_flight {
+                    attempts.push(format!("one unanswered after {}", secs(started.elapsed())));
+                }
+                if attempts.is_empty() {
+                    attempts.push("none was attempted".to_string());
+                }
+                break format!(
+                    "no renewal succeeded for {} ({}) and the lease of {} could end within {} (--stop-before)",
+                    secs(now.last_ok.elapsed()),
+                    attempts.join("; "),
+                    secs(timing.lease),
+                    secs(timing.stop_before),
+                );
+            }
+        }
+    };
+    // SIGTERM, then SIGKILL after the grace period; signals meanwhile are passed on.
+    eprintln!(
+        "lock: the lock on '{id}' can no longer be guaranteed: {reason}; stopping the command (SIGTERM, then SIGKILL after {})",
+        secs(timing.term_grace)
+    );
+    send_signal(child, group, SIGTERM);
+    let kill_at = tokio::time::Instant::now() + timing.term_grace;
+    let mut killed = false;
+    let status = loop {
+        tokio::select! {
+            exited = child.wait() => break exited.map_err(runner)?,
+            signal = signals.recv() => send_signal(child, group, signal),
+            _ = tokio::time::sleep_until(kill_at), if !killed => {
+                killed = true;
+                send_signal(child, group, SIGKILL);
+            }
+        }
+    };
+    // Whatever else runs in its process group goes too.
+    send_signal(child, group, SIGKILL);
+    Ok(Outcome::Stopped {
+        status,
+        reason,
+        killed,
+    })
+}
+
+#[cfg(unix)]
+use libc::{SIGKILL, SIGTERM};
+#[cfg(not(unix))]
+const SIGTERM: i32 = 15;
+#[cfg(not(unix))]
+const SIGKILL: i32 = 9;
+
+/// Sends `signal` to the command's process group (or, without one, the command).
+fn send_signal(child: &mut tokio::process::Child, group: Option<i32>, signal: i32) {
+    #[cfg(unix)]
+    if let Some(group) = group {
+        // SAFETY: kill(2) with a process group id we created; no memory is involved.
+        unsafe { libc::kill(-group, signal) };
+        return;
+    }
+    let _ = group;
+    if signal == SIGKILL || cfg!(not(unix)) {
+        let _ = child.start_kill();
+    }
+}
+
+fn signal_name(signal: i32) -> &'static str {
+    #[cfg(unix)]
+    match signal {
+        libc::SIGINT => return "SIGINT",
+        libc::SIGTERM => return "SIGTERM",
+        libc::SIGHUP => return "SIGHUP",
+        libc::SIGQUIT => return "SIGQUIT",
+        _ => {}
+    }
+    let _ = signal;
+    "a signal"
+}
+
+/// The signals passed on to the command.
+#[cfg(unix)]
+struct Signals(Vec<(i32, tokio::signal::unix::Signal)>);
+
+#[cfg(unix)]
+impl Signals {
+    fn new() -> std::io::Result<Signals> {
+        use tokio::signal::unix::{signal, SignalKind};
+        Ok(Signals(vec![
+            (libc::SIGINT, signal(SignalKind::interrupt())?),
+            (libc::SIGTERM, signal(SignalKind::terminate())?),
+            (libc::SIGHUP, signal(SignalKind::hangup())?),
+            (libc::SIGQUIT, signal(SignalKind::quit())?),
+        ]))
+    }
+
+    /// The next signal received.
+    async fn recv(&mut self) -> i32 {
+        std::future::poll_fn(|cx| {
+            for (number, signal) in self.0.iter_mut() {
+                if signal.poll_recv(cx).is_ready() {
+                    return std::task::Poll::Ready(*number);
+                }
+            }
+            std::task::Poll::Pending
+        })
+        .await
+    }
+}
+
+#[cfg(not(unix))]
+struct Signals;
+
+#[cfg(not(unix))]
+impl Signals {
+    fn new() -> std::io::Result<Signals> {
+        Ok(Signals)
+    }
+
+    async fn recv(&mut self) -> i32 {
+        std::future::pending().await
+    }
 }
 
 #[cfg(unix)]
@@ -101,4 +621,65 @@ fn exit_code(status: std::process::ExitStatus) -> i32 {
 #[cfg(not(unix))]
 fn exit_code(status: std::process::ExitStatus) -> i32 {
     status.code().unwrap_or(1)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const S: Duration = Duration::from_secs(1);
+    const MS: Duration = Duration::from_millis(1);
+
+    #[test]
+    fn defaults_stop_the_command_before_the_lease_ends() {
+        let t = Timing::new(3 * S, None, None).unwrap();
+        assert_eq!(
+            (t.renew_every, t.stop_before, t.term_grace),
+            (S, 600 * MS, 300 * MS)
+        );
+        // SIGTERM at 2.4 s, SIGKILL at 2.7 s: 0.3 s before the lease can end.
+        let t = Timing::new(300 * S, None, None).unwrap();
+        assert_eq!(
+            (t.renew_every, t.stop_before, t.term_grace),
+            (100 * S, 20 * S, 10 * S)
+        );
+        assert_eq!((t.first_backoff, t.max_backoff), (500 * MS, 5 * S));
+        let t = Timing::new(3 * S, Some(S), Some(500 * MS)).unwrap();
+        assert_eq!((t.stop_before, t.term_grace), (S, 500 * MS));
+        // Only --term-grace: SIGTERM comes twice as early.
+        let t = Timing::new(60 * S, None, Some(2 * S)).unwrap();
+        assert_eq!(t.stop_before, 4 * S);
+    }
+
+    #[test]
+    fn options_that_cannot_keep_the_promise_are_refused() {
+        let e = Timing::new(3 * S, Some(2 * S), None).unwrap_err();
+        assert_eq!(e.kind, ErrorKind::InvalidInput);
+        assert!(e.message.contains("--stop-before"), "{}", e.message);
+        let e = Timing::new(3 * S, Some(S), Some(S)).unwrap_err();
+        assert!(e.message.contains("--term-grace"), "{}", e.message);
+        // A grace longer than the default SIGTERM lead needs a larger --stop-before.
+        assert!(Timing::new(3 * S, None, Some(5 * S)).is_err());
+        assert!(Timing::new(Duration::ZERO, None, None).is_err());
+    }
+
+    #[test]
+    fn only_passing_failures_are_retried() {
+        let kind = |k| CallError::Component(Error::new(k, "x"));
+        assert!(worth_retrying(&kind(ErrorKind::Disconnected)));
+        assert!(worth_retrying(&kind(ErrorKind::Transient)));
+        assert!(worth_retrying(&kind(ErrorKind::Uncertain)));
+        assert!(!worth_retrying(&kind(ErrorKind::Locked)));
+        assert!(!worth_retrying(&kind(ErrorKind::Misconfigured)));
+        assert!(!worth_retrying(&CallError::Runner(anyhow::anyhow!("trap"))));
+    }
+
+    #[test]
+    fn jitter_adds_up_to_half() {
+        for _ in 0..100 {
+            let j = jitter(100 * MS);
+            assert!(j >= 100 * MS && j < 150 * MS, "{j:?}");
+        }
+        assert_eq!(jitter(Duration::ZERO), Duration::ZERO);
+    }
 }

@@ -1,0 +1,272 @@
+//! `lock ID -- COMMAND` never outlives its lease: when ClickHouse stops answering, the command
+//! is stopped (SIGTERM, then SIGKILL) before the lease can end and the host exits with its
+//! lease-lost code; signals sent to the host reach the command, and the lock is released when
+//! the command exits (a failed release is only a warning).
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use clickhouse_component_tests::proxy::{Fault, Proxy, Rule};
+use clickhouse_component_tests::{cli, clickhouse, unique_name, Server};
+use serde_json::Value;
+
+/// The host's exit code when it stopped the command to keep the lease promise.
+const LEASE_LOST: i32 = 11;
+
+/// A fresh file path for this test.
+fn temp_path(name: &str) -> PathBuf {
+    std::env::temp_dir().join(unique_name(name))
+}
+
+/// `lock --stale-after-seconds 3 [extra] job -- sh -c SCRIPT` against `server`.
+fn start_lock(server: &Server, db: &str, extra: &[&str], script: &str) -> Child {
+    cli(server)
+        .args(["--json", "lock", "--state-database", db])
+        .args(["--stale-after-seconds", "3"])
+        .args(extra)
+        .args(["job", "--", "sh", "-c", script])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("starting the CLI")
+}
+
+/// Waits for the command to write its pid (the lock is held and the command runs).
+fn wait_for_pid(path: &Path, host: &mut Child) -> i32 {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        if let Some(pid) = std::fs::read_to_string(path)
+            .ok()
+            .and_then(|s| s.trim().parse().ok())
+        {
+            return pid;
+        }
+        if let Some(status) = host.try_wait().unwrap() {
+            panic!("the host exited ({status}) before the command started");
+        }
+        assert!(Instant::now() < deadline, "the command did not start");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// Whether a process runs (a zombie does not).
+fn alive(pid: i32) -> bool {
+    if unsafe { libc::kill(pid, 0) } != 0 {
+        return false;
+    }
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        // "pid (comm) STATE ...": comm may contain spaces, the state follows the last ')'.
+        Ok(stat) => stat
+            .rsplit_once(')')
+            .is_some_and(|(_, rest)| !rest.trim_start().starts_with(['Z', 'X'])),
+        Err(_) => false,
+    }
+}
+
+/// Polls until `pid` is gone; returns when, or panics after `timeout`.
+fn wait_gone(pid: i32, timeout: Duration) -> Instant {
+    let deadline = Instant::now() + timeout;
+    while alive(pid) {
+        assert!(
+            Instant::now() < deadline,
+            "process {pid} still runs after {timeout:?}"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    Instant::now()
+}
+
+/// The host's output, or a panic (after killing it) if it has not exited within `timeout`.
+fn wait_exit(host: Child, timeout: Duration) -> Output {
+    let pid = host.id() as i32;
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(host.wait_with_output());
+    });
+    match rx.recv_timeout(timeout) {
+        Ok(output) => output.unwrap(),
+        Err(_) => {
+            unsafe { libc::kill(pid, libc::SIGKILL) };
+            panic!("the host did not exit within {timeout:?}");
+        }
+    }
+}
+
+fn report(out: &Output) -> Value {
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "no JSON report ({e}): {}\nstderr: {}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        )
+    })
+}
+
+/// Starts the host through a proxy, lets a renewal go through, stops the proxy answering and
+/// returns (the proxy, the host's output, when the proxy stopped, when the command was gone).
+fn lose_the_lease(extra: &[&str], script: &str) -> (Proxy, Output, Duration) {
+    let proxy = Proxy::start(&clickhouse().url);
+    let db = unique_name("lock_cmd");
+    let pidfile = temp_path("lock_cmd_pid");
+    let script = script.replace("PIDFILE", pidfile.to_str().unwrap());
+    let mut host = start_lock(&proxy.server(clickhouse()), &db, extra, &script);
+    let pid = wait_for_pid(&pidfile, &mut host);
+    // Renewals are due every second: let at least one go through the proxy first.
+    std::thread::sleep(Duration::from_millis(1300));
+    assert!(alive(pid));
+    proxy.stop_answering();
+    let stopped = Instant::now();
+    // The last successful renewal started before `stopped`: measuring from `stopped` bounds it.
+    let gone = wait_gone(pid, Duration::from_secs(10)).duration_since(stopped);
+    let out = wait_exit(host, Duration::from_secs(20));
+    let _ = std::fs::remove_file(&pidfile);
+    (proxy, out, gone)
+}
+
+#[test]
+fn a_command_is_stopped_before_its_lease_can_end_when_clickhouse_stops_answering() {
+    let (proxy, out, gone) = lose_the_lease(&[], "echo $$ > PIDFILE; exec sleep 60");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    eprintln!(
+        "DEBUG gone={gone:?}\n{stderr}\n{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    assert!(
+        gone < Duration::from_secs(3),
+        "the command ran {gone:?} after the last renewal could have happened: {stderr}"
+    );
+    // It was not stopped while the lease was still safe (SIGTERM comes 2.4 s after the last
+    // renewal, which was at most ~1.3 s before the proxy stopped).
+    assert!(gone > Duration::from_millis(900), "stopped after {gone:?}");
+    assert_eq!(out.status.code(), Some(LEASE_LOST), "{stderr}");
+    assert!(stderr.contains("could no longer be guaranteed"), "{stderr}");
+    assert!(
+        stderr.contains("stopped the command (SIGTERM):"),
+        "{stderr}"
+    );
+    let v = report(&out);
+    assert_eq!(v["exit_code"], LEASE_LOST);
+    assert_eq!(v["error"]["kind"], "lease-lost");
+    assert_eq!(v["command_exit_code"], 128 + libc::SIGTERM);
+    assert_eq!(v["ok"], false);
+    assert!(proxy.requests() > 0);
+}
+
+#[test]
+fn a_command_that_ignores_sigterm_is_killed_before_its_lease_can_end() {
+    // SIGTERM 1 s before the lease can end, SIGKILL 0.5 s later.
+    let (_proxy, out, gone) = lose_the_lease(
+        &["--stop-before", "1s", "--term-grace", "500ms"],
+        "trap '' TERM; echo $$ > PIDFILE; exec sleep 60",
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    eprintln!(
+        "DEBUG gone={gone:?}\n{stderr}\n{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    assert!(
+        gone < Duration::from_millis(2600),
+        "gone {gone:?} after the proxy stopped: {stderr}"
+    );
+    assert_eq!(out.status.code(), Some(LEASE_LOST), "{stderr}");
+    assert!(stderr.contains("SIGKILL after 0.500 s"), "{stderr}");
+    assert_eq!(report(&out)["command_exit_code"], 128 + libc::SIGKILL);
+}
+
+#[test]
+fn sigterm_to_the_host_reaches_the_command_and_the_lock_is_released() {
+    let db = unique_name("lock_sig");
+    let pidfile = temp_path("lock_sig_pid");
+    let got = temp_path("lock_sig_got");
+    let script = format!(
+        "trap 'echo TERM > {got}; exit 3' TERM; echo $$ > {pid}; while :; do sleep 0.05; done",
+        got = got.display(),
+        pid = pidfile.display()
+    );
+    let mut host = start_lock(clickhouse(), &db, &[], &script);
+    let pid = wait_for_pid(&pidfile, &mut host);
+    unsafe { libc::kill(host.id() as i32, libc::SIGTERM) };
+    let out = wait_exit(host, Duration::from_secs(20));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    // The command got SIGTERM, handled it, and its exit code is the host's.
+    assert_eq!(
+        std::fs::read_to_string(&got).unwrap_or_default().trim(),
+        "TERM",
+        "{stderr}"
+    );
+    assert_eq!(out.status.code(), Some(3), "{stderr}");
+    assert!(stderr.contains("passing SIGTERM on"), "{stderr}");
+    assert!(!alive(pid));
+    let v = report(&out);
+    assert_eq!(
+        (v["exit_code"].as_i64(), v["released"].as_bool()),
+        (Some(3), Some(true))
+    );
+    // Released: another holder gets the lock at its first attempt.
+    let started = Instant::now();
+    let second = cli(clickhouse())
+        .args([
+            "lock",
+            "--state-database",
+            &db,
+            "--lock-timeout-seconds",
+            "0",
+        ])
+        .args(["job", "--hold", "0s"])
+        .output()
+        .unwrap();
+    assert_eq!(
+        second.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&second.stderr)
+    );
+    assert!(started.elapsed() < Duration::from_secs(10));
+    let _ = std::fs::remove_file(pidfile);
+    let _ = std::fs::remove_file(got);
+}
+
+#[test]
+fn a_failed_release_after_a_successful_command_is_a_warning() {
+    let proxy = Proxy::start(&clickhouse().url);
+    let unlock = proxy.add(Rule::head_contains(
+        "x-component-operation: unlock",
+        Fault::Refuse,
+    ));
+    let db = unique_name("lock_rel");
+    let host = start_lock(&proxy.server(clickhouse()), &db, &[], "exit 0");
+    let out = wait_exit(host, Duration::from_secs(30));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert!(stderr.contains("warning: could not release"), "{stderr}");
+    assert!(proxy.hits(unlock) >= 1);
+    let v = report(&out);
+    assert_eq!(
+        (v["exit_code"].as_i64(), v["released"].as_bool()),
+        (Some(0), Some(false))
+    );
+}
+
+#[test]
+fn renewals_are_retried_through_a_short_outage() {
+    let proxy = Proxy::start(&clickhouse().url);
+    let db = unique_name("lock_blip");
+    let pidfile = temp_path("lock_blip_pid");
+    let script = format!("echo $$ > {}; sleep 3.5", pidfile.display());
+    let mut host = start_lock(&proxy.server(clickhouse()), &db, &[], &script);
+    wait_for_pid(&pidfile, &mut host);
+    // The first renewal is due 1 s after the acquisition: refuse everything around it.
+    std::thread::sleep(Duration::from_millis(500));
+    proxy.refuse_connections(true);
+    std::thread::sleep(Duration::from_millis(1200));
+    proxy.resume();
+    let out = wait_exit(host, Duration::from_secs(20));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert!(stderr.contains("renewing the lease failed"), "{stderr}");
+    assert!(stderr.contains("renewed the lease after"), "{stderr}");
+    assert_eq!(report(&out)["released"], true);
+    let _ = std::fs::remove_file(pidfile);
+}
