@@ -9,7 +9,9 @@ use crate::client::wasi_http::WasiHttpTransport;
 use crate::client::{Client, ConnectionOptions, Error, ErrorKind};
 use crate::platform::wasi::WasiPlatform;
 use crate::sink::{self, Sink, SinkOptions};
-use crate::state::{self, json, LockHandle, LockOptions, StateStore, StoreOptions};
+use crate::state::{
+    self, json, LockEngineChoice, LockHandle, LockOptions, StateStore, StoreOptions,
+};
 use std::cell::RefCell;
 
 mod bindings {
@@ -33,8 +35,8 @@ use bindings::exports::clickhouse::connector::types::{
 };
 
 use bindings::exports::clickhouse::connector::state_store::{
-    self as wit_state, Guest as StateGuest, GuestLock, GuestStore, State as WitState,
-    StoreOptions as WitStoreOptions,
+    self as wit_state, Guest as StateGuest, GuestLock, GuestStore, LockEngine as WitLockEngine,
+    State as WitState, StoreOptions as WitStoreOptions,
 };
 
 use bindings::exports::clickhouse::connector::table_sink::{
@@ -157,6 +159,11 @@ impl GuestStore for StoreResource {
             table: options.table.unwrap_or(defaults.table),
             lock_table: options.lock_table,
             create_schema: options.create_schema.unwrap_or(defaults.create_schema),
+            lock_engine: match options.lock_engine {
+                None | Some(WitLockEngine::Auto) => LockEngineChoice::Auto,
+                Some(WitLockEngine::KeeperMap) => LockEngineChoice::KeeperMap,
+                Some(WitLockEngine::MergeTree) => LockEngineChoice::MergeTree,
+            },
             lock: LockOptions {
                 timeout: ms(options.lock_timeout_ms, defaults.lock.timeout),
                 retry: ms(options.lock_retry_ms, defaults.lock.retry),

@@ -16,7 +16,7 @@ wasmtime::component::bindgen!({
 });
 
 pub use exports::clickhouse::connector::server::ServerInfo;
-pub use exports::clickhouse::connector::state_store::{State, StoreOptions};
+pub use exports::clickhouse::connector::state_store::{LockEngine, State, StoreOptions};
 pub use exports::clickhouse::connector::table_sink::{Receipt, SinkOptions, Value};
 pub use exports::clickhouse::connector::types::{
     Connection, Error as WitError, ErrorKind as WitErrorKind,
@@ -34,6 +34,7 @@ impl Default for StoreOptions {
             lock_timeout_ms: None,
             lock_retry_ms: None,
             stale_after_ms: None,
+            lock_engine: None,
         }
     }
 }

@@ -174,9 +174,15 @@ pub struct StoreArgs {
     /// Pause between lock attempts, in seconds (default 0.1).
     #[arg(long, env = "MELTANO_STATE_BACKEND_LOCK_RETRY_SECONDS")]
     pub lock_retry_seconds: Option<f64>,
-    /// Lease of a lock, in seconds: a crashed holder's lock frees itself after it (default 300).
+    /// Lease of a lock, in seconds: a crashed holder's lock frees itself after it (default
+    /// 300, at most 43200).
     #[arg(long, env = "CLICKHOUSE_LOCK_STALE_AFTER_SECONDS")]
     pub stale_after_seconds: Option<f64>,
+    /// Lock engine: keeper-map (KeeperMap table: clusters and ClickHouse Cloud), merge-tree
+    /// (commit order: one server, plain MergeTree), or auto (an existing lock table's engine,
+    /// else keeper-map when the server allows it, else merge-tree).
+    #[arg(long = "lock-engine", env = "CLICKHOUSE_LOCK_ENGINE")]
+    pub lock_engine: Option<String>,
 }
 
 impl StoreArgs {
@@ -200,6 +206,10 @@ impl StoreArgs {
             table: self.state_table.clone().unwrap_or(d.table),
             lock_table: self.lock_table.clone(),
             create_schema: !self.no_create_schema,
+            lock_engine: match &self.lock_engine {
+                None => crate::state::LockEngineChoice::Auto,
+                Some(name) => name.parse()?,
+            },
             lock: crate::state::LockOptions {
                 timeout: seconds(
                     "--lock-timeout-seconds",

@@ -33,7 +33,56 @@ use serde_json::Value;
 use crate::client::{Client, Error, ErrorKind, Query, Transport};
 use crate::platform::Platform;
 
+use super::keeper_lock;
 use super::schema::Tables;
+
+/// The lock implementation a store uses (decided at open, see [`LockEngineChoice`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LockEngine {
+    /// The commit-order lock on a plain MergeTree (this module): one server only.
+    MergeTree,
+    /// The Keeper-backed lock on a KeeperMap table ([`keeper_lock`]): clusters and Cloud.
+    KeeperMap,
+}
+
+impl LockEngine {
+    /// The name used in options and messages.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            LockEngine::MergeTree => "merge-tree",
+            LockEngine::KeeperMap => "keeper-map",
+        }
+    }
+}
+
+/// Which lock engine to use (`--lock-engine`, `CLICKHOUSE_LOCK_ENGINE`, WIT `lock-engine`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum LockEngineChoice {
+    /// An existing lock table's engine; else KeeperMap when the server supports it
+    /// (`keeper_map_path_prefix` configured), else the commit-order lock on a plain MergeTree
+    /// (refused where `MergeTree` is not plain, e.g. ClickHouse Cloud).
+    #[default]
+    Auto,
+    /// The commit-order lock (one server, plain MergeTree).
+    MergeTree,
+    /// The Keeper-backed lock (KeeperMap).
+    KeeperMap,
+}
+
+impl std::str::FromStr for LockEngineChoice {
+    type Err = Error;
+    fn from_str(s: &str) -> Result<Self, Error> {
+        match s {
+            "auto" => Ok(LockEngineChoice::Auto),
+            "merge-tree" => Ok(LockEngineChoice::MergeTree),
+            "keeper-map" => Ok(LockEngineChoice::KeeperMap),
+            other => Err(Error::invalid(format!(
+                "lock engine '{}' is not one of auto, keeper-map, merge-tree",
+                other.escape_debug()
+            ))),
+        }
+    }
+}
 
 /// Default time to wait for a lock.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
@@ -109,7 +158,15 @@ pub const HOLDS: &str = "(SELECT token FROM {db:Identifier}.{lt:Identifier}
         WHERE state_id = {id:String} AND token = {token:String})
         > now64(3) + toIntervalMillisecond({margin_ms:UInt64})";
 
-/// Binds the parameters of [`HOLDS`] for `handle`.
+/// The fence condition of the store's lock engine ([`HOLDS`] or [`keeper_lock::HOLDS`]).
+pub fn holds(tables: &Tables) -> &'static str {
+    match tables.lock_engine {
+        LockEngine::MergeTree => HOLDS,
+        LockEngine::KeeperMap => keeper_lock::HOLDS,
+    }
+}
+
+/// Binds the parameters of the fence condition ([`holds`]) for `handle`.
 pub fn fence(query: Query, tables: &Tables, handle: &LockHandle, options: &LockOptions) -> Query {
     query
         .param("db", &tables.database)
@@ -196,16 +253,20 @@ pub fn holder<T: Transport>(
 }
 
 /// The holder, and the value of `also` read in the same query.
-fn holder_and<T: Transport>(
+pub(crate) fn holder_and<T: Transport>(
     client: &Client<T>,
     tables: &Tables,
     id: &str,
     also: Option<&AlsoRead>,
 ) -> Result<(Option<String>, Option<Value>), Error> {
     let extra = also.map_or("NULL".to_string(), |a| a.expression.clone());
+    let winner = match tables.lock_engine {
+        LockEngine::MergeTree => WINNER,
+        LockEngine::KeeperMap => keeper_lock::WINNER,
+    };
     let mut query = Query::read(
         "lock-holder",
-        format!("SELECT ({WINNER}) AS holder, {extra} AS also"),
+        format!("SELECT ({winner}) AS holder, {extra} AS also"),
     )
     .param("db", &tables.database)
     .param("lt", &tables.lock)
@@ -255,6 +316,9 @@ pub fn acquire_and_read<T: Transport, P: Platform>(
     options: &LockOptions,
     also: Option<&AlsoRead>,
 ) -> Result<(LockHandle, Option<Value>), Error> {
+    if tables.lock_engine == LockEngine::KeeperMap {
+        return keeper_lock::acquire_and_read(client, platform, tables, id, options, also);
+    }
     let started = platform.now();
     let deadline = started + options.timeout;
     loop {
@@ -314,6 +378,9 @@ pub fn release<T: Transport>(
     tables: &Tables,
     handle: &LockHandle,
 ) -> Result<(), Error> {
+    if tables.lock_engine == LockEngine::KeeperMap {
+        return keeper_lock::release(client, tables, handle);
+    }
     insert_row(client, tables, &handle.id, &handle.token, None)
 }
 
@@ -327,6 +394,9 @@ pub fn renew<T: Transport>(
     handle: &LockHandle,
     options: &LockOptions,
 ) -> Result<(), Error> {
+    if tables.lock_engine == LockEngine::KeeperMap {
+        return keeper_lock::renew(client, tables, handle, options);
+    }
     let query = Query::write(
         "renew",
         format!(
@@ -377,6 +447,7 @@ mod tests {
             database: "d".into(),
             state: "s".into(),
             lock: "l".into(),
+            lock_engine: LockEngine::MergeTree,
         };
         let handle = LockHandle {
             id: "job".into(),

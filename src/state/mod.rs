@@ -3,10 +3,12 @@
 //! delete, clear-all, and an advisory lock ([`lock`]).
 //!
 //! Submodules: [`schema`] (DDL and checks), [`json`] (parts, deep merge), [`glob`] (fnmatch),
-//! [`lock`].
+//! [`lock`] (the commit-order lock, and the dispatch between engines), [`keeper_lock`] (the
+//! Keeper-backed lock).
 
 pub mod glob;
 pub mod json;
+pub mod keeper_lock;
 pub mod lock;
 pub mod schema;
 
@@ -16,7 +18,7 @@ use crate::client::url::encode_component;
 use crate::client::{Client, Error, ErrorKind, Query, Transport};
 use crate::platform::Platform;
 
-pub use lock::{LockHandle, LockOptions};
+pub use lock::{LockEngine, LockEngineChoice, LockHandle, LockOptions};
 pub use schema::Tables;
 
 /// Longest accepted state id, in bytes.
@@ -40,6 +42,8 @@ pub struct StoreOptions {
     pub create_schema: bool,
     /// Lock timing.
     pub lock: LockOptions,
+    /// Lock engine (default: auto).
+    pub lock_engine: LockEngineChoice,
 }
 
 impl Default for StoreOptions {
@@ -50,6 +54,7 @@ impl Default for StoreOptions {
             lock_table: None,
             create_schema: true,
             lock: LockOptions::default(),
+            lock_engine: LockEngineChoice::Auto,
         }
     }
 }
@@ -165,14 +170,14 @@ impl<T: Transport, P: Platform> StateStore<T, P> {
                 lock::MAX_STALE_AFTER.as_secs() / 3600
             )));
         }
-        let tables = Tables {
+        let mut tables = Tables {
             database: options.database.clone(),
             state: options.table.clone(),
             lock: lock_table,
+            lock_engine: LockEngine::MergeTree,
         };
-        if options.create_schema {
-            schema::create(&client, &tables)?;
-        }
+        tables.lock_engine =
+            schema::prepare(&client, &tables, options.create_schema, options.lock_engine)?;
         schema::verify(&client, &tables)?;
         Ok(StateStore {
             client,
@@ -406,7 +411,7 @@ impl<T: Transport, P: Platform> StateStore<T, P> {
                 "INSERT INTO {{db:Identifier}}.{{t:Identifier}} (state_id, partial_state, completed_state)
                  SELECT {{id:String}}, nullIf({{p:String}}, ''), nullIf({{c:String}}, '')
                  WHERE {}",
-                lock::HOLDS
+                lock::holds(&self.tables)
             ),
         )
         .param("t", &self.tables.state)
@@ -448,7 +453,7 @@ impl<T: Transport, P: Platform> StateStore<T, P> {
                     format!(
                         "DELETE FROM {{db:Identifier}}.{{t:Identifier}}
                          WHERE state_id = {{id:String}} AND {}",
-                        lock::HOLDS
+                        lock::holds(&self.tables)
                     ),
                 )
                 .param("t", &self.tables.state);

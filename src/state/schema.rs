@@ -8,6 +8,9 @@ use serde_json::Value;
 
 use crate::client::{Client, Error, ErrorKind, Query, Transport};
 
+use super::keeper_lock;
+use super::lock::{LockEngine, LockEngineChoice};
+
 /// `CREATE DATABASE IF NOT EXISTS`.
 pub const CREATE_DATABASE: &str = "CREATE DATABASE IF NOT EXISTS {db:Identifier}";
 
@@ -48,7 +51,7 @@ const LOCK_COLUMNS: &[(&str, &str)] = &[
     ("expires_at", "DateTime64(3)"),
 ];
 
-/// Names of the store's tables.
+/// Names of the store's tables, and the lock engine in use.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Tables {
     /// Database.
@@ -57,6 +60,8 @@ pub struct Tables {
     pub state: String,
     /// Lock table.
     pub lock: String,
+    /// The lock table's engine.
+    pub lock_engine: LockEngine,
 }
 
 /// A table as `system.tables` / `system.columns` describe it.
@@ -72,20 +77,142 @@ pub fn is_plain_merge_tree(engine_full: &str) -> bool {
     engine_full.starts_with("MergeTree")
 }
 
-/// Creates the database and both tables if they do not exist (idempotent DDL).
-pub fn create<T: Transport>(client: &Client<T>, tables: &Tables) -> Result<(), Error> {
-    client.execute(&Query::read("create-schema", CREATE_DATABASE).param("db", &tables.database))?;
-    for (sql, table) in [
-        (CREATE_STATE_TABLE, &tables.state),
-        (CREATE_LOCK_TABLE, &tables.lock),
-    ] {
+/// Creates what is missing (with `create_schema`) and decides the lock engine: an existing
+/// lock table's own engine (which must agree with an explicit choice); else, creating the
+/// lock table, KeeperMap when chosen or (auto) when the server supports it, the commit-order
+/// MergeTree otherwise. Without `create_schema` no DDL is sent.
+pub fn prepare<T: Transport>(
+    client: &Client<T>,
+    tables: &Tables,
+    create_schema: bool,
+    choice: LockEngineChoice,
+) -> Result<LockEngine, Error> {
+    if create_schema {
         client.execute(
-            &Query::read("create-schema", sql)
+            &Query::read("create-schema", CREATE_DATABASE).param("db", &tables.database),
+        )?;
+        client.execute(
+            &Query::read("create-schema", CREATE_STATE_TABLE)
                 .param("db", &tables.database)
-                .param("t", table),
+                .param("t", &tables.state),
         )?;
     }
-    Ok(())
+    let existing = lock_table_engine(client, tables)?;
+    let engine = match (existing, choice) {
+        (Some(engine), _) => {
+            let found = if engine.starts_with("KeeperMap") {
+                LockEngine::KeeperMap
+            } else {
+                LockEngine::MergeTree
+            };
+            let wanted = match choice {
+                LockEngineChoice::Auto => found,
+                LockEngineChoice::MergeTree => LockEngine::MergeTree,
+                LockEngineChoice::KeeperMap => LockEngine::KeeperMap,
+            };
+            if wanted != found {
+                return Err(Error::new(
+                    ErrorKind::Misconfigured,
+                    format!(
+                        "the lock table {}.{} exists with engine `{}`, not the {} lock asked for: choose another lock table, or the lock engine auto",
+                        tables.database,
+                        tables.lock,
+                        engine.chars().take(60).collect::<String>(),
+                        wanted.as_str()
+                    ),
+                ));
+            }
+            return Ok(found);
+        }
+        (None, _) if !create_schema => match choice {
+            // verify() names the missing table.
+            LockEngineChoice::KeeperMap => return Ok(LockEngine::KeeperMap),
+            _ => return Ok(LockEngine::MergeTree),
+        },
+        (None, LockEngineChoice::MergeTree) => LockEngine::MergeTree,
+        (None, LockEngineChoice::KeeperMap) => {
+            create_keeper_table(client, tables).map_err(|e| keeper_unavailable(e, tables))?;
+            return Ok(LockEngine::KeeperMap);
+        }
+        (None, LockEngineChoice::Auto) => match create_keeper_table(client, tables) {
+            Ok(()) => return Ok(LockEngine::KeeperMap),
+            Err(e) if is_keeper_map_disabled(&e) => LockEngine::MergeTree,
+            Err(e) => return Err(e),
+        },
+    };
+    client.execute(
+        &Query::read("create-schema", CREATE_LOCK_TABLE)
+            .param("db", &tables.database)
+            .param("t", &tables.lock),
+    )?;
+    Ok(engine)
+}
+
+fn create_keeper_table<T: Transport>(client: &Client<T>, tables: &Tables) -> Result<(), Error> {
+    client
+        .execute(
+            &Query::read("create-schema", keeper_lock::CREATE_TABLE)
+                .param("db", &tables.database)
+                .param("t", &tables.lock)
+                .param("path", keeper_lock::keeper_path(tables)),
+        )
+        .map(|_| ())
+}
+
+/// The server refuses KeeperMap tables (no `keeper_map_path_prefix`, or no Keeper at all).
+fn is_keeper_map_disabled(e: &Error) -> bool {
+    e.server
+        .as_ref()
+        .is_some_and(|s| s.code == 36 || s.code == 225)
+        && (e.message.contains("KeeperMap is disabled")
+            || e.message.contains("keeper_map_path_prefix")
+            || e.message.contains("ZooKeeper"))
+}
+
+fn keeper_unavailable(e: Error, tables: &Tables) -> Error {
+    if is_keeper_map_disabled(&e) {
+        Error {
+            kind: ErrorKind::Misconfigured,
+            message: format!(
+                "the keeper-map lock needs KeeperMap tables, which this server does not allow (set keeper_map_path_prefix and a Keeper in its configuration; ClickHouse Cloud has both), so the lock table {}.{} was not created: {}",
+                tables.database, tables.lock, e.message
+            ),
+            ..e
+        }
+    } else {
+        e
+    }
+}
+
+/// The lock table's `engine_full`, if it exists.
+fn lock_table_engine<T: Transport>(
+    client: &Client<T>,
+    tables: &Tables,
+) -> Result<Option<String>, Error> {
+    #[derive(serde::Deserialize)]
+    struct Row {
+        engine_full: String,
+    }
+    let response = client.execute(
+        &Query::read(
+            "verify-schema",
+            "SELECT engine_full FROM system.tables WHERE database = {db:String} AND name = {t:String}",
+        )
+        .param("db", &tables.database)
+        .param("t", &tables.lock)
+        .format("JSONEachRow"),
+    )?;
+    match response.body.split(|b| *b == b'\n').find(|l| !l.is_empty()) {
+        None => Ok(None),
+        Some(line) => serde_json::from_slice::<Row>(line)
+            .map(|r| Some(r.engine_full))
+            .map_err(|e| {
+                Error::new(
+                    ErrorKind::Permanent,
+                    format!("unexpected schema answer: {e}"),
+                )
+            }),
+    }
 }
 
 /// Checks that both tables exist with the expected columns and engines; `misconfigured`
@@ -135,9 +262,13 @@ pub fn verify<T: Transport>(client: &Client<T>, tables: &Tables) -> Result<(), E
         });
     }
     let describe = |t: &str| format!("{}.{}", tables.database, t);
+    let lock_columns = match tables.lock_engine {
+        LockEngine::MergeTree => LOCK_COLUMNS,
+        LockEngine::KeeperMap => keeper_lock::COLUMNS,
+    };
     for (table, role, columns) in [
         (&tables.state, "state", STATE_COLUMNS),
-        (&tables.lock, "lock", LOCK_COLUMNS),
+        (&tables.lock, "lock", lock_columns),
     ] {
         let Some(FoundTable {
             engine,
@@ -168,6 +299,19 @@ pub fn verify<T: Transport>(client: &Client<T>, tables: &Tables) -> Result<(), E
                     ),
                 ));
             }
+        }
+        if role == "lock" && tables.lock_engine == LockEngine::KeeperMap {
+            if !engine.starts_with("KeeperMap") {
+                return Err(Error::new(
+                    ErrorKind::Misconfigured,
+                    format!(
+                        "the lock table {} has engine `{}`, expected KeeperMap",
+                        describe(table),
+                        engine.chars().take(60).collect::<String>()
+                    ),
+                ));
+            }
+            continue;
         }
         if role == "lock" && !is_plain_merge_tree(engine) {
             return Err(Error::new(
@@ -235,6 +379,7 @@ mod tests {
                 database: "meltano".into(),
                 state: "state".into(),
                 lock: "state_lock".into(),
+                lock_engine: LockEngine::MergeTree,
             },
         )
     }

@@ -9,17 +9,23 @@ use std::time::{Duration, Instant};
 
 use clickhouse_component::client::{Client, ConnectionOptions, ErrorKind};
 use clickhouse_component::platform::std_platform::StdPlatform;
-use clickhouse_component::state::{lock, LockOptions, State, StateStore, StoreOptions};
+use clickhouse_component::state::{
+    lock, LockEngineChoice, LockOptions, State, StateStore, StoreOptions,
+};
 use clickhouse_component_tests::native::{PausingTransport, Sql};
 use clickhouse_component_tests::{clickhouse, unique_name};
 use serde_json::{json, Map, Value};
 
 type Store = StateStore<PausingTransport, StdPlatform>;
 
+/// Both lock engines: each race runs on each.
+const ENGINES: [LockEngineChoice; 2] = [LockEngineChoice::MergeTree, LockEngineChoice::KeeperMap];
+
 fn store_with(
     db: &str,
     lease: Duration,
     connection: ConnectionOptions,
+    engine: LockEngineChoice,
 ) -> (Store, PausingTransport) {
     let transport = PausingTransport::default();
     let client = Client::new(&connection, transport.clone()).unwrap();
@@ -33,6 +39,7 @@ fn store_with(
                 retry: Duration::from_millis(50),
                 stale_after: lease,
             },
+            lock_engine: engine,
             ..Default::default()
         },
     )
@@ -40,8 +47,8 @@ fn store_with(
     (store, transport)
 }
 
-fn store(db: &str, lease: Duration) -> (Store, PausingTransport) {
-    store_with(db, lease, clickhouse().connection())
+fn store(db: &str, lease: Duration, engine: LockEngineChoice) -> (Store, PausingTransport) {
+    store_with(db, lease, clickhouse().connection(), engine)
 }
 
 fn obj(v: Value) -> Map<String, Value> {
@@ -62,10 +69,16 @@ const HELD: Duration = Duration::from_secs(10);
 /// the old lease back: it is `locked`, and the new holder stays the holder.
 #[test]
 fn a_renewal_at_the_lease_edge_never_resurrects_the_lease() {
+    for engine in ENGINES {
+        renewal_at_the_lease_edge(engine);
+    }
+}
+
+fn renewal_at_the_lease_edge(engine: LockEngineChoice) {
     let db = unique_name("races_renew");
     let lease = Duration::from_millis(1500);
-    let (a, ta) = store(&db, lease);
-    let (b, _) = store(&db, lease);
+    let (a, ta) = store(&db, lease, engine);
+    let (b, _) = store(&db, lease, engine);
     let held_at = Instant::now();
     let ha = a.lock("job").unwrap();
     // Hold A's renewal before it reaches the server (a renewal written as a check followed by
@@ -90,17 +103,23 @@ fn a_renewal_at_the_lease_edge_never_resurrects_the_lease() {
         renewal
     });
     let e = renewal.expect_err("a renewal after the lease ended must fail");
-    assert_eq!(e.kind, ErrorKind::Locked, "{e}");
+    assert_eq!(e.kind, ErrorKind::Locked, "{engine:?}: {e}");
 }
 
 /// A write under the lock that stalls past the lease lands nothing once another holder has the
 /// lock: it is `locked`, and the new holder's write stays.
 #[test]
 fn a_write_delayed_past_the_lease_is_fenced_out() {
+    for engine in ENGINES {
+        write_delayed_past_the_lease(engine);
+    }
+}
+
+fn write_delayed_past_the_lease(engine: LockEngineChoice) {
     let db = unique_name("races_fence");
     let lease = Duration::from_millis(1500);
-    let (a, ta) = store(&db, lease);
-    let (b, _) = store(&db, lease);
+    let (a, ta) = store(&db, lease, engine);
+    let (b, _) = store(&db, lease, engine);
     a.set(&state("job", json!({}), json!({"v": 0}))).unwrap();
     ta.pause_next(&["set"]);
     let started = Instant::now();
@@ -114,7 +133,7 @@ fn a_write_delayed_past_the_lease_is_fenced_out() {
         update.join().unwrap()
     });
     let e = a_result.expect_err("A's stale write must be fenced out");
-    assert_eq!(e.kind, ErrorKind::Locked, "{e}");
+    assert_eq!(e.kind, ErrorKind::Locked, "{engine:?}: {e}");
     let got = b.get("job").unwrap().unwrap();
     assert_eq!(Value::Object(got.partial), json!({"from": "b"}));
     assert_eq!(Value::Object(got.completed), json!({"v": 0}));
@@ -124,9 +143,15 @@ fn a_write_delayed_past_the_lease_is_fenced_out() {
 /// cannot bring the deleted state back.
 #[test]
 fn an_update_racing_a_delete_cannot_bring_the_state_back() {
+    for engine in ENGINES {
+        update_racing_a_delete(engine);
+    }
+}
+
+fn update_racing_a_delete(engine: LockEngineChoice) {
     let db = unique_name("races_clear");
-    let (a, ta) = store(&db, Duration::from_secs(30));
-    let (b, _) = store(&db, Duration::from_secs(30));
+    let (a, ta) = store(&db, Duration::from_secs(30), engine);
+    let (b, _) = store(&db, Duration::from_secs(30), engine);
     a.set(&state("job", json!({}), json!({"v": 1}))).unwrap();
     ta.pause_next(&["set"]);
     let deleted = thread::scope(|scope| {
@@ -154,7 +179,12 @@ fn update_keeps_the_completed_state_under_named_tuple_settings() {
     let db = unique_name("races_tuple");
     let mut connection = clickhouse().connection();
     connection.settings = vec![("enable_named_columns_in_function_tuple".into(), "1".into())];
-    let (s, _) = store_with(&db, Duration::from_secs(30), connection);
+    let (s, _) = store_with(
+        &db,
+        Duration::from_secs(30),
+        connection,
+        LockEngineChoice::Auto,
+    );
     s.set(&state("job", json!({"a": 1}), json!({"done": true})))
         .unwrap();
     let stored = s.update(&state("job", json!({"b": 2}), json!({}))).unwrap();
@@ -186,7 +216,11 @@ fn leases_are_bounded_and_releases_outlive_acquires() {
     let e = too_long.err().expect("a two-day lease is refused");
     assert_eq!(e.kind, ErrorKind::InvalidInput, "{e}");
 
-    let (s, _) = store(&db, Duration::from_secs(12 * 3600));
+    let (s, _) = store(
+        &db,
+        Duration::from_secs(12 * 3600),
+        LockEngineChoice::MergeTree,
+    );
     let h = s.lock("job").unwrap();
     s.renew(&h).unwrap();
     s.release(&h).unwrap();

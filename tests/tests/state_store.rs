@@ -8,7 +8,7 @@ use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use clickhouse_component::client::ErrorKind;
-use clickhouse_component_host::{Instance, State, StoreHandle, StoreOptions};
+use clickhouse_component_host::{Instance, LockEngine, State, StoreHandle, StoreOptions};
 use clickhouse_component_tests::native::Sql;
 use clickhouse_component_tests::{
     check_sections, cli, clickhouse, create_section_log, instance, record_section, unique_name,
@@ -597,18 +597,77 @@ async fn a_foreign_lock_table_is_refused_clearly() {
     .unwrap();
 }
 
-fn lock_options(db: &str) -> StoreOptions {
+/// Both lock engines: every lock test runs on each.
+const ENGINES: [LockEngine; 2] = [LockEngine::MergeTree, LockEngine::KeeperMap];
+
+fn engine_name(engine: LockEngine) -> &'static str {
+    match engine {
+        LockEngine::MergeTree => "merge-tree",
+        LockEngine::KeeperMap => "keeper-map",
+        LockEngine::Auto => "auto",
+    }
+}
+
+fn lock_options_on(db: &str, engine: LockEngine) -> StoreOptions {
     StoreOptions {
         database: Some(db.into()),
         lock_timeout_ms: Some(120_000),
         lock_retry_ms: Some(10),
         stale_after_ms: Some(60_000),
+        lock_engine: Some(engine),
         ..Default::default()
     }
 }
 
+fn lock_options(db: &str) -> StoreOptions {
+    lock_options_on(db, LockEngine::Auto)
+}
+
+/// With `auto` on a server that allows KeeperMap tables (the local ClickHouse runs with a
+/// ZooKeeper), a new store's lock table is a KeeperMap table; an explicit engine that
+/// contradicts an existing lock table is refused.
+#[tokio::test]
+async fn auto_picks_keeper_map_and_an_existing_table_decides() {
+    let db = unique_name("lockengine");
+    let (_, _, _) = open(lock_options(&db)).await;
+    let engine = sql().rows(
+        "SELECT engine FROM system.tables WHERE database = {db:String} AND name = 'state_lock'",
+        &[("db", &db)],
+    );
+    assert_eq!(engine, vec![json!({"engine": "KeeperMap"})]);
+    let mut i = instance().await;
+    let e = i
+        .open_store(
+            &clickhouse().connection(),
+            &lock_options_on(&db, LockEngine::MergeTree),
+        )
+        .await
+        .unwrap_err()
+        .into_component();
+    assert_eq!(e.kind, ErrorKind::Misconfigured, "{e}");
+    assert!(
+        e.message.contains("not the merge-tree lock"),
+        "{}",
+        e.message
+    );
+    // An explicit merge-tree store elsewhere gets a plain MergeTree lock table.
+    let db2 = unique_name("lockengine_mt");
+    open(lock_options_on(&db2, LockEngine::MergeTree)).await;
+    let engine = sql().rows(
+        "SELECT engine FROM system.tables WHERE database = {db:String} AND name = 'state_lock'",
+        &[("db", &db2)],
+    );
+    assert_eq!(engine, vec![json!({"engine": "MergeTree"})]);
+}
+
 #[test]
 fn lock_excludes_8_component_instances_x_25_sections() {
+    for engine in ENGINES {
+        hammer_instances(engine);
+    }
+}
+
+fn hammer_instances(engine: LockEngine) {
     let db = unique_name("contention");
     let sql = Sql::new(&clickhouse().connection());
     create_section_log(&sql, &db, "sections");
@@ -621,7 +680,7 @@ fn lock_excludes_8_component_instances_x_25_sections() {
                     .build()
                     .unwrap();
                 rt.block_on(async {
-                    let (mut i, s, _) = open(lock_options(&db)).await;
+                    let (mut i, s, _) = open(lock_options_on(&db, engine)).await;
                     let sql = Sql::new(&clickhouse().connection());
                     for seq in 0..25 {
                         let lock = i.lock(s, "contended").await.unwrap();
@@ -638,13 +697,19 @@ fn lock_excludes_8_component_instances_x_25_sections() {
     let (complete, overlaps) = check_sections(&sql, &db, "sections");
     assert!(
         overlaps.is_empty(),
-        "overlapping critical sections: {overlaps:#?}"
+        "{engine:?}: overlapping critical sections: {overlaps:#?}"
     );
-    assert_eq!(complete, 200);
+    assert_eq!(complete, 200, "{engine:?}");
 }
 
 #[test]
 fn lock_excludes_8_cli_processes_x_25_sections() {
+    for engine in ENGINES {
+        hammer_processes(engine);
+    }
+}
+
+fn hammer_processes(engine: LockEngine) {
     let server = clickhouse();
     let db = unique_name("proc_contention");
     let sql = Sql::new(&server.connection());
@@ -665,6 +730,8 @@ fn lock_excludes_8_cli_processes_x_25_sections() {
                             "0.01",
                             "--lock-timeout-seconds",
                             "120",
+                            "--lock-engine",
+                            engine_name(engine),
                             "contended",
                             "--",
                         ])
@@ -688,19 +755,26 @@ fn lock_excludes_8_cli_processes_x_25_sections() {
     let (complete, overlaps) = check_sections(&sql, &db, "sections");
     assert!(
         overlaps.is_empty(),
-        "overlapping critical sections: {overlaps:#?}"
+        "{engine:?}: overlapping critical sections: {overlaps:#?}"
     );
-    assert_eq!(complete, 200);
+    assert_eq!(complete, 200, "{engine:?}");
 }
 
 #[tokio::test]
 async fn a_crashed_holder_frees_the_lock_after_the_stale_window() {
+    for engine in ENGINES {
+        crashed_holder(engine).await;
+    }
+}
+
+async fn crashed_holder(engine: LockEngine) {
     let db = unique_name("crash");
     let (mut i, s, _) = open(StoreOptions {
         database: Some(db.clone()),
         lock_timeout_ms: Some(15_000),
         lock_retry_ms: Some(50),
         stale_after_ms: Some(2_000),
+        lock_engine: Some(engine),
         ..Default::default()
     })
     .await;
@@ -711,6 +785,8 @@ async fn a_crashed_holder_frees_the_lock_after_the_stale_window() {
             &db,
             "--stale-after-seconds",
             "2",
+            "--lock-engine",
+            engine_name(engine),
             "job",
             "--hold",
             "60s",
@@ -746,13 +822,19 @@ async fn a_crashed_holder_frees_the_lock_after_the_stale_window() {
 
 #[tokio::test]
 async fn a_held_lock_times_out_a_contender_with_locked() {
+    for engine in ENGINES {
+        held_lock_times_out(engine).await;
+    }
+}
+
+async fn held_lock_times_out(engine: LockEngine) {
     let db = unique_name("timeout");
-    let (mut a, sa, _) = open(lock_options(&db)).await;
+    let (mut a, sa, _) = open(lock_options_on(&db, engine)).await;
     let held = a.lock(sa, "busy").await.unwrap();
     let (mut b, sb, _) = open(StoreOptions {
         lock_timeout_ms: Some(1_000),
         lock_retry_ms: Some(50),
-        ..lock_options(&db)
+        ..lock_options_on(&db, engine)
     })
     .await;
     let started = Instant::now();
@@ -778,14 +860,20 @@ async fn a_held_lock_times_out_a_contender_with_locked() {
 
 #[tokio::test]
 async fn dropping_a_lock_releases_it_and_renew_keeps_it() {
+    for engine in ENGINES {
+        drop_and_renew(engine).await;
+    }
+}
+
+async fn drop_and_renew(engine: LockEngine) {
     let db = unique_name("droplock");
-    let (mut a, sa, _) = open(lock_options(&db)).await;
+    let (mut a, sa, _) = open(lock_options_on(&db, engine)).await;
     let lock = a.lock(sa, "d").await.unwrap();
     a.lock_renew(lock).await.unwrap();
     a.lock_drop(lock).await.unwrap();
     let (mut b, sb, _) = open(StoreOptions {
         lock_timeout_ms: Some(0),
-        ..lock_options(&db)
+        ..lock_options_on(&db, engine)
     })
     .await;
     let again = b.lock(sb, "d").await.expect("a dropped lock is released");

@@ -1,0 +1,251 @@
+//! The Keeper-backed lock, for replicated clusters and ClickHouse Cloud: one row per state id in
+//! a `KeeperMap` table (`token`, `expires_at`), every write in `keeper_map_strict_mode`, so
+//! each one is a linearizable Keeper operation.
+//!
+//! * Acquire: insert the row. In strict mode an insert of an existing key fails ("Node
+//!   exists"): exactly one contender creates it. A holder whose lease ended is reclaimed with a
+//!   strict conditional delete (`expires_at < now64(3)`) before the insert is tried again.
+//! * Renew: a strict conditional `ALTER TABLE ... UPDATE expires_at` on the row with our token
+//!   and at least the fence margin of lease left, then a read that confirms it (the answer of
+//!   an `ALTER` does not say how many rows matched); `locked` when it did not apply.
+//! * Release: a strict conditional delete of the row with our token (idempotent).
+//! * Fenced writes use [`HOLDS`]: our token's row with the fence margin left.
+//!
+//! Needs `keeper_map_path_prefix` in the server configuration (ClickHouse Cloud has it). The
+//! table's Keeper path is `/clickhouse_component/<database>/<table>` (URL-encoded names) under
+//! that prefix.
+
+use std::time::Duration;
+
+use crate::client::url::encode_component;
+use crate::client::{Client, Error, ErrorKind, Query, Transport};
+use crate::platform::Platform;
+
+use super::lock::{shorten, write_settings, AlsoRead, LockHandle, LockOptions};
+use super::schema::Tables;
+
+/// The lock table: one row per state id.
+pub const CREATE_TABLE: &str = "CREATE TABLE IF NOT EXISTS {db:Identifier}.{t:Identifier} (
+    state_id String,
+    token String,
+    expires_at DateTime64(3)
+) ENGINE = KeeperMap({path:String})
+PRIMARY KEY state_id";
+
+/// Columns of the lock table.
+pub const COLUMNS: &[(&str, &str)] = &[
+    ("state_id", "String"),
+    ("token", "String"),
+    ("expires_at", "DateTime64(3)"),
+];
+
+/// The Keeper path of a lock table (under the server's `keeper_map_path_prefix`).
+pub fn keeper_path(tables: &Tables) -> String {
+    format!(
+        "/clickhouse_component/{}/{}",
+        encode_component(&tables.database),
+        encode_component(&tables.lock)
+    )
+}
+
+/// The token holding the lock now (a scalar subquery; `''` when nobody does).
+pub const WINNER: &str = "SELECT any(token) FROM {db:Identifier}.{lt:Identifier}
+    WHERE state_id = {id:String} AND expires_at > now64(3)";
+
+/// The fence: our token's row, with at least `{margin_ms}` of its lease left.
+pub const HOLDS: &str = "(SELECT count() FROM {db:Identifier}.{lt:Identifier}
+        WHERE state_id = {id:String} AND token = {token:String}
+          AND expires_at > now64(3) + toIntervalMillisecond({margin_ms:UInt64})) = 1";
+
+fn strict(query: Query, tables: &Tables, id: &str) -> Query {
+    write_settings(query)
+        .setting("keeper_map_strict_mode", "1")
+        .param("db", &tables.database)
+        .param("lt", &tables.lock)
+        .param("id", id)
+}
+
+/// Whether an error is Keeper's "the key exists" (a strict insert lost the race).
+fn is_node_exists(e: &Error) -> bool {
+    e.server.as_ref().is_some_and(|s| s.code == 999) && e.message.contains("Node exists")
+}
+
+/// Whether an error is a strict-mode conflict (someone changed the row meanwhile).
+fn is_conflict(e: &Error) -> bool {
+    e.server.as_ref().is_some_and(|s| s.code == 999)
+        && (e.message.contains("Bad version") || e.message.contains("No node"))
+}
+
+fn try_create<T: Transport>(
+    client: &Client<T>,
+    tables: &Tables,
+    id: &str,
+    token: &str,
+    lease: Duration,
+) -> Result<bool, Error> {
+    let query = Query::write(
+        "lock",
+        "INSERT INTO {db:Identifier}.{lt:Identifier} (state_id, token, expires_at)
+         SELECT {id:String}, {token:String}, now64(3) + toIntervalMillisecond({lease_ms:UInt64})",
+    )
+    .param("token", token)
+    .param("lease_ms", lease.as_millis().to_string());
+    match client.execute_owned(strict(query, tables, id)) {
+        Ok(_) => Ok(true),
+        Err(e) if is_node_exists(&e) => Ok(false),
+        Err(e) => Err(e),
+    }
+}
+
+/// Deletes the row of a holder whose lease has ended (a strict conditional delete; a
+/// conflicting change by someone else is fine: the next insert decides).
+fn reclaim_stale<T: Transport>(client: &Client<T>, tables: &Tables, id: &str) -> Result<(), Error> {
+    let query = Query::write(
+        "lock-reclaim",
+        "ALTER TABLE {db:Identifier}.{lt:Identifier} DELETE
+         WHERE state_id = {id:String} AND expires_at < now64(3)",
+    );
+    match client.execute_owned(strict(query, tables, id)) {
+        Ok(_) => Ok(()),
+        Err(e) if is_conflict(&e) => Ok(()),
+        Err(e) => Err(e),
+    }
+}
+
+/// Acquires the lock on `id`, waiting up to `options.timeout`, and reads `also` once held.
+pub fn acquire_and_read<T: Transport, P: Platform>(
+    client: &Client<T>,
+    platform: &P,
+    tables: &Tables,
+    id: &str,
+    options: &LockOptions,
+    also: Option<&AlsoRead>,
+) -> Result<(LockHandle, Option<serde_json::Value>), Error> {
+    let started = platform.now();
+    let deadline = started + options.timeout;
+    let token = platform.random_uuid();
+    let handle = LockHandle {
+        id: id.to_string(),
+        token: token.clone(),
+    };
+    loop {
+        let created = match try_create(client, tables, id, &token, options.stale_after) {
+            Ok(false) => {
+                reclaim_stale(client, tables, id)?;
+                try_create(client, tables, id, &token, options.stale_after)
+            }
+            other => other,
+        };
+        match created {
+            Ok(true) => {
+                if also.is_none() {
+                    return Ok((handle, None));
+                }
+                return match super::lock::holder_and(client, tables, id, also) {
+                    Ok((Some(holder), read)) if holder == token => Ok((handle, read)),
+                    Ok(_) => Err(Error::new(
+                        ErrorKind::Locked,
+                        format!(
+                            "the lock on state id '{}' was lost right after it was taken",
+                            shorten(id)
+                        ),
+                    )),
+                    Err(e) => {
+                        let _ = release(client, tables, &handle);
+                        Err(e)
+                    }
+                };
+            }
+            Ok(false) => {}
+            Err(e) => {
+                // The row may have been written: withdraw it so it cannot block anyone.
+                let _ = release(client, tables, &handle);
+                return Err(e);
+            }
+        }
+        let now = platform.now();
+        if now >= deadline {
+            return Err(Error::new(
+                ErrorKind::Locked,
+                format!(
+                    "state id '{}' is locked by another holder (waited {:.1} s; the lock timeout is {:.1} s)",
+                    shorten(id),
+                    (now - started).as_secs_f64(),
+                    options.timeout.as_secs_f64()
+                ),
+            ));
+        }
+        let jitter_ms = if options.retry.as_millis() > 0 {
+            platform.random_u64() % (options.retry.as_millis() as u64 / 2 + 1)
+        } else {
+            0
+        };
+        platform.sleep((options.retry + Duration::from_millis(jitter_ms)).min(deadline - now));
+    }
+}
+
+/// Releases a held lock: deletes the row if it still carries our token (idempotent).
+pub fn release<T: Transport>(
+    client: &Client<T>,
+    tables: &Tables,
+    handle: &LockHandle,
+) -> Result<(), Error> {
+    let mut attempts = 0;
+    loop {
+        let query = Query::write(
+            "unlock",
+            "ALTER TABLE {db:Identifier}.{lt:Identifier} DELETE
+             WHERE state_id = {id:String} AND token = {token:String}",
+        )
+        .param("token", &handle.token);
+        match client.execute_owned(strict(query, tables, &handle.id)) {
+            Err(e) if is_conflict(&e) && attempts < 3 => attempts += 1,
+            other => return other.map(|_| ()),
+        }
+    }
+}
+
+/// Extends the lease of a held lock: a strict conditional update of our row (our token, at
+/// least the fence margin of lease left), confirmed by a read; `locked` otherwise.
+pub fn renew<T: Transport>(
+    client: &Client<T>,
+    tables: &Tables,
+    handle: &LockHandle,
+    options: &LockOptions,
+) -> Result<(), Error> {
+    let margin = options.fence_margin().as_millis().to_string();
+    let query = Query::write(
+        "renew",
+        "ALTER TABLE {db:Identifier}.{lt:Identifier}
+         UPDATE expires_at = now64(3) + toIntervalMillisecond({lease_ms:UInt64})
+         WHERE state_id = {id:String} AND token = {token:String}
+           AND expires_at > now64(3) + toIntervalMillisecond({margin_ms:UInt64})",
+    )
+    .param("token", &handle.token)
+    .param("lease_ms", options.stale_after.as_millis().to_string())
+    .param("margin_ms", margin.clone());
+    match client.execute_owned(strict(query, tables, &handle.id)) {
+        Ok(_) => {}
+        Err(e) if is_conflict(&e) => {}
+        Err(e) => return Err(e),
+    }
+    let check = Query::read("renew", format!("SELECT {HOLDS}"))
+        .param("db", &tables.database)
+        .param("lt", &tables.lock)
+        .param("id", &handle.id)
+        .param("token", &handle.token)
+        .param("margin_ms", margin)
+        .format("TabSeparated");
+    let response = client.execute_owned(check)?;
+    if String::from_utf8_lossy(&response.body).trim() == "1" {
+        Ok(())
+    } else {
+        Err(Error::new(
+            ErrorKind::Locked,
+            format!(
+                "the lock on state id '{}' is no longer held by this holder",
+                shorten(&handle.id)
+            ),
+        ))
+    }
+}
