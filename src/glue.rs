@@ -242,12 +242,7 @@ impl GuestLock for LockResource {
     }
 
     fn renew(&self) -> Result<(), WitError> {
-        if self.released.get() {
-            return Err(to_wit(Error::new(
-                ErrorKind::Locked,
-                "the lock was released",
-            )));
-        }
+        self.check_held()?;
         self.store.renew(&self.handle).map_err(to_wit)
     }
 
@@ -257,6 +252,40 @@ impl GuestLock for LockResource {
         }
         self.store.release(&self.handle).map_err(to_wit)?;
         self.released.set(true);
+        Ok(())
+    }
+
+    fn set(&self, state: WitState) -> Result<(), WitError> {
+        self.check_held()?;
+        self.store
+            .set_held(&from_wit_state(state)?, &self.handle)
+            .map_err(to_wit)
+    }
+
+    fn update(&self, state: WitState) -> Result<WitState, WitError> {
+        self.check_held()?;
+        self.store
+            .update_held(&from_wit_state(state)?, &self.handle)
+            .map(to_wit_state)
+            .map_err(to_wit)
+    }
+
+    fn delete(&self) -> Result<u64, WitError> {
+        self.check_held()?;
+        self.store
+            .delete_held(&self.handle.id, &self.handle)
+            .map_err(to_wit)
+    }
+}
+
+impl LockResource {
+    fn check_held(&self) -> Result<(), WitError> {
+        if self.released.get() {
+            return Err(to_wit(Error::new(
+                ErrorKind::Locked,
+                "the lock was released",
+            )));
+        }
         Ok(())
     }
 }

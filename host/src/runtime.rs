@@ -375,6 +375,28 @@ impl Instance {
         flatten(r.call_renew(&mut self.store, lock.0).await?)
     }
 
+    /// `lock.set`: a write fenced by the lock.
+    pub async fn lock_set(&mut self, lock: LockHandle, state: &State) -> Result<(), CallError> {
+        let r = self.connector.clickhouse_connector_state_store().lock();
+        flatten(r.call_set(&mut self.store, lock.0, state).await?)
+    }
+
+    /// `lock.update`: Meltano update under this lock, fenced by it.
+    pub async fn lock_update(
+        &mut self,
+        lock: LockHandle,
+        state: &State,
+    ) -> Result<State, CallError> {
+        let r = self.connector.clickhouse_connector_state_store().lock();
+        flatten(r.call_update(&mut self.store, lock.0, state).await?)
+    }
+
+    /// `lock.delete`: deletes the locked id's state, fenced by the lock.
+    pub async fn lock_delete(&mut self, lock: LockHandle) -> Result<u64, CallError> {
+        let r = self.connector.clickhouse_connector_state_store().lock();
+        flatten(r.call_delete(&mut self.store, lock.0).await?)
+    }
+
     /// `lock.release`, then drops the handle.
     pub async fn lock_release(&mut self, lock: LockHandle) -> Result<(), CallError> {
         let r = self.connector.clickhouse_connector_state_store().lock();

@@ -183,6 +183,29 @@ pub struct StoreArgs {
     /// else keeper-map when the server allows it, else merge-tree).
     #[arg(long = "lock-engine", env = "CLICKHOUSE_LOCK_ENGINE")]
     pub lock_engine: Option<String>,
+    /// The lock already held on a state id by `lock ID -- COMMAND` (set by it for the command,
+    /// with CLICKHOUSE_LOCK_TOKEN): `state set`, `merge`, `clear`, `copy`/`move` on that id
+    /// write fenced by it instead of waiting for the lock.
+    #[arg(long = "held-lock-id", env = "CLICKHOUSE_LOCK_ID", hide = true)]
+    pub held_lock_id: Option<String>,
+    /// The token of the held lock (see --held-lock-id).
+    #[arg(long = "held-lock-token", env = "CLICKHOUSE_LOCK_TOKEN", hide = true)]
+    pub held_lock_token: Option<String>,
+}
+
+impl StoreArgs {
+    /// The lock held on `id` by an enclosing `lock ID -- COMMAND`, if any.
+    pub fn held_lock(&self, id: &str) -> Option<crate::state::LockHandle> {
+        match (&self.held_lock_id, &self.held_lock_token) {
+            (Some(held), Some(token)) if held == id && !token.is_empty() => {
+                Some(crate::state::LockHandle {
+                    id: id.to_string(),
+                    token: token.clone(),
+                })
+            }
+            _ => None,
+        }
+    }
 }
 
 impl StoreArgs {

@@ -127,6 +127,7 @@ pub fn run<T: Transport + Clone, P: Platform + Clone>(
         _ => {}
     }
     let options = store.options()?;
+    let held = |id: &str| store.held_lock(id);
     let client = Client::new(&global.connection()?, runner.transport.clone())?;
     let store = StateStore::open(client, runner.platform.clone(), &options)?;
     match command {
@@ -154,7 +155,10 @@ pub fn run<T: Transport + Clone, P: Platform + Clone>(
                     completed: body,
                 }
             };
-            store.set(&new)?;
+            match held(id) {
+                Some(handle) => store.set_held(&new, &handle)?,
+                None => store.set(&new)?,
+            }
             Ok(Output::new(
                 format!("set state '{}'", id.escape_debug()),
                 json!({"ok": true, "id": id}),
@@ -166,11 +170,17 @@ pub fn run<T: Transport + Clone, P: Platform + Clone>(
                 partial: given,
                 completed: Map::new(),
             };
-            let stored = store.update(&update)?;
+            let stored = match held(id) {
+                Some(handle) => store.update_held(&update, &handle)?,
+                None => store.update(&update)?,
+            };
             Ok(Output::new(pretty(stored.merged()), state_json(&stored)))
         }
         StateCommand::Clear { id } => {
-            let n = store.delete(id)?;
+            let n = match held(id) {
+                Some(handle) => store.delete_held(id, &handle)?,
+                None => store.delete(id)?,
+            };
             if n == 0 {
                 return Err(not_found(id));
             }
@@ -190,10 +200,16 @@ pub fn run<T: Transport + Clone, P: Platform + Clone>(
             let mut state = store.get(src)?.ok_or_else(|| not_found(src))?;
             state.id = dst.clone();
             // Under the destination's lock (and the source's, for the delete of a move).
-            store.set_locked(&state)?;
+            match held(dst) {
+                Some(handle) => store.set_held(&state, &handle)?,
+                None => store.set_locked(&state)?,
+            }
             let moved = matches!(command, StateCommand::Move { .. });
             if moved && src != dst {
-                store.delete(src)?;
+                match held(src) {
+                    Some(handle) => store.delete_held(src, &handle)?,
+                    None => store.delete(src)?,
+                };
             }
             let verb = if moved { "moved" } else { "copied" };
             Ok(Output::new(

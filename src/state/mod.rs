@@ -125,6 +125,50 @@ fn stored_part(text: Option<&str>, what: &str, id: &str) -> Result<Map<String, V
     }
 }
 
+/// Checks that `handle` is a lock on `id`.
+fn check_held(id: &str, handle: &LockHandle) -> Result<(), Error> {
+    check_id(id)?;
+    if handle.id != id {
+        return Err(Error::invalid(format!(
+            "the lock held is on state id '{}', not '{}'",
+            lock::shorten(&handle.id),
+            lock::shorten(id)
+        )));
+    }
+    Ok(())
+}
+
+/// Meltano `update` semantics: a non-empty completed part replaces the state and clears the
+/// partial; otherwise the partial is deep-merged into the stored partial and the stored
+/// completed part is kept.
+fn updated(
+    state: &State,
+    stored_partial: Map<String, Value>,
+    stored_completed: Map<String, Value>,
+) -> Result<State, Error> {
+    if !state.completed.is_empty() {
+        return Ok(State {
+            id: state.id.clone(),
+            partial: Map::new(),
+            completed: state.completed.clone(),
+        });
+    }
+    let mut partial = stored_partial;
+    json::deep_merge(&mut partial, &state.partial);
+    let size = json::object_text(&partial).len();
+    if size > json::MAX_PART_BYTES {
+        return Err(Error::invalid(format!(
+            "the merged partial state would be {size} bytes; the limit is {} bytes",
+            json::MAX_PART_BYTES
+        )));
+    }
+    Ok(State {
+        id: state.id.clone(),
+        partial,
+        completed: stored_completed,
+    })
+}
+
 fn check_name(what: &str, name: &str) -> Result<(), Error> {
     if name.is_empty() || name.len() > 200 || name.chars().any(char::is_control) {
         return Err(Error::invalid(format!(
@@ -342,28 +386,11 @@ impl<T: Transport, P: Platform> StateStore<T, P> {
                     ))
                 }
             };
-            let new = if state.completed.is_empty() {
-                let mut partial = stored_part(stored_partial, "partial state", &state.id)?;
-                json::deep_merge(&mut partial, &state.partial);
-                let size = json::object_text(&partial).len();
-                if size > json::MAX_PART_BYTES {
-                    return Err(Error::invalid(format!(
-                        "the merged partial state would be {size} bytes; the limit is {} bytes",
-                        json::MAX_PART_BYTES
-                    )));
-                }
-                State {
-                    id: state.id.clone(),
-                    partial,
-                    completed: stored_part(stored_completed, "completed state", &state.id)?,
-                }
-            } else {
-                State {
-                    id: state.id.clone(),
-                    partial: Map::new(),
-                    completed: state.completed.clone(),
-                }
-            };
+            let new = updated(
+                state,
+                stored_part(stored_partial, "partial state", &state.id)?,
+                stored_part(stored_completed, "completed state", &state.id)?,
+            )?;
             self.set_fenced(&new, &handle)?;
             Ok(new)
         })();
@@ -424,6 +451,31 @@ impl<T: Transport, P: Platform> StateStore<T, P> {
         )
     }
 
+    /// Meltano `update` by a caller that already holds the lock on the id (`handle`): reads
+    /// the stored state, then writes fenced by `handle` (`locked`, nothing written, if the
+    /// lock was lost). Takes no lock itself.
+    pub fn update_held(&self, state: &State, handle: &LockHandle) -> Result<State, Error> {
+        check_held(&state.id, handle)?;
+        let stored = self.get(&state.id)?.unwrap_or_default();
+        let new = updated(state, stored.partial, stored.completed)?;
+        self.set_fenced(&new, handle)?;
+        Ok(new)
+    }
+
+    /// Overwrites a state by a caller that already holds the lock on its id (fenced by
+    /// `handle`: `locked`, nothing written, if the lock was lost).
+    pub fn set_held(&self, state: &State, handle: &LockHandle) -> Result<(), Error> {
+        check_held(&state.id, handle)?;
+        self.set_fenced(state, handle)
+    }
+
+    /// Deletes a state by a caller that already holds the lock on its id (fenced by
+    /// `handle`); returns 1 if there was one, else 0.
+    pub fn delete_held(&self, id: &str, handle: &LockHandle) -> Result<u64, Error> {
+        check_held(id, handle)?;
+        self.delete_fenced(id, handle)
+    }
+
     /// Overwrites both parts of one state under its lock (waits for it like [`Self::lock`]);
     /// the write is fenced, so a holder that lost its lock writes nothing.
     pub fn set_locked(&self, state: &State) -> Result<(), Error> {
@@ -439,51 +491,53 @@ impl<T: Transport, P: Platform> StateStore<T, P> {
     pub fn delete(&self, id: &str) -> Result<u64, Error> {
         check_id(id)?;
         let handle = self.lock(id)?;
-        let result = (|| {
-            let count = self.count(
+        let result = self.delete_fenced(id, &handle);
+        self.finish_locked(result, &handle, "the state was deleted")
+    }
+
+    fn delete_fenced(&self, id: &str, handle: &LockHandle) -> Result<u64, Error> {
+        let count = self.count(
+            self.query(
+                "delete",
+                "SELECT count() FROM {db:Identifier}.{t:Identifier} FINAL WHERE state_id = {id:String}",
+            )
+            .param("id", id),
+        )?;
+        if count > 0 {
+            let query = Query::write(
+                "delete",
+                format!(
+                    "DELETE FROM {{db:Identifier}}.{{t:Identifier}}
+                     WHERE state_id = {{id:String}} AND {}",
+                    lock::holds(&self.tables)
+                ),
+            )
+            .param("t", &self.tables.state);
+            self.client.execute_owned(lock::fence(
+                query,
+                &self.tables,
+                handle,
+                &self.lock_options,
+            ))?;
+            // A lightweight DELETE reports no row count: check that the fence let it through.
+            let left = self.count(
                 self.query(
                     "delete",
                     "SELECT count() FROM {db:Identifier}.{t:Identifier} FINAL WHERE state_id = {id:String}",
                 )
                 .param("id", id),
             )?;
-            if count > 0 {
-                let query = Query::write(
-                    "delete",
+            if left > 0 {
+                return Err(Error::new(
+                    ErrorKind::Locked,
                     format!(
-                        "DELETE FROM {{db:Identifier}}.{{t:Identifier}}
-                         WHERE state_id = {{id:String}} AND {}",
-                        lock::holds(&self.tables)
+                        "the lock on state id '{}' was lost before the delete: nothing was deleted",
+                        lock::shorten(id)
                     ),
-                )
-                .param("t", &self.tables.state);
-                self.client.execute_owned(lock::fence(
-                    query,
-                    &self.tables,
-                    &handle,
-                    &self.lock_options,
-                ))?;
-                // A lightweight DELETE reports no row count: check that the fence let it through.
-                let left = self.count(
-                    self.query(
-                        "delete",
-                        "SELECT count() FROM {db:Identifier}.{t:Identifier} FINAL WHERE state_id = {id:String}",
-                    )
-                    .param("id", id),
-                )?;
-                if left > 0 {
-                    return Err(Error::new(
-                        ErrorKind::Locked,
-                        format!(
-                            "the lock on state id '{}' was lost before the delete: nothing was deleted",
-                            lock::shorten(id)
-                        ),
-                    ));
-                }
+                ));
             }
-            Ok(count)
-        })();
-        self.finish_locked(result, &handle, "the state was deleted")
+        }
+        Ok(count)
     }
 
     fn count(&self, query: Query) -> Result<u64, Error> {

@@ -976,3 +976,92 @@ fn cli_lock_runs_a_command_and_passes_its_status_on() {
         .unwrap();
     assert_eq!(out.status.code(), Some(2), "needs --hold or a command");
 }
+
+/// Writes through a held `lock` resource are fenced by it: they land while it holds, and
+/// write nothing (`locked`) once its lease has ended and someone else took the lock.
+#[tokio::test]
+async fn writes_through_a_lock_are_fenced_by_it() {
+    for engine in ENGINES {
+        let db = unique_name("lockwrites");
+        let options = StoreOptions {
+            stale_after_ms: Some(1_000),
+            lock_timeout_ms: Some(5_000),
+            lock_retry_ms: Some(20),
+            ..lock_options_on(&db, engine)
+        };
+        let (mut a, sa, _) = open(options.clone()).await;
+        let lock = a.lock(sa, "w").await.unwrap();
+        a.lock_set(lock, &state("w", json!({}), json!({"c": 1})))
+            .await
+            .unwrap();
+        let stored = a
+            .lock_update(lock, &state("w", json!({"p": 1}), json!({})))
+            .await
+            .unwrap();
+        assert_eq!(
+            parts(&stored),
+            (json!({"p": 1}), json!({"c": 1})),
+            "{engine:?}"
+        );
+        let e = a
+            .lock_set(lock, &state("other", json!({}), json!({})))
+            .await
+            .unwrap_err()
+            .into_component();
+        assert_eq!(e.kind, ErrorKind::InvalidInput, "{engine:?}: {e}");
+        assert_eq!(a.lock_delete(lock).await.unwrap(), 1, "{engine:?}");
+        assert!(a.state_get(sa, "w").await.unwrap().is_none());
+        // The lease ends; another holder takes the lock; the old handle writes nothing.
+        tokio::time::sleep(Duration::from_millis(1_200)).await;
+        let (mut b, sb, _) = open(options).await;
+        let other = b.lock(sb, "w").await.unwrap();
+        let e = a
+            .lock_set(lock, &state("w", json!({}), json!({"stale": true})))
+            .await
+            .unwrap_err()
+            .into_component();
+        assert_eq!(e.kind, ErrorKind::Locked, "{engine:?}: {e}");
+        assert!(b.state_get(sb, "w").await.unwrap().is_none(), "{engine:?}");
+        b.lock_release(other).await.unwrap();
+    }
+}
+
+/// A command run by `lock ID -- COMMAND` writes the locked id's state through the held lock
+/// (CLICKHOUSE_LOCK_ID / CLICKHOUSE_LOCK_TOKEN) instead of waiting for the lock it holds.
+#[test]
+fn a_command_under_lock_writes_through_the_held_lock() {
+    let db = unique_name("heldlock");
+    let bin = clickhouse_component_tests::cli_binary();
+    let bin = bin.to_str().unwrap();
+    let script = format!(
+        "'{bin}' state --state-database '{db}' --lock-timeout-seconds 1 merge job '{{\"a\":1}}' >/dev/null \
+         && '{bin}' state --state-database '{db}' --lock-timeout-seconds 1 set other '{{\"b\":2}}' >/dev/null"
+    );
+    let out = cli(clickhouse())
+        .args([
+            "lock",
+            "--state-database",
+            &db,
+            "--lock-timeout-seconds",
+            "1",
+            "job",
+            "--",
+            "sh",
+            "-c",
+            &script,
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{:?}: {}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out = cli(clickhouse())
+        .args(["--json", "state", "--state-database", &db, "get", "job"])
+        .output()
+        .unwrap();
+    let got: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(got["partial"], json!({"a": 1}), "{got}");
+}

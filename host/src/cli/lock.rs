@@ -181,7 +181,13 @@ pub async fn run(
     }
     let mut signals = Signals::new().map_err(|e| CallError::Runner(e.into()))?;
     let mut command = tokio::process::Command::new(&args.command[0]);
-    command.args(&args.command[1..]).kill_on_drop(true);
+    // The command's own `state set/merge/clear` on this id write fenced by this lock instead
+    // of waiting for it (see StoreArgs::held_lock).
+    command
+        .args(&args.command[1..])
+        .env("CLICKHOUSE_LOCK_ID", &args.id)
+        .env("CLICKHOUSE_LOCK_TOKEN", &token)
+        .kill_on_drop(true);
     #[cfg(unix)]
     command.process_group(0);
     let held_from = Instant::now();
