@@ -5,6 +5,7 @@
 
 use std::time::{Duration, Instant};
 
+use clickhouse_component::client::sql::quote_identifier;
 use clickhouse_component::client::Query;
 use clickhouse_component_host::{default_allow_list, SinkOptions, State, StoreOptions};
 use clickhouse_component_tests::native::Sql;
@@ -233,20 +234,20 @@ async fn bench_sink(rows: usize, batch: usize) {
     let table_b = events_table(&sql, "native");
     let (db_b, t_b) = table_b.split_once('.').unwrap();
     let started = Instant::now();
+    // The same statement the sink sends: the column list backquoted (no parameters there).
+    let column_list: Vec<String> = EVENT_COLUMNS.iter().map(|c| quote_identifier(c)).collect();
+    let insert = format!(
+        "INSERT INTO {{db:Identifier}}.{{t:Identifier}} ({}) FORMAT JSONEachRow",
+        column_list.join(", ")
+    );
     for body in &batches {
-        let mut q = Query::write(
-            "bench",
-            "INSERT INTO {db:Identifier}.{t:Identifier} ({c0:Identifier}, {c1:Identifier}, {c2:Identifier}, {c3:Identifier}) FORMAT JSONEachRow",
-        )
-        .param("db", db_b)
-        .param("t", t_b)
-        .setting("input_format_null_as_default", "0")
-        .setting("input_format_skip_unknown_fields", "0")
-        .setting("wait_for_async_insert", "1")
-        .data(body.clone());
-        for (i, c) in EVENT_COLUMNS.iter().enumerate() {
-            q = q.param(&format!("c{i}"), *c);
-        }
+        let q = Query::write("bench", insert.clone())
+            .param("db", db_b)
+            .param("t", t_b)
+            .setting("input_format_null_as_default", "0")
+            .setting("input_format_skip_unknown_fields", "0")
+            .setting("wait_for_async_insert", "1")
+            .data(body.clone());
         sql.client().execute_owned(q).unwrap();
     }
     let native = started.elapsed();
