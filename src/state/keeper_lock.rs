@@ -2,13 +2,21 @@
 //! a `KeeperMap` table (`token`, `expires_at`), every write in `keeper_map_strict_mode`, so
 //! each one is a linearizable Keeper operation.
 //!
-//! * Acquire: insert the row. In strict mode an insert of an existing key fails ("Node
-//!   exists"): exactly one contender creates it. A holder whose lease ended is reclaimed with a
-//!   strict conditional delete (`expires_at < now64(3)`) before the insert is tried again.
-//! * Renew: a strict conditional `ALTER TABLE ... UPDATE expires_at` on the row with our token
-//!   and at least the fence margin of lease left, then a read that confirms it (the answer of
-//!   an `ALTER` does not say how many rows matched); `locked` when it did not apply.
-//! * Release: a strict conditional delete of the row with our token (idempotent).
+//! The row of a state id is created once and never deleted: a strict-mode write checks the
+//! Keeper node's version, and a node that is never removed only ever gets higher versions, so
+//! every conditional write below is a real compare-and-swap (a deleted and re-created node
+//! would start again at version 0 and let a stale compare succeed).
+//!
+//! * Acquire: take over the row if its lease has ended (a strict conditional
+//!   `ALTER TABLE ... UPDATE token, expires_at WHERE expires_at < now64(3)`), then read who
+//!   holds it; if nobody has a row yet, insert it (in strict mode an insert of an existing key
+//!   fails, "Node exists": exactly one contender creates it) and read again. A lost reply is
+//!   harmless: the read shows our own token.
+//! * Renew: a strict conditional update of `expires_at` on the row with our token and at least
+//!   the fence margin of lease left, then a read that confirms it (the answer of an `ALTER`
+//!   does not say how many rows matched); `locked` when it did not apply.
+//! * Release: a strict conditional update that ends our lease (`expires_at` = epoch) if the
+//!   row still carries our token (idempotent).
 //! * Fenced writes use [`HOLDS`]: our token's row with the fence margin left.
 //!
 //! Needs `keeper_map_path_prefix` in the server configuration (ClickHouse Cloud has it). The
@@ -76,6 +84,21 @@ fn is_conflict(e: &Error) -> bool {
         && (e.message.contains("Bad version") || e.message.contains("No node"))
 }
 
+/// A strict-mode conflict as the caller should see it: the row changed under us, so the lock
+/// is someone else's (never `transient`: retrying the same write cannot succeed).
+fn lost(e: Error, id: &str) -> Error {
+    Error {
+        kind: ErrorKind::Locked,
+        message: format!(
+            "the lock row of state id '{}' was changed by another holder: {}",
+            shorten(id),
+            e.message
+        ),
+        ..e
+    }
+}
+
+/// Creates the row of `id` for `token`; `false` when it exists already.
 fn try_create<T: Transport>(
     client: &Client<T>,
     tables: &Tables,
@@ -97,19 +120,69 @@ fn try_create<T: Transport>(
     }
 }
 
-/// Deletes the row of a holder whose lease has ended (a strict conditional delete; a
-/// conflicting change by someone else is fine: the next insert decides).
-fn reclaim_stale<T: Transport>(client: &Client<T>, tables: &Tables, id: &str) -> Result<(), Error> {
+/// Takes over the row of a holder whose lease has ended (a strict conditional update; a
+/// conflicting change by someone else is fine: the read that follows decides).
+fn take_over_stale<T: Transport>(
+    client: &Client<T>,
+    tables: &Tables,
+    id: &str,
+    token: &str,
+    lease: Duration,
+) -> Result<(), Error> {
     let query = Query::write(
-        "lock-reclaim",
-        "ALTER TABLE {db:Identifier}.{lt:Identifier} DELETE
+        "lock",
+        "ALTER TABLE {db:Identifier}.{lt:Identifier}
+         UPDATE token = {token:String}, expires_at = now64(3) + toIntervalMillisecond({lease_ms:UInt64})
          WHERE state_id = {id:String} AND expires_at < now64(3)",
-    );
+    )
+    .param("token", token)
+    .param("lease_ms", lease.as_millis().to_string());
     match client.execute_owned(strict(query, tables, id)) {
         Ok(_) => Ok(()),
         Err(e) if is_conflict(&e) => Ok(()),
         Err(e) => Err(e),
     }
+}
+
+/// Whether the row exists, and who holds it (a live lease).
+fn row_and_holder<T: Transport>(
+    client: &Client<T>,
+    tables: &Tables,
+    id: &str,
+    also: Option<&AlsoRead>,
+) -> Result<(bool, Option<String>, Option<serde_json::Value>), Error> {
+    let exists = AlsoRead {
+        expression: format!(
+            "tuple((SELECT count() FROM {{db:Identifier}}.{{lt:Identifier}} WHERE state_id = {{id:String}}), {})",
+            also.map_or("NULL", |a| a.expression.as_str())
+        ),
+        params: also.map(|a| a.params.clone()).unwrap_or_default(),
+    };
+    let (holder, read) = super::lock::holder_and(client, tables, id, Some(&exists))?;
+    // The tuple prints as an array, or as an object under named-tuple settings.
+    let (count, value) = match read {
+        Some(serde_json::Value::Array(mut items)) if items.len() == 2 => {
+            let value = items.pop().unwrap_or_default();
+            (items.pop().unwrap_or_default(), value)
+        }
+        Some(serde_json::Value::Object(map)) if map.len() == 2 => {
+            let mut values = map.into_iter().map(|(_, v)| v);
+            let count = values.next().unwrap_or_default();
+            (count, values.next().unwrap_or_default())
+        }
+        other => {
+            return Err(Error::new(
+                ErrorKind::Permanent,
+                format!("unexpected answer to the lock query: {other:?}"),
+            ))
+        }
+    };
+    let exists = match &count {
+        serde_json::Value::Number(n) => n.as_u64().unwrap_or(0) > 0,
+        serde_json::Value::String(s) => s != "0",
+        _ => false,
+    };
+    Ok((exists, holder, also.map(|_| value)))
 }
 
 /// Acquires the lock on `id`, waiting up to `options.timeout`, and reads `also` once held.
@@ -128,37 +201,26 @@ pub fn acquire_and_read<T: Transport, P: Platform>(
         id: id.to_string(),
         token: token.clone(),
     };
+    let attempt = || -> Result<Option<Option<serde_json::Value>>, Error> {
+        take_over_stale(client, tables, id, &token, options.stale_after)?;
+        let (exists, holder, read) = row_and_holder(client, tables, id, also)?;
+        if holder.as_deref() == Some(token.as_str()) {
+            return Ok(Some(read));
+        }
+        if exists {
+            return Ok(None);
+        }
+        // No row yet: create it (once per state id, ever), then look again.
+        try_create(client, tables, id, &token, options.stale_after)?;
+        let (_, holder, read) = row_and_holder(client, tables, id, also)?;
+        Ok((holder.as_deref() == Some(token.as_str())).then_some(read))
+    };
     loop {
-        let created = match try_create(client, tables, id, &token, options.stale_after) {
-            Ok(false) => {
-                reclaim_stale(client, tables, id)?;
-                try_create(client, tables, id, &token, options.stale_after)
-            }
-            other => other,
-        };
-        match created {
-            Ok(true) => {
-                if also.is_none() {
-                    return Ok((handle, None));
-                }
-                return match super::lock::holder_and(client, tables, id, also) {
-                    Ok((Some(holder), read)) if holder == token => Ok((handle, read)),
-                    Ok(_) => Err(Error::new(
-                        ErrorKind::Locked,
-                        format!(
-                            "the lock on state id '{}' was lost right after it was taken",
-                            shorten(id)
-                        ),
-                    )),
-                    Err(e) => {
-                        let _ = release(client, tables, &handle);
-                        Err(e)
-                    }
-                };
-            }
-            Ok(false) => {}
+        match attempt() {
+            Ok(Some(read)) => return Ok((handle, read)),
+            Ok(None) => {}
             Err(e) => {
-                // The row may have been written: withdraw it so it cannot block anyone.
+                // Our takeover or insert may have been applied: give the lease back.
                 let _ = release(client, tables, &handle);
                 return Err(e);
             }
@@ -184,7 +246,8 @@ pub fn acquire_and_read<T: Transport, P: Platform>(
     }
 }
 
-/// Releases a held lock: deletes the row if it still carries our token (idempotent).
+/// Releases a held lock: ends the lease of the row if it still carries our token (a strict
+/// conditional update; the row stays, so its Keeper version only grows). Idempotent.
 pub fn release<T: Transport>(
     client: &Client<T>,
     tables: &Tables,
@@ -194,12 +257,14 @@ pub fn release<T: Transport>(
     loop {
         let query = Query::write(
             "unlock",
-            "ALTER TABLE {db:Identifier}.{lt:Identifier} DELETE
+            "ALTER TABLE {db:Identifier}.{lt:Identifier}
+             UPDATE expires_at = toDateTime64(0, 3)
              WHERE state_id = {id:String} AND token = {token:String}",
         )
         .param("token", &handle.token);
         match client.execute_owned(strict(query, tables, &handle.id)) {
             Err(e) if is_conflict(&e) && attempts < 3 => attempts += 1,
+            Err(e) if is_conflict(&e) => return Err(lost(e, &handle.id)),
             other => return other.map(|_| ()),
         }
     }
@@ -226,6 +291,7 @@ pub fn renew<T: Transport>(
     .param("margin_ms", margin.clone());
     match client.execute_owned(strict(query, tables, &handle.id)) {
         Ok(_) => {}
+        // Someone changed the row: the read below says whether it is still ours.
         Err(e) if is_conflict(&e) => {}
         Err(e) => return Err(e),
     }

@@ -22,7 +22,7 @@
 //!   token still holds with the fence margin left; a fenced-out write writes nothing and is
 //!   `locked`. The margin bounds the time between the server evaluating the condition and
 //!   committing the row; a server stalled longer than that inside one INSERT can still land a
-//!   stale write (the Keeper-backed lock has no such window).
+//!   stale write (with either engine: the state table is a MergeTree either way).
 //! * A crashed holder's lease ends after the stale window; its rows are then ignored, and the
 //!   TTL reaps them a day later. Nothing on these paths is a mutation.
 
@@ -154,9 +154,9 @@ pub const HOLDS: &str = "(SELECT token FROM {db:Identifier}.{lt:Identifier}
         HAVING countIf(kind = 'release') = 0 AND maxIf(expires_at, kind = 'acquire') > now64(3)
         ORDER BY min(_block_number), token
         LIMIT 1) = {token:String}
-    AND (SELECT maxIf(expires_at, kind = 'acquire') FROM {db:Identifier}.{lt:Identifier}
-        WHERE state_id = {id:String} AND token = {token:String})
-        > now64(3) + toIntervalMillisecond({margin_ms:UInt64})";
+    AND (SELECT maxIf(expires_at, kind = 'acquire') > now64(3) + toIntervalMillisecond({margin_ms:UInt64})
+        FROM {db:Identifier}.{lt:Identifier}
+        WHERE state_id = {id:String} AND token = {token:String}) = 1";
 
 /// The fence condition of the store's lock engine ([`HOLDS`] or [`keeper_lock::HOLDS`]).
 pub fn holds(tables: &Tables) -> &'static str {

@@ -512,7 +512,11 @@ impl<T: Transport, P: Platform> StateStore<T, P> {
                     lock::holds(&self.tables)
                 ),
             )
-            .param("t", &self.tables.state);
+            .param("t", &self.tables.state)
+            // The fence's subqueries are evaluated once, before the delete touches any part:
+            // the delete applies everywhere or nowhere, and replicated and Cloud tables accept
+            // it (a subquery evaluated per part is "nondeterministic" there).
+            .setting("mutations_execute_subqueries_on_initiator", "1");
             self.client.execute_owned(lock::fence(
                 query,
                 &self.tables,
