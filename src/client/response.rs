@@ -3,6 +3,22 @@
 
 use super::error::{classify_server, Error, Operation, Redactor, ServerError};
 
+/// The rows of a `JSONEachRow` answer, each read into `T` (blank lines skipped); a row of any
+/// other shape is `permanent`, naming `what` was asked: never a default.
+pub fn json_rows<T: serde::de::DeserializeOwned>(body: &[u8], what: &str) -> Result<Vec<T>, Error> {
+    body.split(|b| *b == b'\n')
+        .filter(|line| !line.iter().all(u8::is_ascii_whitespace))
+        .map(|line| {
+            serde_json::from_slice(line).map_err(|e| {
+                Error::new(
+                    super::error::ErrorKind::Permanent,
+                    format!("unexpected answer to {what}: {e}"),
+                )
+            })
+        })
+        .collect()
+}
+
 /// An HTTP answer as the transport read it.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct HttpResponse {

@@ -7,6 +7,7 @@ use std::cell::OnceCell;
 
 use sha2::{Digest, Sha256};
 
+use crate::client::response::json_rows;
 use crate::client::sql::quote_identifier;
 use crate::client::{Client, Error, ErrorKind, Query, Transport};
 
@@ -221,20 +222,10 @@ impl<T: Transport> ColumnTypeSource for Sink<T> {
             ty: String,
         }
         let response = self.client.execute_owned(query)?;
-        let mut columns = Vec::new();
-        for line in response.body.split(|b| *b == b'\n') {
-            if line.iter().all(u8::is_ascii_whitespace) {
-                continue;
-            }
-            let column: Column = serde_json::from_slice(line).map_err(|e| {
-                Error::new(
-                    ErrorKind::Permanent,
-                    format!("unexpected answer to DESCRIBE TABLE: {e}"),
-                )
-            })?;
-            columns.push((column.name, column.ty));
-        }
-        Ok(self.types.get_or_init(|| ColumnTypes::new(columns)))
+        let columns: Vec<Column> = json_rows(&response.body, "DESCRIBE TABLE")?;
+        Ok(self
+            .types
+            .get_or_init(|| ColumnTypes::new(columns.into_iter().map(|c| (c.name, c.ty)))))
     }
 }
 

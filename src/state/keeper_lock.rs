@@ -98,14 +98,15 @@ fn lost(e: Error, id: &str) -> Error {
     }
 }
 
-/// Creates the row of `id` for `token`; `false` when it exists already.
+/// Creates the row of `id` for `token`, unless it exists already (then the insert is a no-op:
+/// the read that follows decides).
 fn try_create<T: Transport>(
     client: &Client<T>,
     tables: &Tables,
     id: &str,
     token: &str,
     lease: Duration,
-) -> Result<bool, Error> {
+) -> Result<(), Error> {
     let query = Query::write(
         "lock",
         "INSERT INTO {db:Identifier}.{lt:Identifier} (state_id, token, expires_at)
@@ -114,9 +115,8 @@ fn try_create<T: Transport>(
     .param("token", token)
     .param("lease_ms", lease.as_millis().to_string());
     match client.execute_owned(strict(query, tables, id)) {
-        Ok(_) => Ok(true),
-        Err(e) if is_node_exists(&e) => Ok(false),
-        Err(e) => Err(e),
+        Err(e) if !is_node_exists(&e) => Err(e),
+        _ => Ok(()),
     }
 }
 
@@ -195,7 +195,6 @@ pub fn acquire_and_read<T: Transport, P: Platform>(
     also: Option<&AlsoRead>,
 ) -> Result<(LockHandle, Option<serde_json::Value>), Error> {
     let started = platform.now();
-    let deadline = started + options.timeout;
     let token = platform.random_uuid();
     let handle = LockHandle {
         id: id.to_string(),
@@ -225,24 +224,7 @@ pub fn acquire_and_read<T: Transport, P: Platform>(
                 return Err(e);
             }
         }
-        let now = platform.now();
-        if now >= deadline {
-            return Err(Error::new(
-                ErrorKind::Locked,
-                format!(
-                    "state id '{}' is locked by another holder (waited {:.1} s; the lock timeout is {:.1} s)",
-                    shorten(id),
-                    (now - started).as_secs_f64(),
-                    options.timeout.as_secs_f64()
-                ),
-            ));
-        }
-        let jitter_ms = if options.retry.as_millis() > 0 {
-            platform.random_u64() % (options.retry.as_millis() as u64 / 2 + 1)
-        } else {
-            0
-        };
-        platform.sleep((options.retry + Duration::from_millis(jitter_ms)).min(deadline - now));
+        super::lock::pause_or_give_up(platform, id, options, started)?;
     }
 }
 

@@ -320,7 +320,6 @@ pub fn acquire_and_read<T: Transport, P: Platform>(
         return keeper_lock::acquire_and_read(client, platform, tables, id, options, also);
     }
     let started = platform.now();
-    let deadline = started + options.timeout;
     loop {
         let token = platform.random_uuid();
         if let Err(e) = insert_row(client, tables, id, &token, Some(options.stale_after)) {
@@ -346,30 +345,42 @@ pub fn acquire_and_read<T: Transport, P: Platform>(
         }
         // Someone else holds it: wait until nobody does, then try again.
         loop {
-            let now = platform.now();
-            if now >= deadline {
-                return Err(Error::new(
-                    ErrorKind::Locked,
-                    format!(
-                        "state id '{}' is locked by another holder (waited {:.1} s; the lock timeout is {:.1} s)",
-                        shorten(id),
-                        (now - started).as_secs_f64(),
-                        options.timeout.as_secs_f64()
-                    ),
-                ));
-            }
-            let jitter_ms = if options.retry.as_millis() > 0 {
-                platform.random_u64() % (options.retry.as_millis() as u64 / 2 + 1)
-            } else {
-                0
-            };
-            let pause = (options.retry + Duration::from_millis(jitter_ms)).min(deadline - now);
-            platform.sleep(pause);
+            pause_or_give_up(platform, id, options, started)?;
             if holder(client, tables, id)?.is_none() {
                 break;
             }
         }
     }
+}
+
+/// One wait between lock attempts: `locked` once the lock timeout (counted from `started`) is
+/// over, else a pause of the retry interval plus 0-50% jitter (never past the deadline).
+pub(crate) fn pause_or_give_up<P: Platform>(
+    platform: &P,
+    id: &str,
+    options: &LockOptions,
+    started: Duration,
+) -> Result<(), Error> {
+    let deadline = started + options.timeout;
+    let now = platform.now();
+    if now >= deadline {
+        return Err(Error::new(
+            ErrorKind::Locked,
+            format!(
+                "state id '{}' is locked by another holder (waited {:.1} s; the lock timeout is {:.1} s)",
+                shorten(id),
+                (now - started).as_secs_f64(),
+                options.timeout.as_secs_f64()
+            ),
+        ));
+    }
+    let jitter_ms = if options.retry.as_millis() > 0 {
+        platform.random_u64() % (options.retry.as_millis() as u64 / 2 + 1)
+    } else {
+        0
+    };
+    platform.sleep((options.retry + Duration::from_millis(jitter_ms)).min(deadline - now));
+    Ok(())
 }
 
 /// Releases a held lock (idempotent: releasing twice is harmless).

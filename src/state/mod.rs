@@ -14,6 +14,7 @@ pub mod schema;
 
 use serde_json::{Map, Value};
 
+use crate::client::response::json_rows;
 use crate::client::url::encode_component;
 use crate::client::{Client, Error, ErrorKind, Query, Transport};
 use crate::platform::Platform;
@@ -257,24 +258,24 @@ impl<T: Transport, P: Platform> StateStore<T, P> {
             completed_state: Option<String>,
         }
         let response = self.client.execute_owned(query.format("JSONEachRow"))?;
-        let mut states = Vec::new();
-        for line in response.body.split(|b| *b == b'\n') {
-            if line.is_empty() {
-                continue;
-            }
-            let row: Row = serde_json::from_slice(line).map_err(|e| {
-                Error::new(ErrorKind::Permanent, format!("unexpected answer row: {e}"))
-            })?;
-            let part = |text: &Option<String>, what: &str| -> Result<Map<String, Value>, Error> {
-                stored_part(text.as_deref(), what, &row.state_id)
-            };
-            states.push(State {
-                partial: part(&row.partial_state, "partial state")?,
-                completed: part(&row.completed_state, "completed state")?,
-                id: row.state_id,
-            });
-        }
-        Ok(states)
+        let rows: Vec<Row> = json_rows(&response.body, "the state query")?;
+        rows.into_iter()
+            .map(|row| {
+                Ok(State {
+                    partial: stored_part(
+                        row.partial_state.as_deref(),
+                        "partial state",
+                        &row.state_id,
+                    )?,
+                    completed: stored_part(
+                        row.completed_state.as_deref(),
+                        "completed state",
+                        &row.state_id,
+                    )?,
+                    id: row.state_id,
+                })
+            })
+            .collect()
     }
 
     /// The state of `id`, or `None` if there is none. Missing parts read as `{}`.

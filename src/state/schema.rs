@@ -6,6 +6,7 @@
 
 use serde_json::Value;
 
+use crate::client::response::json_rows;
 use crate::client::{Client, Error, ErrorKind, Query, Transport};
 
 use super::keeper_lock;
@@ -202,17 +203,8 @@ fn lock_table_engine<T: Transport>(
         .param("t", &tables.lock)
         .format("JSONEachRow"),
     )?;
-    match response.body.split(|b| *b == b'\n').find(|l| !l.is_empty()) {
-        None => Ok(None),
-        Some(line) => serde_json::from_slice::<Row>(line)
-            .map(|r| Some(r.engine_full))
-            .map_err(|e| {
-                Error::new(
-                    ErrorKind::Permanent,
-                    format!("unexpected schema answer: {e}"),
-                )
-            }),
-    }
+    let rows: Vec<Row> = json_rows(&response.body, "the lock table query")?;
+    Ok(rows.into_iter().next().map(|r| r.engine_full))
 }
 
 /// Checks that both tables exist with the expected columns and engines; `misconfigured`
