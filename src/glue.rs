@@ -169,6 +169,7 @@ impl GuestStore for StoreResource {
                 retry: ms(options.lock_retry_ms, defaults.lock.retry),
                 stale_after: ms(options.stale_after_ms, defaults.lock.stale_after),
             },
+            retries: options.retries.unwrap_or(defaults.retries),
         };
         let store =
             StateStore::open(client(connection)?, WasiPlatform, &options).map_err(to_wit)?;

@@ -117,6 +117,37 @@ pub mod std_platform {
     }
 }
 
+/// A platform for unit tests: a clock that moves only when slept on (so backoff costs no time),
+/// and a counter for randomness (so tokens differ and runs repeat).
+#[cfg(test)]
+pub(crate) mod testing {
+    use super::Platform;
+    use std::cell::{Cell, RefCell};
+    use std::time::Duration;
+
+    /// Fake clock, counting "random" values, and a record of every sleep.
+    #[derive(Default)]
+    pub struct FakePlatform {
+        pub now: Cell<Duration>,
+        pub slept: RefCell<Vec<Duration>>,
+        pub counter: Cell<u64>,
+    }
+
+    impl Platform for FakePlatform {
+        fn now(&self) -> Duration {
+            self.now.get()
+        }
+        fn sleep(&self, d: Duration) {
+            self.now.set(self.now.get() + d);
+            self.slept.borrow_mut().push(d);
+        }
+        fn random_u64(&self) -> u64 {
+            self.counter.set(self.counter.get() + 1);
+            self.counter.get()
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::std_platform::StdPlatform;

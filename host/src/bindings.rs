@@ -35,6 +35,7 @@ impl Default for StoreOptions {
             lock_retry_ms: None,
             stale_after_ms: None,
             lock_engine: None,
+            retries: None,
         }
     }
 }

@@ -183,6 +183,11 @@ pub struct StoreArgs {
     /// else keeper-map when the server allows it, else merge-tree).
     #[arg(long = "lock-engine", env = "CLICKHOUSE_LOCK_ENGINE")]
     pub lock_engine: Option<String>,
+    /// How many times a request that failed in a way that may pass (connection, timeout,
+    /// lost answer, overload) is repeated, with backoff from 0.1 s doubling to 2 s (default 5;
+    /// 0 never repeats). Releasing a lock is repeated until its lease ends regardless.
+    #[arg(long, env = "CLICKHOUSE_RETRIES")]
+    pub retries: Option<u32>,
     /// The lock already held on a state id by `lock ID -- COMMAND` (set by it for the command,
     /// with CLICKHOUSE_LOCK_TOKEN): `state set`, `merge`, `clear`, `copy`/`move` on that id
     /// write fenced by it instead of waiting for the lock.
@@ -233,6 +238,7 @@ impl StoreArgs {
                 None => crate::state::LockEngineChoice::Auto,
                 Some(name) => name.parse()?,
             },
+            retries: self.retries.unwrap_or(d.retries),
             lock: crate::state::LockOptions {
                 timeout: seconds(
                     "--lock-timeout-seconds",

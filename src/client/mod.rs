@@ -1,6 +1,6 @@
 //! ClickHouse HTTP client: connection strings ([`dsn`]), requests ([`request`]), answers
-//! ([`response`]), the error taxonomy ([`error`]), identifiers in SQL text ([`sql`]) and the
-//! transport seam ([`transport`]).
+//! ([`response`]), the error taxonomy ([`error`]), repeating what is safe to repeat
+//! ([`retry`]), identifiers in SQL text ([`sql`]) and the transport seam ([`transport`]).
 //!
 //! Everything here except [`wasi_http`] is plain Rust with native unit tests.
 
@@ -8,6 +8,7 @@ pub mod dsn;
 pub mod error;
 pub mod request;
 pub mod response;
+pub mod retry;
 pub mod sql;
 pub mod transport;
 pub mod url;
@@ -129,6 +130,79 @@ pub(crate) mod testing {
                 .pop()
                 .expect("no scripted answer left")
         }
+    }
+
+    /// Answers each request with a function of it and of how many came before; records them.
+    pub struct Answering<F> {
+        pub answer: F,
+        pub sent: RefCell<Vec<HttpRequest>>,
+    }
+
+    impl<F> Answering<F>
+    where
+        F: Fn(&HttpRequest, usize) -> Result<HttpResponse, error::TransportError>,
+    {
+        pub fn new(answer: F) -> Self {
+            Answering {
+                answer,
+                sent: RefCell::default(),
+            }
+        }
+
+        /// The operation names of the requests sent so far.
+        pub fn operations(&self) -> Vec<String> {
+            self.sent.borrow().iter().map(operation).collect()
+        }
+    }
+
+    impl<F> Transport for Answering<F>
+    where
+        F: Fn(&HttpRequest, usize) -> Result<HttpResponse, error::TransportError>,
+    {
+        fn send(&self, request: &HttpRequest) -> Result<HttpResponse, error::TransportError> {
+            let before = self.sent.borrow().len();
+            self.sent.borrow_mut().push(request.clone());
+            (self.answer)(request, before)
+        }
+    }
+
+    /// A request's operation name (`x-component-operation`).
+    pub fn operation(request: &HttpRequest) -> String {
+        request
+            .headers
+            .iter()
+            .find(|(n, _)| n == request::OPERATION_HEADER)
+            .map(|(_, v)| String::from_utf8_lossy(v).into_owned())
+            .unwrap_or_default()
+    }
+
+    /// The value of the query parameter `{name:...}` of a request (its `param_<name>`).
+    pub fn param(request: &HttpRequest, name: &str) -> Option<String> {
+        let key = format!("param_{name}=");
+        request
+            .path_and_query
+            .trim_start_matches("/?")
+            .split('&')
+            .find_map(|pair| pair.strip_prefix(key.as_str()))
+            .map(|v| url::decode_component(v, true).unwrap())
+    }
+
+    /// A success whose summary says `rows` rows were written.
+    pub fn written(rows: u64) -> Result<HttpResponse, error::TransportError> {
+        Ok(HttpResponse {
+            status: 200,
+            headers: vec![(
+                "x-clickhouse-summary".into(),
+                format!(r#"{{"written_rows":"{rows}"}}"#).into_bytes(),
+            )],
+            body: vec![],
+            elapsed_us: 1,
+        })
+    }
+
+    /// A transport failure.
+    pub fn fail(failure: error::TransportFailure) -> Result<HttpResponse, error::TransportError> {
+        Err(error::TransportError::new(failure, ""))
     }
 
     pub fn ok(body: &str) -> Result<HttpResponse, error::TransportError> {

@@ -25,12 +25,15 @@
 
 use std::time::Duration;
 
+use std::cell::Cell;
+
 use crate::client::url::encode_component;
-use crate::client::{Client, Error, ErrorKind, Query, Transport};
+use crate::client::{Error, ErrorKind, Query, Transport};
 use crate::platform::Platform;
 
 use super::lock::{shorten, write_settings, AlsoRead, LockHandle, LockOptions};
 use super::schema::Tables;
+use super::steps::{Session, Step};
 
 /// The lock table: one row per state id.
 pub const CREATE_TABLE: &str = "CREATE TABLE IF NOT EXISTS {db:Identifier}.{t:Identifier} (
@@ -99,22 +102,23 @@ fn lost(e: Error, id: &str) -> Error {
 }
 
 /// Creates the row of `id` for `token`, unless it exists already (then the insert is a no-op:
-/// the read that follows decides).
-fn try_create<T: Transport>(
-    client: &Client<T>,
+/// the read that follows decides). A repeat after a lost answer meets "node exists" and is
+/// fine too.
+fn try_create<T: Transport, P: Platform>(
+    s: &Session<'_, T, P>,
     tables: &Tables,
     id: &str,
     token: &str,
     lease: Duration,
 ) -> Result<(), Error> {
-    let query = Query::write(
-        "lock",
-        "INSERT INTO {db:Identifier}.{lt:Identifier} (state_id, token, expires_at)
-         SELECT {id:String}, {token:String}, now64(3) + toIntervalMillisecond({lease_ms:UInt64})",
-    )
-    .param("token", token)
-    .param("lease_ms", lease.as_millis().to_string());
-    match client.execute_owned(strict(query, tables, id)) {
+    let query = Step::Acquire
+        .query(
+            "INSERT INTO {db:Identifier}.{lt:Identifier} (state_id, token, expires_at)
+             SELECT {id:String}, {token:String}, now64(3) + toIntervalMillisecond({lease_ms:UInt64})",
+        )
+        .param("token", token)
+        .param("lease_ms", lease.as_millis().to_string());
+    match s.send_unless(Step::Acquire, &strict(query, tables, id), is_node_exists) {
         Err(e) if !is_node_exists(&e) => Err(e),
         _ => Ok(()),
     }
@@ -122,22 +126,22 @@ fn try_create<T: Transport>(
 
 /// Takes over the row of a holder whose lease has ended (a strict conditional update; a
 /// conflicting change by someone else is fine: the read that follows decides).
-fn take_over_stale<T: Transport>(
-    client: &Client<T>,
+fn take_over_stale<T: Transport, P: Platform>(
+    s: &Session<'_, T, P>,
     tables: &Tables,
     id: &str,
     token: &str,
     lease: Duration,
 ) -> Result<(), Error> {
-    let query = Query::write(
-        "lock",
-        "ALTER TABLE {db:Identifier}.{lt:Identifier}
-         UPDATE token = {token:String}, expires_at = now64(3) + toIntervalMillisecond({lease_ms:UInt64})
-         WHERE state_id = {id:String} AND expires_at < now64(3)",
-    )
-    .param("token", token)
-    .param("lease_ms", lease.as_millis().to_string());
-    match client.execute_owned(strict(query, tables, id)) {
+    let query = Step::TakeOver
+        .query(
+            "ALTER TABLE {db:Identifier}.{lt:Identifier}
+             UPDATE token = {token:String}, expires_at = now64(3) + toIntervalMillisecond({lease_ms:UInt64})
+             WHERE state_id = {id:String} AND expires_at < now64(3)",
+        )
+        .param("token", token)
+        .param("lease_ms", lease.as_millis().to_string());
+    match s.send_unless(Step::TakeOver, &strict(query, tables, id), is_conflict) {
         Ok(_) => Ok(()),
         Err(e) if is_conflict(&e) => Ok(()),
         Err(e) => Err(e),
@@ -145,8 +149,8 @@ fn take_over_stale<T: Transport>(
 }
 
 /// Whether the row exists, and who holds it (a live lease).
-fn row_and_holder<T: Transport>(
-    client: &Client<T>,
+fn row_and_holder<T: Transport, P: Platform>(
+    s: &Session<'_, T, P>,
     tables: &Tables,
     id: &str,
     also: Option<&AlsoRead>,
@@ -158,7 +162,7 @@ fn row_and_holder<T: Transport>(
         ),
         params: also.map(|a| a.params.clone()).unwrap_or_default(),
     };
-    let (holder, read) = super::lock::holder_and(client, tables, id, Some(&exists))?;
+    let (holder, read) = super::lock::holder_and(s, tables, id, Some(&exists))?;
     // The tuple prints as an array, or as an object under named-tuple settings.
     let (count, value) = match read {
         Some(serde_json::Value::Array(mut items)) if items.len() == 2 => {
@@ -185,24 +189,37 @@ fn row_and_holder<T: Transport>(
     Ok((exists, holder, also.map(|_| value)))
 }
 
-/// Acquires the lock on `id`, waiting up to `options.timeout`, and reads `also` once held.
+/// Acquires the lock on `id`, waiting up to `options.timeout`, and reads `also` once held. On
+/// failure, a lease this call may have taken (a takeover or creation that was applied, or whose
+/// answer was lost) is ended before it returns.
 pub fn acquire_and_read<T: Transport, P: Platform>(
-    client: &Client<T>,
-    platform: &P,
+    s: &Session<'_, T, P>,
     tables: &Tables,
     id: &str,
     options: &LockOptions,
     also: Option<&AlsoRead>,
 ) -> Result<(LockHandle, Option<serde_json::Value>), Error> {
-    let started = platform.now();
-    let token = platform.random_uuid();
+    let started = s.platform.now();
+    let token = s.platform.random_uuid();
     let handle = LockHandle {
         id: id.to_string(),
         token: token.clone(),
     };
+    // Whether a write of ours may have given us the row (then a failure must end its lease).
+    let maybe_ours = Cell::new(false);
+    let wrote = |result: Result<(), Error>| {
+        if result.as_ref().is_ok()
+            || result
+                .as_ref()
+                .is_err_and(|e| e.kind == ErrorKind::Uncertain)
+        {
+            maybe_ours.set(true);
+        }
+        result
+    };
     let attempt = || -> Result<Option<Option<serde_json::Value>>, Error> {
-        take_over_stale(client, tables, id, &token, options.stale_after)?;
-        let (exists, holder, read) = row_and_holder(client, tables, id, also)?;
+        wrote(take_over_stale(s, tables, id, &token, options.stale_after))?;
+        let (exists, holder, read) = row_and_holder(s, tables, id, also)?;
         if holder.as_deref() == Some(token.as_str()) {
             return Ok(Some(read));
         }
@@ -210,8 +227,8 @@ pub fn acquire_and_read<T: Transport, P: Platform>(
             return Ok(None);
         }
         // No row yet: create it (once per state id, ever), then look again.
-        try_create(client, tables, id, &token, options.stale_after)?;
-        let (_, holder, read) = row_and_holder(client, tables, id, also)?;
+        wrote(try_create(s, tables, id, &token, options.stale_after))?;
+        let (_, holder, read) = row_and_holder(s, tables, id, also)?;
         Ok((holder.as_deref() == Some(token.as_str())).then_some(read))
     };
     loop {
@@ -219,33 +236,40 @@ pub fn acquire_and_read<T: Transport, P: Platform>(
             Ok(Some(read)) => return Ok((handle, read)),
             Ok(None) => {}
             Err(e) => {
-                // Our takeover or insert may have been applied: give the lease back.
-                let _ = release(client, tables, &handle);
+                if maybe_ours.get() {
+                    // Our takeover or insert may have been applied: give the lease back.
+                    release(s, tables, &handle)?;
+                }
                 return Err(e);
             }
         }
-        super::lock::pause_or_give_up(platform, id, options, started)?;
+        super::lock::pause_or_give_up(s.platform, id, options, started)?;
     }
 }
 
 /// Releases a held lock: ends the lease of the row if it still carries our token (a strict
-/// conditional update; the row stays, so its Keeper version only grows). Idempotent.
-pub fn release<T: Transport>(
-    client: &Client<T>,
+/// conditional update; the row stays, so its Keeper version only grows). Idempotent; repeated
+/// until it lands or the lease has certainly ended.
+pub fn release<T: Transport, P: Platform>(
+    s: &Session<'_, T, P>,
     tables: &Tables,
     handle: &LockHandle,
 ) -> Result<(), Error> {
-    let mut attempts = 0;
+    let mut conflicts = 0;
     loop {
-        let query = Query::write(
-            "unlock",
-            "ALTER TABLE {db:Identifier}.{lt:Identifier}
-             UPDATE expires_at = toDateTime64(0, 3)
-             WHERE state_id = {id:String} AND token = {token:String}",
-        )
-        .param("token", &handle.token);
-        match client.execute_owned(strict(query, tables, &handle.id)) {
-            Err(e) if is_conflict(&e) && attempts < 3 => attempts += 1,
+        let query = Step::Release
+            .query(
+                "ALTER TABLE {db:Identifier}.{lt:Identifier}
+                 UPDATE expires_at = toDateTime64(0, 3)
+                 WHERE state_id = {id:String} AND token = {token:String}",
+            )
+            .param("token", &handle.token);
+        match s.send_unless(
+            Step::Release,
+            &strict(query, tables, &handle.id),
+            is_conflict,
+        ) {
+            Err(e) if is_conflict(&e) && conflicts < 3 => conflicts += 1,
             Err(e) if is_conflict(&e) => return Err(lost(e, &handle.id)),
             other => return other.map(|_| ()),
         }
@@ -254,37 +278,38 @@ pub fn release<T: Transport>(
 
 /// Extends the lease of a held lock: a strict conditional update of our row (our token, at
 /// least the fence margin of lease left), confirmed by a read; `locked` otherwise.
-pub fn renew<T: Transport>(
-    client: &Client<T>,
+pub fn renew<T: Transport, P: Platform>(
+    s: &Session<'_, T, P>,
     tables: &Tables,
     handle: &LockHandle,
     options: &LockOptions,
 ) -> Result<(), Error> {
     let margin = options.fence_margin().as_millis().to_string();
-    let query = Query::write(
-        "renew",
-        "ALTER TABLE {db:Identifier}.{lt:Identifier}
-         UPDATE expires_at = now64(3) + toIntervalMillisecond({lease_ms:UInt64})
-         WHERE state_id = {id:String} AND token = {token:String}
-           AND expires_at > now64(3) + toIntervalMillisecond({margin_ms:UInt64})",
-    )
-    .param("token", &handle.token)
-    .param("lease_ms", options.stale_after.as_millis().to_string())
-    .param("margin_ms", margin.clone());
-    match client.execute_owned(strict(query, tables, &handle.id)) {
+    let query = Step::Renew
+        .query(
+            "ALTER TABLE {db:Identifier}.{lt:Identifier}
+             UPDATE expires_at = now64(3) + toIntervalMillisecond({lease_ms:UInt64})
+             WHERE state_id = {id:String} AND token = {token:String}
+               AND expires_at > now64(3) + toIntervalMillisecond({margin_ms:UInt64})",
+        )
+        .param("token", &handle.token)
+        .param("lease_ms", options.stale_after.as_millis().to_string())
+        .param("margin_ms", margin.clone());
+    match s.send_unless(Step::Renew, &strict(query, tables, &handle.id), is_conflict) {
         Ok(_) => {}
         // Someone changed the row: the read below says whether it is still ours.
         Err(e) if is_conflict(&e) => {}
         Err(e) => return Err(e),
     }
-    let check = Query::read("renew", format!("SELECT {HOLDS}"))
+    let check = Step::ConfirmRenew
+        .query(format!("SELECT {HOLDS}"))
         .param("db", &tables.database)
         .param("lt", &tables.lock)
         .param("id", &handle.id)
         .param("token", &handle.token)
         .param("margin_ms", margin)
         .format("TabSeparated");
-    let response = client.execute_owned(check)?;
+    let response = s.execute(Step::ConfirmRenew, &check)?;
     if String::from_utf8_lossy(&response.body).trim() == "1" {
         Ok(())
     } else {

@@ -30,11 +30,12 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-use crate::client::{Client, Error, ErrorKind, Query, Transport};
+use crate::client::{Error, ErrorKind, Query, Transport};
 use crate::platform::Platform;
 
 use super::keeper_lock;
 use super::schema::Tables;
+use super::steps::{Session, Step};
 
 /// The lock implementation a store uses (decided at open, see [`LockEngineChoice`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -185,15 +186,25 @@ pub fn write_settings(query: Query) -> Query {
         .setting("insert_deduplication_token", "")
 }
 
-/// Runs a fenced write; `locked` when the fence let nothing through.
-pub fn execute_fenced<T: Transport>(
-    client: &Client<T>,
+/// Runs a fenced write (repeated as its step allows); `locked` when the fence let nothing
+/// through, `uncertain` when it let nothing through after an attempt whose answer was lost (that
+/// attempt may have landed before the lock was lost).
+pub fn execute_fenced<T: Transport, P: Platform>(
+    s: &Session<'_, T, P>,
+    step: Step,
     query: Query,
     handle: &LockHandle,
 ) -> Result<(), Error> {
-    let response = client.execute_owned(write_settings(query))?;
-    match response.summary {
-        Some(s) if s.written_rows > 0 => Ok(()),
+    let sent = s.send(step, &write_settings(query))?;
+    match sent.value.summary {
+        Some(summary) if summary.written_rows > 0 => Ok(()),
+        Some(_) if sent.after_uncertain => Err(Error::new(
+            ErrorKind::Uncertain,
+            format!(
+                "the lock on state id '{}' is no longer held by this holder, and an earlier attempt of this write whose answer was lost may have been applied",
+                shorten(&handle.id)
+            ),
+        )),
         Some(_) => Err(Error::new(
             ErrorKind::Locked,
             format!(
@@ -218,43 +229,64 @@ pub struct AlsoRead {
     pub params: Vec<(String, String)>,
 }
 
-fn insert_row<T: Transport>(
-    client: &Client<T>,
+/// Writes a contender's `acquire` row (lease: `stale_after`), repeated with the same token while
+/// its outcome is unknown (a repeat keeps the first row's place). An `uncertain` error means the
+/// row may exist.
+fn insert_acquire<T: Transport, P: Platform>(
+    s: &Session<'_, T, P>,
     tables: &Tables,
     id: &str,
     token: &str,
-    acquire: Option<Duration>,
+    lease: Duration,
 ) -> Result<(), Error> {
-    let query = match acquire {
-        Some(lease) => {
-            Query::write("lock", INSERT_ACQUIRE).param("lease_ms", lease.as_millis().to_string())
-        }
-        None => Query::write("unlock", INSERT_RELEASE)
-            .param("keep_ms", MAX_STALE_AFTER.as_millis().to_string()),
-    };
-    client
-        .execute_owned(write_settings(
-            query
-                .param("db", &tables.database)
-                .param("lt", &tables.lock)
-                .param("id", id)
-                .param("token", token),
-        ))
-        .map(|_| ())
+    let query = Step::Acquire
+        .query(INSERT_ACQUIRE)
+        .param("lease_ms", lease.as_millis().to_string());
+    s.send(
+        Step::Acquire,
+        &write_settings(bind(query, tables, id, token)),
+    )
+    .map(|_| ())
+}
+
+/// Writes the `release` row of a token (release by the holder, or withdrawal by a contender),
+/// repeated until it lands or the lease has certainly ended.
+fn insert_release<T: Transport, P: Platform>(
+    s: &Session<'_, T, P>,
+    tables: &Tables,
+    id: &str,
+    token: &str,
+) -> Result<(), Error> {
+    let query = Step::Release
+        .query(INSERT_RELEASE)
+        .param("keep_ms", MAX_STALE_AFTER.as_millis().to_string());
+    s.send(
+        Step::Release,
+        &write_settings(bind(query, tables, id, token)),
+    )
+    .map(|_| ())
+}
+
+fn bind(query: Query, tables: &Tables, id: &str, token: &str) -> Query {
+    query
+        .param("db", &tables.database)
+        .param("lt", &tables.lock)
+        .param("id", id)
+        .param("token", token)
 }
 
 /// The token that holds the lock on `id` now, if any.
-pub fn holder<T: Transport>(
-    client: &Client<T>,
+pub fn holder<T: Transport, P: Platform>(
+    s: &Session<'_, T, P>,
     tables: &Tables,
     id: &str,
 ) -> Result<Option<String>, Error> {
-    Ok(holder_and(client, tables, id, None)?.0)
+    Ok(holder_and(s, tables, id, None)?.0)
 }
 
 /// The holder, and the value of `also` read in the same query.
-pub(crate) fn holder_and<T: Transport>(
-    client: &Client<T>,
+pub(crate) fn holder_and<T: Transport, P: Platform>(
+    s: &Session<'_, T, P>,
     tables: &Tables,
     id: &str,
     also: Option<&AlsoRead>,
@@ -264,14 +296,12 @@ pub(crate) fn holder_and<T: Transport>(
         LockEngine::MergeTree => WINNER,
         LockEngine::KeeperMap => keeper_lock::WINNER,
     };
-    let mut query = Query::read(
-        "lock-holder",
-        format!("SELECT ({winner}) AS holder, {extra} AS also"),
-    )
-    .param("db", &tables.database)
-    .param("lt", &tables.lock)
-    .param("id", id)
-    .format("JSONEachRow");
+    let mut query = Step::Holder
+        .query(format!("SELECT ({winner}) AS holder, {extra} AS also"))
+        .param("db", &tables.database)
+        .param("lt", &tables.lock)
+        .param("id", id)
+        .format("JSONEachRow");
     if let Some(also) = also {
         for (name, value) in &also.params {
             query = query.param(name, value.clone());
@@ -284,7 +314,7 @@ pub(crate) fn holder_and<T: Transport>(
         holder: Option<String>,
         also: Value,
     }
-    let response = client.execute_owned(query)?;
+    let response = s.execute(Step::Holder, &query)?;
     let row: Row = serde_json::from_slice(&response.body).map_err(|e| {
         Error::new(
             ErrorKind::Permanent,
@@ -297,37 +327,43 @@ pub(crate) fn holder_and<T: Transport>(
 
 /// Acquires the lock on `id`, waiting up to `options.timeout`.
 pub fn acquire<T: Transport, P: Platform>(
-    client: &Client<T>,
-    platform: &P,
+    s: &Session<'_, T, P>,
     tables: &Tables,
     id: &str,
     options: &LockOptions,
 ) -> Result<LockHandle, Error> {
-    acquire_and_read(client, platform, tables, id, options, None).map(|(handle, _)| handle)
+    acquire_and_read(s, tables, id, options, None).map(|(handle, _)| handle)
 }
 
 /// Acquires the lock and, in the query that confirms it, reads `also` (its value as of the
 /// moment the lock was confirmed held).
+///
+/// Nothing is left behind on failure: a contender whose acquire row may exist (written, or its
+/// answer lost) withdraws it before it returns, so an error here means this call holds nothing
+/// and changed nothing else; it is never `uncertain` (an unknown outcome of the lock's own
+/// writes is resolved, or reported as `transient`).
 pub fn acquire_and_read<T: Transport, P: Platform>(
-    client: &Client<T>,
-    platform: &P,
+    s: &Session<'_, T, P>,
     tables: &Tables,
     id: &str,
     options: &LockOptions,
     also: Option<&AlsoRead>,
 ) -> Result<(LockHandle, Option<Value>), Error> {
     if tables.lock_engine == LockEngine::KeeperMap {
-        return keeper_lock::acquire_and_read(client, platform, tables, id, options, also);
+        return keeper_lock::acquire_and_read(s, tables, id, options, also)
+            .map_err(|e| not_acquired(e, id));
     }
-    let started = platform.now();
+    let started = s.platform.now();
     loop {
-        let token = platform.random_uuid();
-        if let Err(e) = insert_row(client, tables, id, &token, Some(options.stale_after)) {
-            // The row may have been written: withdraw it so it cannot block anyone.
-            let _ = insert_row(client, tables, id, &token, None);
-            return Err(e);
+        let token = s.platform.random_uuid();
+        if let Err(e) = insert_acquire(s, tables, id, &token, options.stale_after) {
+            if e.kind == ErrorKind::Uncertain {
+                // The row may have landed: withdraw it so it cannot block anyone.
+                insert_release(s, tables, id, &token).map_err(|e| not_acquired(e, id))?;
+            }
+            return Err(not_acquired(e, id));
         }
-        match holder_and(client, tables, id, also) {
+        match holder_and(s, tables, id, also) {
             Ok((Some(winner), read)) if winner == token => {
                 return Ok((
                     LockHandle {
@@ -337,19 +373,39 @@ pub fn acquire_and_read<T: Transport, P: Platform>(
                     read,
                 ))
             }
-            Ok(_) => insert_row(client, tables, id, &token, None)?,
+            Ok(_) => insert_release(s, tables, id, &token).map_err(|e| not_acquired(e, id))?,
             Err(e) => {
-                let _ = insert_row(client, tables, id, &token, None);
-                return Err(e);
+                insert_release(s, tables, id, &token).map_err(|e| not_acquired(e, id))?;
+                return Err(not_acquired(e, id));
             }
         }
         // Someone else holds it: wait until nobody does, then try again.
         loop {
-            pause_or_give_up(platform, id, options, started)?;
-            if holder(client, tables, id)?.is_none() {
+            pause_or_give_up(s.platform, id, options, started)?;
+            if holder(s, tables, id)
+                .map_err(|e| not_acquired(e, id))?
+                .is_none()
+            {
                 break;
             }
         }
+    }
+}
+
+/// An error met while acquiring, after this contender withdrew whatever it may have written:
+/// nothing was applied, so an unknown outcome of a lock write is no longer `uncertain`.
+fn not_acquired(e: Error, id: &str) -> Error {
+    if e.kind != ErrorKind::Uncertain {
+        return e;
+    }
+    Error {
+        kind: ErrorKind::Transient,
+        message: crate::client::error::cap(format!(
+            "could not acquire the lock on state id '{}' (anything this attempt wrote was withdrawn): {}",
+            shorten(id),
+            e.message
+        )),
+        ..e
     }
 }
 
@@ -383,42 +439,46 @@ pub(crate) fn pause_or_give_up<P: Platform>(
     Ok(())
 }
 
-/// Releases a held lock (idempotent: releasing twice is harmless).
-pub fn release<T: Transport>(
-    client: &Client<T>,
+/// Releases a held lock (idempotent: releasing twice is harmless), repeating the release until
+/// it lands or the lease has certainly ended.
+pub fn release<T: Transport, P: Platform>(
+    s: &Session<'_, T, P>,
     tables: &Tables,
     handle: &LockHandle,
 ) -> Result<(), Error> {
     if tables.lock_engine == LockEngine::KeeperMap {
-        return keeper_lock::release(client, tables, handle);
+        return keeper_lock::release(s, tables, handle);
     }
-    insert_row(client, tables, &handle.id, &handle.token, None)
+    insert_release(s, tables, &handle.id, &handle.token)
 }
 
 /// Extends the lease of a held lock by a full stale window, in one statement that writes only
 /// while the token holds with at least the fence margin of its lease left; `locked` otherwise
 /// (released, lease over or about to be, or taken by someone else). A renewal never brings an
 /// ended lease back.
-pub fn renew<T: Transport>(
-    client: &Client<T>,
+pub fn renew<T: Transport, P: Platform>(
+    s: &Session<'_, T, P>,
     tables: &Tables,
     handle: &LockHandle,
     options: &LockOptions,
 ) -> Result<(), Error> {
     if tables.lock_engine == LockEngine::KeeperMap {
-        return keeper_lock::renew(client, tables, handle, options);
+        return keeper_lock::renew(s, tables, handle, options);
     }
-    let query = Query::write(
-        "renew",
-        format!(
+    let query = Step::Renew
+        .query(format!(
             "INSERT INTO {{db:Identifier}}.{{lt:Identifier}} (state_id, token, kind, expires_at)
              SELECT {{id:String}}, {{token:String}}, 'acquire',
                     now64(3) + toIntervalMillisecond({{lease_ms:UInt64}})
              WHERE {HOLDS}"
-        ),
+        ))
+        .param("lease_ms", options.stale_after.as_millis().to_string());
+    execute_fenced(
+        s,
+        Step::Renew,
+        fence(query, tables, handle, options),
+        handle,
     )
-    .param("lease_ms", options.stale_after.as_millis().to_string());
-    execute_fenced(client, fence(query, tables, handle, options), handle)
 }
 
 /// An id short enough for a message.
@@ -433,20 +493,42 @@ pub(crate) fn shorten(id: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::client::testing::Scripted;
-    use crate::client::{ConnectionOptions, HttpResponse};
+    use crate::client::error::TransportFailure;
+    use crate::client::retry::RetryPolicy;
+    use crate::client::testing::{fail, ok, param, written, Answering, Scripted};
+    use crate::client::{Client, ConnectionOptions, HttpRequest, HttpResponse, Transport};
+    use crate::platform::testing::FakePlatform;
+
+    fn tables() -> Tables {
+        Tables {
+            database: "d".into(),
+            state: "s".into(),
+            lock: "l".into(),
+            lock_engine: LockEngine::MergeTree,
+        }
+    }
+
+    fn session<'a, T: Transport>(
+        client: &'a Client<T>,
+        platform: &'a FakePlatform,
+        retries: u32,
+    ) -> Session<'a, T, FakePlatform> {
+        Session {
+            client,
+            platform,
+            retry: RetryPolicy::new(retries),
+            lease: DEFAULT_STALE_AFTER,
+        }
+    }
+
+    /// The holder query's answer naming `token`.
+    fn holder_is(token: &str) -> Result<HttpResponse, crate::client::error::TransportError> {
+        ok(&format!(r#"{{"holder":"{token}","also":null}}"#))
+    }
 
     #[test]
     fn writes_are_synchronous_and_never_inherit_a_dedup_token() {
-        let t = Scripted::new(vec![Ok(HttpResponse {
-            status: 200,
-            headers: vec![(
-                "x-clickhouse-summary".into(),
-                br#"{"written_rows":"1"}"#.to_vec(),
-            )],
-            body: vec![],
-            elapsed_us: 1,
-        })]);
+        let t = Scripted::new(vec![written(1)]);
         let client = Client::new(
             &ConnectionOptions::from_url(
                 "http://h?async_insert=1&wait_for_async_insert=0&insert_deduplication_token=x",
@@ -454,23 +536,192 @@ mod tests {
             &t,
         )
         .unwrap();
-        let tables = Tables {
-            database: "d".into(),
-            state: "s".into(),
-            lock: "l".into(),
-            lock_engine: LockEngine::MergeTree,
-        };
         let handle = LockHandle {
             id: "job".into(),
             token: "tok".into(),
         };
-        renew(&client, &tables, &handle, &LockOptions::default()).unwrap();
+        let platform = FakePlatform::default();
+        renew(
+            &session(&client, &platform, 0),
+            &tables(),
+            &handle,
+            &LockOptions::default(),
+        )
+        .unwrap();
         let url = t.sent.borrow()[0].path_and_query.clone();
         assert!(url.contains("&async_insert=0&"), "{url}");
         assert!(!url.contains("async_insert=1"), "{url}");
         assert!(url.contains("insert_deduplication_token=&"), "{url}");
         assert!(!url.contains("insert_deduplication_token=x"), "{url}");
         assert!(url.contains("wait_for_async_insert=0"), "{url}");
+    }
+
+    /// The token of the first request that carries one.
+    fn first_token(sent: &[HttpRequest]) -> String {
+        sent.iter().find_map(|r| param(r, "token")).unwrap()
+    }
+
+    #[test]
+    fn a_lost_acquire_answer_is_repeated_with_the_same_token_and_resolved() {
+        // The holder query carries no token: it is answered with the one the inserts carried.
+        let token_seen = std::cell::RefCell::new(String::new());
+        let t = Answering::new(|request: &HttpRequest, n| {
+            if let Some(token) = param(request, "token") {
+                *token_seen.borrow_mut() = token;
+            }
+            match n {
+                0 => fail(TransportFailure::Reset),
+                1 => written(1),
+                _ => holder_is(&token_seen.borrow()),
+            }
+        });
+        let client = Client::new(&ConnectionOptions::from_url("http://h"), &t).unwrap();
+        let platform = FakePlatform::default();
+        let s = session(&client, &platform, 5);
+        let handle = acquire(&s, &tables(), "job", &LockOptions::default()).unwrap();
+        assert_eq!(t.operations(), ["lock", "lock", "lock-holder"]);
+        let sent = t.sent.borrow();
+        assert_eq!(param(&sent[0], "token"), param(&sent[1], "token"));
+        assert_eq!(handle.token, first_token(&sent));
+    }
+
+    #[test]
+    fn a_contender_that_gives_up_on_an_unknown_acquire_withdraws_it() {
+        let t = Answering::new(|_: &HttpRequest, n| match n {
+            0 => fail(TransportFailure::Timeout),
+            1 => fail(TransportFailure::Refused),
+            _ => written(1),
+        });
+        let client = Client::new(&ConnectionOptions::from_url("http://h"), &t).unwrap();
+        let platform = FakePlatform::default();
+        let e = acquire(
+            &session(&client, &platform, 0),
+            &tables(),
+            "job",
+            &LockOptions::default(),
+        )
+        .unwrap_err();
+        // Nothing of this call stands, so the outcome is certain: not `uncertain`.
+        assert_eq!(e.kind, ErrorKind::Transient, "{e}");
+        // The withdrawal is repeated until it lands, whatever the retries.
+        assert_eq!(t.operations(), ["lock", "unlock", "unlock"]);
+        let sent = t.sent.borrow();
+        assert_eq!(param(&sent[0], "token"), param(&sent[2], "token"));
+    }
+
+    #[test]
+    fn an_acquire_that_never_reached_the_server_leaves_nothing_to_withdraw() {
+        let t = Answering::new(|_: &HttpRequest, _| fail(TransportFailure::Refused));
+        let client = Client::new(&ConnectionOptions::from_url("http://h"), &t).unwrap();
+        let platform = FakePlatform::default();
+        let e = acquire(
+            &session(&client, &platform, 2),
+            &tables(),
+            "job",
+            &LockOptions::default(),
+        )
+        .unwrap_err();
+        assert_eq!(e.kind, ErrorKind::Disconnected, "{e}");
+        assert_eq!(t.operations(), ["lock", "lock", "lock"]);
+    }
+
+    #[test]
+    fn a_lost_contender_withdraws_and_a_failed_holder_query_too() {
+        // Someone else holds it; our withdrawal fails once and is repeated.
+        let t = Answering::new(|_: &HttpRequest, n| match n {
+            0 => written(1),
+            1 => holder_is("someone-else"),
+            2 => fail(TransportFailure::Reset),
+            3 => written(1),
+            _ => holder_is("someone-else"),
+        });
+        let client = Client::new(&ConnectionOptions::from_url("http://h"), &t).unwrap();
+        let platform = FakePlatform::default();
+        let options = LockOptions {
+            timeout: Duration::ZERO,
+            ..LockOptions::default()
+        };
+        let e = acquire(&session(&client, &platform, 0), &tables(), "job", &options).unwrap_err();
+        assert_eq!(e.kind, ErrorKind::Locked, "{e}");
+        assert_eq!(t.operations(), ["lock", "lock-holder", "unlock", "unlock"]);
+
+        // The holder query fails for good: the row is withdrawn, the error is the query's.
+        let t = Answering::new(|_: &HttpRequest, n| match n {
+            0 => written(1),
+            1 => fail(TransportFailure::Timeout),
+            _ => written(1),
+        });
+        let client = Client::new(&ConnectionOptions::from_url("http://h"), &t).unwrap();
+        let e = acquire(&session(&client, &platform, 0), &tables(), "job", &options).unwrap_err();
+        assert_eq!(e.kind, ErrorKind::Transient, "{e}");
+        assert_eq!(t.operations(), ["lock", "lock-holder", "unlock"]);
+    }
+
+    #[test]
+    fn a_release_is_repeated_until_the_lease_ends() {
+        let t = Answering::new(|_: &HttpRequest, _| fail(TransportFailure::Refused));
+        let client = Client::new(&ConnectionOptions::from_url("http://h"), &t).unwrap();
+        let platform = FakePlatform::default();
+        let handle = LockHandle {
+            id: "job".into(),
+            token: "tok".into(),
+        };
+        let mut s = session(&client, &platform, 0);
+        s.lease = Duration::from_secs(10);
+        let e = release(&s, &tables(), &handle).unwrap_err();
+        assert_eq!(e.kind, ErrorKind::Disconnected);
+        let tries = t.sent.borrow().len();
+        assert!(tries >= 6, "{tries} attempts in the lease");
+        assert!(
+            platform.now() <= Duration::from_secs(10),
+            "{:?}",
+            platform.now()
+        );
+        assert!(
+            platform.now() >= Duration::from_secs(8),
+            "{:?}",
+            platform.now()
+        );
+    }
+
+    #[test]
+    fn a_fenced_write_fenced_out_after_a_lost_answer_is_uncertain() {
+        let handle = LockHandle {
+            id: "job".into(),
+            token: "tok".into(),
+        };
+        let platform = FakePlatform::default();
+        let t = Scripted::new(vec![fail(TransportFailure::Timeout), written(0)]);
+        let client = Client::new(&ConnectionOptions::from_url("http://h"), &t).unwrap();
+        let e = execute_fenced(
+            &session(&client, &platform, 3),
+            Step::Set,
+            Step::Set.query("INSERT"),
+            &handle,
+        )
+        .unwrap_err();
+        assert_eq!(e.kind, ErrorKind::Uncertain, "{e}");
+
+        let t = Scripted::new(vec![written(0)]);
+        let client = Client::new(&ConnectionOptions::from_url("http://h"), &t).unwrap();
+        let e = execute_fenced(
+            &session(&client, &platform, 3),
+            Step::Set,
+            Step::Set.query("INSERT"),
+            &handle,
+        )
+        .unwrap_err();
+        assert_eq!(e.kind, ErrorKind::Locked, "{e}");
+
+        let t = Scripted::new(vec![fail(TransportFailure::Reset), written(1)]);
+        let client = Client::new(&ConnectionOptions::from_url("http://h"), &t).unwrap();
+        execute_fenced(
+            &session(&client, &platform, 3),
+            Step::Set,
+            Step::Set.query("INSERT"),
+            &handle,
+        )
+        .unwrap();
     }
 
     #[test]

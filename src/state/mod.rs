@@ -11,13 +11,17 @@ pub mod json;
 pub mod keeper_lock;
 pub mod lock;
 pub mod schema;
+pub mod steps;
 
 use serde_json::{Map, Value};
 
 use crate::client::response::json_rows;
+use crate::client::retry::{RetryPolicy, DEFAULT_RETRIES};
 use crate::client::url::encode_component;
 use crate::client::{Client, Error, ErrorKind, Query, Transport};
 use crate::platform::Platform;
+
+use steps::{Session, Step};
 
 pub use lock::{LockEngine, LockEngineChoice, LockHandle, LockOptions};
 pub use schema::Tables;
@@ -45,6 +49,11 @@ pub struct StoreOptions {
     pub lock: LockOptions,
     /// Lock engine (default: auto).
     pub lock_engine: LockEngineChoice,
+    /// How many times a request that failed in a way that may pass (`disconnected`,
+    /// `transient`, `uncertain`, `throttled`) is repeated, with capped exponential backoff
+    /// (default [`DEFAULT_RETRIES`]). Releases of a lock are repeated until the lease ends
+    /// whatever this says. See [`steps`].
+    pub retries: u32,
 }
 
 impl Default for StoreOptions {
@@ -56,6 +65,7 @@ impl Default for StoreOptions {
             create_schema: true,
             lock: LockOptions::default(),
             lock_engine: LockEngineChoice::Auto,
+            retries: DEFAULT_RETRIES,
         }
     }
 }
@@ -185,6 +195,7 @@ pub struct StateStore<T: Transport, P: Platform> {
     platform: P,
     tables: Tables,
     lock_options: LockOptions,
+    retry: RetryPolicy,
 }
 
 impl<T: Transport, P: Platform> StateStore<T, P> {
@@ -221,34 +232,46 @@ impl<T: Transport, P: Platform> StateStore<T, P> {
             lock: lock_table,
             lock_engine: LockEngine::MergeTree,
         };
-        tables.lock_engine =
-            schema::prepare(&client, &tables, options.create_schema, options.lock_engine)?;
-        schema::verify(&client, &tables)?;
+        let retry = RetryPolicy::new(options.retries);
+        let session = Session {
+            client: &client,
+            platform: &platform,
+            retry,
+            lease: options.lock.stale_after,
+        };
+        tables.lock_engine = schema::prepare(
+            &session,
+            &tables,
+            options.create_schema,
+            options.lock_engine,
+        )?;
+        schema::verify(&session, &tables)?;
         Ok(StateStore {
             client,
             platform,
             tables,
             lock_options: options.lock,
+            retry,
         })
     }
 
-    /// The tables in use.
-    pub fn tables(&self) -> &Tables {
-        &self.tables
+    /// What the store's requests are sent with.
+    fn session(&self) -> Session<'_, T, P> {
+        Session {
+            client: &self.client,
+            platform: &self.platform,
+            retry: self.retry,
+            lease: self.lock_options.stale_after,
+        }
     }
 
-    /// The client in use.
-    pub fn client(&self) -> &Client<T> {
-        &self.client
-    }
-
-    fn query(&self, name: &'static str, sql: &str) -> Query {
-        Query::read(name, sql)
+    fn query(&self, step: Step, sql: &str) -> Query {
+        step.query(sql)
             .param("db", &self.tables.database)
             .param("t", &self.tables.state)
     }
 
-    fn read_states(&self, query: Query) -> Result<Vec<State>, Error> {
+    fn read_states(&self, step: Step, query: Query) -> Result<Vec<State>, Error> {
         /// One row as the store selects it; any other shape is an error, never a default.
         #[derive(serde::Deserialize)]
         #[serde(deny_unknown_fields)]
@@ -257,7 +280,7 @@ impl<T: Transport, P: Platform> StateStore<T, P> {
             partial_state: Option<String>,
             completed_state: Option<String>,
         }
-        let response = self.client.execute_owned(query.format("JSONEachRow"))?;
+        let response = self.session().execute(step, &query.format("JSONEachRow"))?;
         let rows: Vec<Row> = json_rows(&response.body, "the state query")?;
         rows.into_iter()
             .map(|row| {
@@ -284,13 +307,13 @@ impl<T: Transport, P: Platform> StateStore<T, P> {
         check_id(id)?;
         let query = self
             .query(
-                "get",
+                Step::Get,
                 "SELECT state_id, partial_state, completed_state
                  FROM {db:Identifier}.{t:Identifier} FINAL
                  WHERE state_id = {id:String} LIMIT 1",
             )
             .param("id", id);
-        Ok(self.read_states(query)?.pop())
+        Ok(self.read_states(Step::Get, query)?.pop())
     }
 
     /// Writes both parts of each state (overwrite), in one INSERT. Ids must be distinct.
@@ -324,15 +347,15 @@ impl<T: Transport, P: Platform> StateStore<T, P> {
             body.extend_from_slice(line.as_bytes());
             body.push(b'\n');
         }
-        let query = Query::write(
-            "set",
-            "INSERT INTO {db:Identifier}.{t:Identifier} (state_id, partial_state, completed_state) FORMAT JSONEachRow",
-        )
-        .param("db", &self.tables.database)
-        .param("t", &self.tables.state)
-        .data(body);
-        self.client
-            .execute_owned(lock::write_settings(query))
+        // Repeating it writes the same rows again: as if this call had come a little later.
+        let query = self
+            .query(
+                Step::Set,
+                "INSERT INTO {db:Identifier}.{t:Identifier} (state_id, partial_state, completed_state) FORMAT JSONEachRow",
+            )
+            .data(body);
+        self.session()
+            .send(Step::Set, &lock::write_settings(query))
             .map(|_| ())
     }
 
@@ -357,8 +380,7 @@ impl<T: Transport, P: Platform> StateStore<T, P> {
             params: vec![("t".into(), self.tables.state.clone())],
         };
         let (handle, stored) = lock::acquire_and_read(
-            &self.client,
-            &self.platform,
+            &self.session(),
             &self.tables,
             &state.id,
             &self.lock_options,
@@ -395,29 +417,16 @@ impl<T: Transport, P: Platform> StateStore<T, P> {
             self.set_fenced(&new, &handle)?;
             Ok(new)
         })();
-        self.finish_locked(result, &handle, "the state was written")
+        self.finish_locked(result, &handle)
     }
 
-    /// Releases `handle` after a locked operation and combines the outcomes: the operation's
-    /// error wins; a failed release after success is reported with what was done.
-    fn finish_locked<R>(
-        &self,
-        result: Result<R, Error>,
-        handle: &LockHandle,
-        done: &str,
-    ) -> Result<R, Error> {
-        let released = self.release(handle);
-        match (result, released) {
-            (Ok(r), Ok(())) => Ok(r),
-            (Err(e), _) => Err(e),
-            (Ok(_), Err(e)) => Err(Error {
-                message: format!(
-                    "{done}, but releasing its lock failed (it frees itself after the stale window): {}",
-                    e.message
-                ),
-                ..e
-            }),
-        }
+    /// Releases `handle` after a locked operation and returns the operation's outcome. The
+    /// release is repeated until it lands or the lease has ended; if it still failed, the lock
+    /// frees itself at the lease's end, and the operation's outcome stands either way (what it
+    /// wrote is written: reporting an error would tell the caller it may not be).
+    fn finish_locked<R>(&self, result: Result<R, Error>, handle: &LockHandle) -> Result<R, Error> {
+        let _ = self.release(handle);
+        result
     }
 
     /// Writes both parts of `state` only while `handle` holds its lock (fenced): `locked` and
@@ -433,8 +442,7 @@ impl<T: Transport, P: Platform> StateStore<T, P> {
                 lock::shorten(&state.id)
             )));
         }
-        let query = Query::write(
-            "set",
+        let query = Step::Set.query(
             format!(
                 "INSERT INTO {{db:Identifier}}.{{t:Identifier}} (state_id, partial_state, completed_state)
                  SELECT {{id:String}}, nullIf({{p:String}}, ''), nullIf({{c:String}}, '')
@@ -446,7 +454,8 @@ impl<T: Transport, P: Platform> StateStore<T, P> {
         .param("p", partial)
         .param("c", completed);
         lock::execute_fenced(
-            &self.client,
+            &self.session(),
+            Step::Set,
             lock::fence(query, &self.tables, handle, &self.lock_options),
             handle,
         )
@@ -483,7 +492,7 @@ impl<T: Transport, P: Platform> StateStore<T, P> {
         check_id(&state.id)?;
         let handle = self.lock(&state.id)?;
         let result = self.set_fenced(state, &handle);
-        self.finish_locked(result, &handle, "the state was written")
+        self.finish_locked(result, &handle)
     }
 
     /// Deletes the state of `id` under its lock (as Meltano does: an `update` racing a delete
@@ -493,60 +502,69 @@ impl<T: Transport, P: Platform> StateStore<T, P> {
         check_id(id)?;
         let handle = self.lock(id)?;
         let result = self.delete_fenced(id, &handle);
-        self.finish_locked(result, &handle, "the state was deleted")
+        self.finish_locked(result, &handle)
     }
 
     fn delete_fenced(&self, id: &str, handle: &LockHandle) -> Result<u64, Error> {
-        let count = self.count(
-            self.query(
-                "delete",
-                "SELECT count() FROM {db:Identifier}.{t:Identifier} FINAL WHERE state_id = {id:String}",
-            )
-            .param("id", id),
-        )?;
+        let count = self.count_rows(id)?;
         if count > 0 {
-            let query = Query::write(
-                "delete",
-                format!(
+            let query = Step::Delete
+                .query(format!(
                     "DELETE FROM {{db:Identifier}}.{{t:Identifier}}
                      WHERE state_id = {{id:String}} AND {}",
                     lock::holds(&self.tables)
-                ),
-            )
-            .param("t", &self.tables.state)
-            // The fence's subqueries are evaluated once, before the delete touches any part:
-            // the delete applies everywhere or nowhere, and replicated and Cloud tables accept
-            // it (a subquery evaluated per part is "nondeterministic" there).
-            .setting("mutations_execute_subqueries_on_initiator", "1");
-            self.client.execute_owned(lock::fence(
-                query,
-                &self.tables,
-                handle,
-                &self.lock_options,
-            ))?;
-            // A lightweight DELETE reports no row count: check that the fence let it through.
-            let left = self.count(
-                self.query(
-                    "delete",
-                    "SELECT count() FROM {db:Identifier}.{t:Identifier} FINAL WHERE state_id = {id:String}",
-                )
-                .param("id", id),
+                ))
+                .param("t", &self.tables.state)
+                // The fence's subqueries are evaluated once, before the delete touches any part:
+                // the delete applies everywhere or nowhere, and replicated and Cloud tables accept
+                // it (a subquery evaluated per part is "nondeterministic" there).
+                .setting("mutations_execute_subqueries_on_initiator", "1");
+            let sent = self.session().send(
+                Step::Delete,
+                &lock::fence(query, &self.tables, handle, &self.lock_options),
             )?;
+            // A lightweight DELETE reports no row count: check that the fence let it through.
+            let left = self.count_rows(id).map_err(|e| Error {
+                kind: ErrorKind::Uncertain,
+                message: crate::client::error::cap(format!(
+                    "the delete was sent, but checking whether it was applied failed: {}",
+                    e.message
+                )),
+                ..e
+            })?;
             if left > 0 {
-                return Err(Error::new(
-                    ErrorKind::Locked,
-                    format!(
-                        "the lock on state id '{}' was lost before the delete: nothing was deleted",
-                        lock::shorten(id)
-                    ),
-                ));
+                return Err(if sent.after_uncertain {
+                    Error::new(
+                        ErrorKind::Uncertain,
+                        format!(
+                            "the state of '{}' is still there and the lock is no longer held; an earlier attempt of the delete whose answer was lost may have been applied before a new state was written",
+                            lock::shorten(id)
+                        ),
+                    )
+                } else {
+                    Error::new(
+                        ErrorKind::Locked,
+                        format!(
+                            "the lock on state id '{}' was lost before the delete: nothing was deleted",
+                            lock::shorten(id)
+                        ),
+                    )
+                });
             }
         }
         Ok(count)
     }
 
-    fn count(&self, query: Query) -> Result<u64, Error> {
-        let response = self.client.execute_owned(query.format("TabSeparated"))?;
+    /// How many rows `id` has (0 or 1, read with `FINAL`).
+    fn count_rows(&self, id: &str) -> Result<u64, Error> {
+        let query = self
+            .query(
+                Step::CountRows,
+                "SELECT count() FROM {db:Identifier}.{t:Identifier} FINAL WHERE state_id = {id:String}",
+            )
+            .param("id", id)
+            .format("TabSeparated");
+        let response = self.session().execute(Step::CountRows, &query)?;
         String::from_utf8_lossy(&response.body)
             .trim()
             .parse()
@@ -556,10 +574,11 @@ impl<T: Transport, P: Platform> StateStore<T, P> {
     /// Deletes every state written before the call; returns how many states that removed.
     /// A state written concurrently (after the snapshot) survives and is not counted.
     pub fn clear_all(&self) -> Result<u64, Error> {
-        let response = self.client.execute(
+        let response = self.session().execute(
+            Step::ClearAllSnapshot,
             &self
                 .query(
-                    "clear-all",
+                    Step::ClearAllSnapshot,
                     "SELECT count(), toUnixTimestamp64Milli(max(updated_at)) FROM {db:Identifier}.{t:Identifier} FINAL",
                 )
                 .format("TabSeparated"),
@@ -574,14 +593,15 @@ impl<T: Transport, P: Platform> StateStore<T, P> {
             Error::new(ErrorKind::Permanent, "unexpected answer to max(updated_at)")
         })?;
         if count > 0 {
-            self.client.execute(
-                &Query::write(
-                    "clear-all",
-                    "DELETE FROM {db:Identifier}.{t:Identifier} WHERE toUnixTimestamp64Milli(updated_at) <= {snapshot:Int64}",
-                )
-                .param("db", &self.tables.database)
-                .param("t", &self.tables.state)
-                .param("snapshot", snapshot.to_string()),
+            // The same bound on every attempt: a repeat deletes nothing more.
+            self.session().execute(
+                Step::ClearAll,
+                &self
+                    .query(
+                        Step::ClearAll,
+                        "DELETE FROM {db:Identifier}.{t:Identifier} WHERE toUnixTimestamp64Milli(updated_at) <= {snapshot:Int64}",
+                    )
+                    .param("snapshot", snapshot.to_string()),
             )?;
         }
         Ok(count)
@@ -590,11 +610,13 @@ impl<T: Transport, P: Platform> StateStore<T, P> {
     /// State ids matching an fnmatch pattern (all ids without one), sorted.
     pub fn ids(&self, pattern: Option<&str>) -> Result<Vec<String>, Error> {
         let (query, glob) = self.select_matching(
-            "ids",
+            Step::Ids,
             "SELECT state_id FROM {db:Identifier}.{t:Identifier} FINAL",
             pattern,
         );
-        let response = self.client.execute_owned(query.format("JSONEachRow"))?;
+        let response = self
+            .session()
+            .execute(Step::Ids, &query.format("JSONEachRow"))?;
         let mut ids = Vec::new();
         for line in String::from_utf8_lossy(&response.body).lines() {
             if line.is_empty() {
@@ -614,11 +636,11 @@ impl<T: Transport, P: Platform> StateStore<T, P> {
     /// Every state whose id matches the pattern (all without one), in one query, sorted by id.
     pub fn get_all(&self, pattern: Option<&str>) -> Result<Vec<State>, Error> {
         let (query, glob) = self.select_matching(
-            "get-all",
+            Step::GetAll,
             "SELECT state_id, partial_state, completed_state FROM {db:Identifier}.{t:Identifier} FINAL",
             pattern,
         );
-        let mut states = self.read_states(query)?;
+        let mut states = self.read_states(Step::GetAll, query)?;
         if let Some(glob) = glob {
             states.retain(|s| glob.matches(&s.id));
         }
@@ -628,7 +650,7 @@ impl<T: Transport, P: Platform> StateStore<T, P> {
     /// A query narrowed by the pattern's literal prefix, and the glob to filter exactly.
     fn select_matching(
         &self,
-        name: &'static str,
+        step: Step,
         select: &str,
         pattern: Option<&str>,
     ) -> (Query, Option<glob::Glob>) {
@@ -641,7 +663,7 @@ impl<T: Transport, P: Platform> StateStore<T, P> {
                 Some(g.literal_prefix()),
             ),
         };
-        let mut query = self.query(name, &format!("{select}{clause} ORDER BY state_id"));
+        let mut query = self.query(step, &format!("{select}{clause} ORDER BY state_id"));
         if let Some(prefix) = prefix {
             query = query.param("p", prefix);
         }
@@ -651,28 +673,24 @@ impl<T: Transport, P: Platform> StateStore<T, P> {
     /// Acquires the lock on `id` (see [`lock`]).
     pub fn lock(&self, id: &str) -> Result<LockHandle, Error> {
         check_id(id)?;
-        lock::acquire(
-            &self.client,
-            &self.platform,
-            &self.tables,
-            id,
-            &self.lock_options,
-        )
+        lock::acquire(&self.session(), &self.tables, id, &self.lock_options)
     }
 
-    /// Releases a lock (idempotent).
+    /// Releases a lock (idempotent), repeating the release until it lands or the lease has
+    /// certainly ended.
     pub fn release(&self, handle: &LockHandle) -> Result<(), Error> {
-        lock::release(&self.client, &self.tables, handle)
+        lock::release(&self.session(), &self.tables, handle)
     }
 
     /// Extends a held lock's lease by the stale window.
     pub fn renew(&self, handle: &LockHandle) -> Result<(), Error> {
-        lock::renew(&self.client, &self.tables, handle, &self.lock_options)
+        lock::renew(&self.session(), &self.tables, handle, &self.lock_options)
     }
 
-    /// The lock options in use.
-    pub fn lock_options(&self) -> &LockOptions {
-        &self.lock_options
+    /// The token holding the lock on `id` now, if any.
+    pub fn holder(&self, id: &str) -> Result<Option<String>, Error> {
+        check_id(id)?;
+        lock::holder(&self.session(), &self.tables, id)
     }
 }
 

@@ -7,7 +7,10 @@
 use serde_json::Value;
 
 use crate::client::response::json_rows;
-use crate::client::{Client, Error, ErrorKind, Query, Transport};
+use crate::client::{Error, ErrorKind, Transport};
+use crate::platform::Platform;
+
+use super::steps::{Session, Step};
 
 use super::keeper_lock;
 use super::lock::{LockEngine, LockEngineChoice};
@@ -82,23 +85,28 @@ pub fn is_plain_merge_tree(engine_full: &str) -> bool {
 /// lock table's own engine (which must agree with an explicit choice); else, creating the
 /// lock table, KeeperMap when chosen or (auto) when the server supports it, the commit-order
 /// MergeTree otherwise. Without `create_schema` no DDL is sent.
-pub fn prepare<T: Transport>(
-    client: &Client<T>,
+pub fn prepare<T: Transport, P: Platform>(
+    s: &Session<'_, T, P>,
     tables: &Tables,
     create_schema: bool,
     choice: LockEngineChoice,
 ) -> Result<LockEngine, Error> {
     if create_schema {
-        client.execute(
-            &Query::read("create-schema", CREATE_DATABASE).param("db", &tables.database),
+        s.execute(
+            Step::CreateSchema,
+            &Step::CreateSchema
+                .query(CREATE_DATABASE)
+                .param("db", &tables.database),
         )?;
-        client.execute(
-            &Query::read("create-schema", CREATE_STATE_TABLE)
+        s.execute(
+            Step::CreateSchema,
+            &Step::CreateSchema
+                .query(CREATE_STATE_TABLE)
                 .param("db", &tables.database)
                 .param("t", &tables.state),
         )?;
     }
-    let existing = lock_table_engine(client, tables)?;
+    let existing = lock_table_engine(s, tables)?;
     let engine = match (existing, choice) {
         (Some(engine), _) => {
             let found = if engine.starts_with("KeeperMap") {
@@ -132,32 +140,38 @@ pub fn prepare<T: Transport>(
         },
         (None, LockEngineChoice::MergeTree) => LockEngine::MergeTree,
         (None, LockEngineChoice::KeeperMap) => {
-            create_keeper_table(client, tables).map_err(|e| keeper_unavailable(e, tables))?;
+            create_keeper_table(s, tables).map_err(|e| keeper_unavailable(e, tables))?;
             return Ok(LockEngine::KeeperMap);
         }
-        (None, LockEngineChoice::Auto) => match create_keeper_table(client, tables) {
+        (None, LockEngineChoice::Auto) => match create_keeper_table(s, tables) {
             Ok(()) => return Ok(LockEngine::KeeperMap),
             Err(e) if is_keeper_map_disabled(&e) => LockEngine::MergeTree,
             Err(e) => return Err(e),
         },
     };
-    client.execute(
-        &Query::read("create-schema", CREATE_LOCK_TABLE)
+    s.execute(
+        Step::CreateSchema,
+        &Step::CreateSchema
+            .query(CREATE_LOCK_TABLE)
             .param("db", &tables.database)
             .param("t", &tables.lock),
     )?;
     Ok(engine)
 }
 
-fn create_keeper_table<T: Transport>(client: &Client<T>, tables: &Tables) -> Result<(), Error> {
-    client
-        .execute(
-            &Query::read("create-schema", keeper_lock::CREATE_TABLE)
-                .param("db", &tables.database)
-                .param("t", &tables.lock)
-                .param("path", keeper_lock::keeper_path(tables)),
-        )
-        .map(|_| ())
+fn create_keeper_table<T: Transport, P: Platform>(
+    s: &Session<'_, T, P>,
+    tables: &Tables,
+) -> Result<(), Error> {
+    s.execute(
+        Step::CreateSchema,
+        &Step::CreateSchema
+            .query(keeper_lock::CREATE_TABLE)
+            .param("db", &tables.database)
+            .param("t", &tables.lock)
+            .param("path", keeper_lock::keeper_path(tables)),
+    )
+    .map(|_| ())
 }
 
 /// The server refuses KeeperMap tables (no `keeper_map_path_prefix`, or no Keeper at all).
@@ -186,17 +200,17 @@ fn keeper_unavailable(e: Error, tables: &Tables) -> Error {
 }
 
 /// The lock table's `engine_full`, if it exists.
-fn lock_table_engine<T: Transport>(
-    client: &Client<T>,
+fn lock_table_engine<T: Transport, P: Platform>(
+    s: &Session<'_, T, P>,
     tables: &Tables,
 ) -> Result<Option<String>, Error> {
     #[derive(serde::Deserialize)]
     struct Row {
         engine_full: String,
     }
-    let response = client.execute(
-        &Query::read(
-            "verify-schema",
+    let response = s.execute(
+        Step::VerifySchema,
+        &Step::VerifySchema.query(
             "SELECT engine_full FROM system.tables WHERE database = {db:String} AND name = {t:String}",
         )
         .param("db", &tables.database)
@@ -209,21 +223,25 @@ fn lock_table_engine<T: Transport>(
 
 /// Checks that both tables exist with the expected columns and engines; `misconfigured`
 /// naming what is missing or different otherwise. One query.
-pub fn verify<T: Transport>(client: &Client<T>, tables: &Tables) -> Result<(), Error> {
-    let response = client.execute(
-        &Query::read(
-            "verify-schema",
-            "SELECT t.name AS table, t.engine_full AS engine,
+pub fn verify<T: Transport, P: Platform>(
+    s: &Session<'_, T, P>,
+    tables: &Tables,
+) -> Result<(), Error> {
+    let response = s.execute(
+        Step::VerifySchema,
+        &Step::VerifySchema
+            .query(
+                "SELECT t.name AS table, t.engine_full AS engine,
                     groupArray((c.name, c.type)) AS columns
              FROM system.tables AS t
              LEFT JOIN system.columns AS c ON c.database = t.database AND c.table = t.name
              WHERE t.database = {db:String} AND t.name IN ({state:String}, {lock:String})
              GROUP BY t.name, t.engine_full",
-        )
-        .param("db", &tables.database)
-        .param("state", &tables.state)
-        .param("lock", &tables.lock)
-        .format("JSONEachRow"),
+            )
+            .param("db", &tables.database)
+            .param("state", &tables.state)
+            .param("lock", &tables.lock)
+            .format("JSONEachRow"),
     )?;
     let text = String::from_utf8_lossy(&response.body);
     let mut found: Vec<FoundTable> = Vec::new();
@@ -364,9 +382,16 @@ mod tests {
 
     fn verify_with(engine: &str) -> Result<(), Error> {
         let t = answer(engine);
-        let client = Client::new(&ConnectionOptions::from_url("http://h"), &t).unwrap();
+        let client =
+            crate::client::Client::new(&ConnectionOptions::from_url("http://h"), &t).unwrap();
+        let platform = crate::platform::std_platform::StdPlatform::default();
         verify(
-            &client,
+            &Session {
+                client: &client,
+                platform: &platform,
+                retry: crate::client::retry::RetryPolicy::new(0),
+                lease: std::time::Duration::from_secs(1),
+            },
             &Tables {
                 database: "meltano".into(),
                 state: "state".into(),

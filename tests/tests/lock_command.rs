@@ -265,8 +265,20 @@ fn renewals_are_retried_through_a_short_outage() {
     let out = wait_exit(host, Duration::from_secs(20));
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(0), "{stderr}");
-    assert!(stderr.contains("renewing the lease failed"), "{stderr}");
-    assert!(stderr.contains("renewed the lease after"), "{stderr}");
+    assert!(!stderr.contains("can no longer be guaranteed"), "{stderr}");
     assert_eq!(report(&out)["released"], true);
+    // A renewal met the outage, and a later one went through (the component repeats a failed
+    // renewal; the host tries again if that was not enough).
+    let renewals: Vec<Fault> = proxy
+        .log()
+        .into_iter()
+        .filter(|r| r.header("x-component-operation").as_deref() == Some("renew"))
+        .map(|r| r.fault)
+        .collect();
+    let first_refused = renewals.iter().position(|f| *f == Fault::Refuse);
+    assert!(
+        first_refused.is_some_and(|i| renewals[i..].contains(&Fault::Pass)),
+        "{renewals:?}"
+    );
     let _ = std::fs::remove_file(pidfile);
 }

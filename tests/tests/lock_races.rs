@@ -9,9 +9,7 @@ use std::time::{Duration, Instant};
 
 use clickhouse_component::client::{Client, ConnectionOptions, ErrorKind};
 use clickhouse_component::platform::std_platform::StdPlatform;
-use clickhouse_component::state::{
-    lock, LockEngineChoice, LockOptions, State, StateStore, StoreOptions,
-};
+use clickhouse_component::state::{LockEngineChoice, LockOptions, State, StateStore, StoreOptions};
 use clickhouse_component_tests::native::{PausingTransport, Sql};
 use clickhouse_component_tests::{clickhouse, unique_name};
 use serde_json::{json, Map, Value};
@@ -93,7 +91,7 @@ fn renewal_at_the_lease_edge(engine: LockEngineChoice) {
             .expect("the lease has ended: B takes the lock");
         ta.release();
         let renewal = renewal.join().unwrap();
-        let holder = lock::holder(b.client(), b.tables(), "job").unwrap();
+        let holder = b.holder("job").unwrap();
         assert_eq!(
             holder.as_deref(),
             Some(hb.token.as_str()),

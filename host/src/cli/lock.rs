@@ -56,6 +56,7 @@ fn store_options(store: &StoreArgs) -> Result<StoreOptions, CallError> {
             LockEngineChoice::KeeperMap => LockEngine::KeeperMap,
             LockEngineChoice::MergeTree => LockEngine::MergeTree,
         }),
+        retries: Some(o.retries),
     })
 }
 
