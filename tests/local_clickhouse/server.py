@@ -310,6 +310,10 @@ class Engine:
         return conn
 
 
+class ClientGone(Exception):
+    """The client closed the connection before its request was complete."""
+
+
 class Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     server_version = "LocalClickHouse"
@@ -327,18 +331,29 @@ class Handler(BaseHTTPRequestHandler):
 
     # -- plumbing -------------------------------------------------------------------------------
     def _read_body(self) -> bytes:
+        """The whole body, or ``ClientGone`` when the connection ends before it is complete:
+        a server never runs a request it did not receive whole."""
         if self.headers.get("Transfer-Encoding", "").lower() == "chunked":
             chunks = []
             while True:
-                size = int(self.rfile.readline().split(b";")[0].strip() or b"0", 16)
+                line = self.rfile.readline()
+                if not line:
+                    raise ClientGone()
+                size = int(line.split(b";")[0].strip() or b"0", 16)
                 if size == 0:
                     while self.rfile.readline() not in (b"\r\n", b"\n", b""):
                         pass
                     return b"".join(chunks)
-                chunks.append(self.rfile.read(size))
+                chunk = self.rfile.read(size)
+                if len(chunk) < size:
+                    raise ClientGone()
+                chunks.append(chunk)
                 self.rfile.readline()
         length = int(self.headers.get("Content-Length") or 0)
-        return self.rfile.read(length) if length else b""
+        body = self.rfile.read(length) if length else b""
+        if len(body) < length:
+            raise ClientGone()
+        return body
 
     def _send(self, status: int, body: bytes, headers: dict[str, str]):
         self.send_response(status)
@@ -404,7 +419,11 @@ class Handler(BaseHTTPRequestHandler):
 
     def _handle(self, readonly: bool):
         url = urlsplit(self.path)
-        body = self._read_body() if self.command == "POST" else b""
+        try:
+            body = self._read_body() if self.command == "POST" else b""
+        except ClientGone:
+            self.close_connection = True
+            return
         encoding = self.headers.get("Content-Encoding", "").strip()
         if url.path in ("/ping", "/") and "query=" not in (url.query or "") and not body:
             self._send(200, b"Ok.\n", {"Content-Type": "text/html; charset=UTF-8"})

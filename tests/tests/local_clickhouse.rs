@@ -934,3 +934,66 @@ fn a_streamed_insert_checks_constraints() {
     assert_eq!(answer.summary()["written_rows"], "2");
     assert_eq!(s.count(&t), 2);
 }
+
+// ---------------------------------------------------------------------------------------------
+// 9. A request cut short is not run.
+
+/// Sends a POST whose `Content-Length` promises more than the body holds, then closes the
+/// sending side: the server must not run what it got. ClickHouse reads a request body through
+/// a `LimitReadBuffer` with an exact limit (src/Server/HTTP/HTTPServerRequest.cpp), which throws
+/// CANNOT_READ_ALL_DATA ("Unexpected EOF, got N of M bytes") instead of handing a short body on.
+fn post_cut_short(params: &[(String, String)], body: &[u8]) {
+    let server = clickhouse();
+    let authority = server
+        .url
+        .trim_start_matches("http://")
+        .trim_end_matches('/')
+        .to_string();
+    let mut target = String::from("/?");
+    for (i, (k, v)) in params.iter().enumerate() {
+        if i > 0 {
+            target.push('&');
+        }
+        target.push_str(&format!(
+            "{}={}",
+            clickhouse_component::client::url::encode_component(k),
+            clickhouse_component::client::url::encode_component(v)
+        ));
+    }
+    let head = format!(
+        "POST {target} HTTP/1.1\r\nHost: {authority}\r\nX-ClickHouse-User: {}\r\nX-ClickHouse-Key: {}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        server.user,
+        server.password,
+        body.len() + 100
+    );
+    let mut stream = std::net::TcpStream::connect(&authority).unwrap();
+    stream.write_all(head.as_bytes()).unwrap();
+    stream.write_all(body).unwrap();
+    stream.shutdown(std::net::Shutdown::Write).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(30)))
+        .unwrap();
+    let mut answer = Vec::new();
+    let _ = stream.read_to_end(&mut answer);
+    assert!(
+        !answer.starts_with(b"HTTP/1.1 200"),
+        "a request cut short was answered 200: {}",
+        String::from_utf8_lossy(&answer)
+    );
+}
+
+#[test]
+fn a_request_cut_short_is_not_run() {
+    let s = Scratch::new("lc_cut");
+    let t = s.table("n UInt32");
+    // The statement in the body: what arrived is a complete INSERT, but not the whole request.
+    let sql = format!("INSERT INTO `{}`.`{t}` VALUES (1)", s.db);
+    post_cut_short(&[], sql.as_bytes());
+    // Insert data in the body, the statement in the URL.
+    let insert = query(
+        "INSERT INTO {db:Identifier}.{t:Identifier} FORMAT JSONEachRow",
+        &[("db", &s.db), ("t", &t)],
+    );
+    post_cut_short(&insert, b"{\"n\":2}\n{\"n\":3}\n");
+    assert_eq!(s.count(&t), 0);
+}
