@@ -67,7 +67,7 @@ export class StateStore {
   constructor(store) {
     this.#store = store;
   }
-  /** options: { database, table, lockTable, createSchema, lockTimeoutMs, lockRetryMs, staleAfterMs } */
+  /** options: { database, table, lockTable, createSchema, lockTimeoutMs, lockRetryMs, staleAfterMs, lockEngine, retries } */
   static open(conn, options = {}) {
     return new StateStore(call(() => stateStore.Store.open(conn, options)));
   }
@@ -132,14 +132,15 @@ export class Sink {
   constructor(sink) {
     this.#sink = sink;
   }
-  /** options: { table, columns, batchSize, settings: {name: value}, dedup } */
-  static open(conn, { table, columns, batchSize, settings = {}, dedup } = {}) {
+  /** options: { table, columns, batchSize, settings: {name: value}, dedup, retries } */
+  static open(conn, { table, columns, batchSize, settings = {}, dedup, retries } = {}) {
     const options = {
       table,
       columns,
       batchSize,
       settings: Object.entries(settings).map(([k, v]) => [k, String(v)]),
       dedup,
+      retries,
     };
     return new Sink(call(() => tableSink.Sink.open(conn, options)));
   }
@@ -157,6 +158,7 @@ export class Sink {
       writtenRows: Number(r.writtenRows),
       deduplicatedChunks: r.deduplicatedChunks,
       unverifiedChunks: r.unverifiedChunks,
+      retries: r.retries,
     };
   }
   close() {

@@ -64,7 +64,7 @@ impl SinkGuest for Component {
 
 /// The `sink` resource.
 struct SinkResource {
-    sink: RefCell<Sink<WasiHttpTransport>>,
+    sink: RefCell<Sink<WasiHttpTransport, WasiPlatform>>,
 }
 
 impl GuestSink for SinkResource {
@@ -75,8 +75,9 @@ impl GuestSink for SinkResource {
             batch_size: options.batch_size,
             settings: options.settings,
             dedup: options.dedup.unwrap_or(false),
+            retries: options.retries.unwrap_or(0),
         };
-        let sink = Sink::open(client(connection)?, &options).map_err(to_wit)?;
+        let sink = Sink::open(client(connection)?, WasiPlatform, &options).map_err(to_wit)?;
         Ok(wit_sink::Sink::new(SinkResource {
             sink: RefCell::new(sink),
         }))
@@ -131,6 +132,7 @@ fn to_wit_receipt(r: sink::Receipt) -> WitReceipt {
         written_rows: r.written_rows,
         deduplicated_chunks: r.deduplicated_chunks,
         unverified_chunks: r.unverified_chunks,
+        retries: r.retries,
     }
 }
 

@@ -71,6 +71,7 @@ async fn main() -> anyhow::Result<()> {
                             batch_size: Some(2),
                             settings: vec![],
                             dedup: None,
+                            retries: None,
                         },
                     )
                     .await?;

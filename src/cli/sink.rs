@@ -1,21 +1,29 @@
-//! `sink --table T [--columns a,b] [--batch-size N] [--dedup] [FILE|-]`: stream NDJSON (or a
-//! JSON array) into a table. Input is read batch by batch (a JSON array element by element), so
-//! memory stays bounded by a batch whatever the input size; each batch is one `send-json`, so
-//! one acknowledged INSERT per batch.
+//! `sink --table T [--columns a,b] [--batch-size N] [--dedup [--retries N]] [--checkpoint ID]
+//! [FILE|-]`: stream NDJSON (or a JSON array) into a table. Input is read batch by batch (a JSON
+//! array element by element), so memory stays bounded by a batch whatever the input size; each
+//! batch is one `send-json`, so one acknowledged INSERT per batch.
+//!
+//! With `--checkpoint ID` the progress (input bytes and rows committed, and what identifies the
+//! input, the table, the columns and the batch size) is written to the state store under `ID`
+//! after each acknowledged batch, and a later run of the same command skips what was committed.
 
 use std::io::{BufRead, BufReader, Read};
 use std::path::PathBuf;
 
 use clap::Args;
 use serde::de::{DeserializeSeed, SeqAccess, Visitor};
+use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
-use serde_json::{json, Value};
+use serde_json::{json, Map, Value};
+use sha2::{Digest, Sha256};
 
+use crate::client::retry::DEFAULT_RETRIES;
 use crate::client::{Client, Error, ErrorKind, Transport};
 use crate::platform::Platform;
 use crate::sink::{Receipt, Sink, SinkOptions};
+use crate::state::{State, StateStore};
 
-use super::{GlobalArgs, Output, Runner};
+use super::{GlobalArgs, Output, Runner, StoreArgs};
 
 /// Arguments of `sink`.
 #[derive(Args, Debug, Clone)]
@@ -29,9 +37,19 @@ pub struct SinkArgs {
     /// Rows per INSERT.
     #[arg(long, default_value_t = 1000)]
     pub batch_size: u32,
-    /// Give each chunk a deduplication token (safe re-sends on deduplicating tables).
+    /// Give each chunk a deduplication token (safe re-sends); the table must deduplicate
+    /// inserts (checked before anything is sent).
     #[arg(long)]
     pub dedup: bool,
+    /// Record progress in the state store under this id after each acknowledged batch; a
+    /// later run with the same id continues after what was committed (needs --dedup and
+    /// NDJSON input; the store is chosen by the --state-* options).
+    #[arg(long)]
+    pub checkpoint: Option<String>,
+    /// Where checkpoints live, and --retries (default 5 with --dedup, else 0; resends need
+    /// --dedup).
+    #[command(flatten)]
+    pub store: StoreArgs,
     /// NDJSON or JSON-array file; - or nothing for stdin.
     pub file: Option<PathBuf>,
 }
@@ -51,46 +69,179 @@ fn first_row_keys(batch: &[u8]) -> Option<Vec<String>> {
     }
 }
 
+/// The key of a checkpoint in its state's completed part.
+pub const CHECKPOINT_KEY: &str = "clickhouse_sink_checkpoint";
+
+/// A sink's progress as recorded in the state store: what it was writing, and how far it got.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Checkpoint {
+    /// The target table, as given.
+    pub table: String,
+    /// The columns of every row (given, or the input's first row's keys).
+    pub columns: Vec<String>,
+    /// Rows per INSERT (the chunks, and so their tokens, depend on it).
+    pub batch_size: u32,
+    /// Input bytes through the last committed batch.
+    pub input_bytes: u64,
+    /// SHA-256 (hex) of those bytes: a rerun on another input is refused.
+    pub input_sha256: String,
+    /// Rows committed, over all runs.
+    pub rows: u64,
+    /// Batches committed, over all runs.
+    pub batches: u64,
+}
+
+/// Reads and writes one checkpoint in the state store.
+struct Checkpoints<T: Transport, P: Platform> {
+    store: StateStore<T, P>,
+    id: String,
+}
+
+impl<T: Transport, P: Platform> Checkpoints<T, P> {
+    /// The recorded checkpoint, if any; a state under the id that is not a checkpoint is
+    /// refused (it is never overwritten).
+    fn load(&self) -> Result<Option<Checkpoint>, Error> {
+        let Some(state) = self.store.get(&self.id)? else {
+            return Ok(None);
+        };
+        let not_ours = || {
+            Error::invalid(format!(
+                "state '{}' exists and is not a sink checkpoint: choose another --checkpoint id",
+                self.id.escape_debug()
+            ))
+        };
+        if !state.partial.is_empty() || state.completed.len() != 1 {
+            return Err(not_ours());
+        }
+        let value = state.completed.get(CHECKPOINT_KEY).ok_or_else(not_ours)?;
+        serde_json::from_value(value.clone())
+            .map(Some)
+            .map_err(|e| {
+                Error::invalid(format!(
+                    "state '{}' is not a checkpoint this version can read: {e}",
+                    self.id.escape_debug()
+                ))
+            })
+    }
+
+    fn save(&self, checkpoint: &Checkpoint) -> Result<(), Error> {
+        let mut completed = Map::new();
+        completed.insert(
+            CHECKPOINT_KEY.to_string(),
+            serde_json::to_value(checkpoint).expect("a checkpoint serializes"),
+        );
+        self.store.set(&State {
+            id: self.id.clone(),
+            partial: Map::new(),
+            completed,
+        })
+    }
+}
+
+/// Checks that a recorded checkpoint was written by the same command: same table, batch size
+/// and (when given) columns; `invalid-input` naming the difference otherwise.
+fn check_same_target(saved: &Checkpoint, args: &SinkArgs, id: &str) -> Result<(), Error> {
+    let differs = |what: &str, saved: String, now: String| {
+        Err(Error::invalid(format!(
+            "checkpoint '{}' was written for {what} {saved}, not {now}: use another --checkpoint id (or the same {what})",
+            id.escape_debug()
+        )))
+    };
+    if saved.table != args.table {
+        return differs("table", saved.table.clone(), args.table.clone());
+    }
+    if saved.batch_size != args.batch_size {
+        return differs(
+            "batch size",
+            saved.batch_size.to_string(),
+            args.batch_size.to_string(),
+        );
+    }
+    if let Some(columns) = &args.columns {
+        if *columns != saved.columns {
+            return differs("columns", saved.columns.join(","), columns.join(","));
+        }
+    }
+    Ok(())
+}
+
 /// Sends batches as they are read; keeps the totals.
 struct Stream<'r, 'a, T: Transport + Clone, P: Platform + Clone> {
     args: &'r SinkArgs,
+    retries: u32,
     client: Option<Client<T>>,
-    sink: Option<Sink<T>>,
+    sink: Option<Sink<T, P>>,
     total: Receipt,
     runner: &'r mut Runner<'a, T, P>,
     started: std::time::Duration,
     last_progress: std::time::Duration,
+    checkpoints: Option<Checkpoints<T, P>>,
+    /// The checkpoint as last written (or read).
+    checkpoint: Option<Checkpoint>,
 }
 
 impl<T: Transport + Clone, P: Platform + Clone> Stream<'_, '_, T, P> {
-    fn send(&mut self, batch: &[u8]) -> Result<(), Error> {
+    fn send(&mut self, batch: &[u8], position: Option<&Position>) -> Result<(), Error> {
         if self.sink.is_none() {
-            // The first row fixes the columns for the whole stream, not per batch.
-            let columns = self.args.columns.clone().or_else(|| first_row_keys(batch));
+            // The first row fixes the columns for the whole stream (and a checkpoint, for
+            // every run that continues it), not per batch.
+            let columns = match &self.checkpoint {
+                Some(saved) => Some(saved.columns.clone()),
+                None => self.args.columns.clone().or_else(|| first_row_keys(batch)),
+            };
             let options = SinkOptions {
                 table: self.args.table.clone(),
                 columns,
                 batch_size: Some(self.args.batch_size),
                 settings: vec![],
                 dedup: self.args.dedup,
+                retries: self.retries,
             };
             let client = self.client.take().expect("a client until the sink opens");
-            self.sink = Some(Sink::open(client, &options)?);
+            self.sink = Some(Sink::open(client, self.runner.platform.clone(), &options)?);
         }
-        let receipt = self.sink.as_ref().expect("opened").send_json(batch)?;
-        self.total.rows += receipt.rows;
-        self.total.chunks += receipt.chunks;
-        self.total.written_rows += receipt.written_rows;
-        self.total.deduplicated_chunks += receipt.deduplicated_chunks;
-        self.total.unverified_chunks += receipt.unverified_chunks;
+        let sink = self.sink.as_ref().expect("opened");
+        let receipt = sink.send_json(batch)?;
+        self.total.add(&receipt);
+        if let (Some(checkpoints), Some(position)) = (&self.checkpoints, position) {
+            let before = self.checkpoint.as_ref();
+            let next = Checkpoint {
+                table: self.args.table.clone(),
+                columns: sink.config().columns.clone().unwrap_or_default(),
+                batch_size: self.args.batch_size,
+                input_bytes: position.bytes,
+                input_sha256: position.sha256.clone(),
+                rows: before.map_or(0, |c| c.rows) + receipt.rows,
+                batches: before.map_or(0, |c| c.batches) + 1,
+            };
+            checkpoints.save(&next).map_err(|e| {
+                // The batch is committed; only its record is missing: a rerun resends it and
+                // the server deduplicates it.
+                let message = format!(
+                    "a batch was committed but recording the checkpoint failed (a rerun resends that batch, which dedup absorbs): {}",
+                    e.message
+                );
+                Error {
+                    committed_rows: receipt.rows,
+                    ..e.reclassify(ErrorKind::Uncertain, message)
+                }
+            })?;
+            self.checkpoint = Some(next);
+        }
         let now = self.runner.platform.now();
         if self.runner.progress && now - self.last_progress >= std::time::Duration::from_millis(200)
         {
             self.last_progress = now;
             let rate = self.total.rows as f64 / (now - self.started).as_secs_f64().max(1e-9);
+            let retries = if self.total.retries > 0 {
+                format!(", {} retries", self.total.retries)
+            } else {
+                String::new()
+            };
             let _ = write!(
                 self.runner.stderr,
-                "\r{} rows, {:.0} rows/s   ",
+                "\r{} rows, {:.0} rows/s{retries}   ",
                 self.total.rows, rate
             );
             let _ = self.runner.stderr.flush();
@@ -108,7 +259,17 @@ pub fn run<T: Transport + Clone, P: Platform + Clone>(
     if args.batch_size == 0 {
         return Err(Error::invalid("--batch-size must be greater than 0"));
     }
-    let client = Client::new(&global.connection()?, runner.transport.clone())?;
+    if args.checkpoint.is_some() && !args.dedup {
+        return Err(Error::invalid(
+            "--checkpoint needs --dedup: a batch committed just before a crash is resent by the next run, and only its token keeps it from being written twice",
+        ));
+    }
+    let retries = args
+        .store
+        .retries
+        .unwrap_or(if args.dedup { DEFAULT_RETRIES } else { 0 });
+    let connection = global.connection()?;
+    let client = Client::new(&connection, runner.transport.clone())?;
     let mut input: Box<dyn Read + '_> = match args.file.as_deref() {
         None => std::mem::replace(&mut runner.stdin, Box::new(std::io::empty())),
         Some(p) if p.as_os_str() == "-" => {
@@ -119,19 +280,57 @@ pub fn run<T: Transport + Clone, P: Platform + Clone>(
                 .map_err(|e| Error::invalid(format!("cannot open {}: {e}", p.display())))?,
         ),
     };
+    let (checkpoints, saved) = match &args.checkpoint {
+        None => (None, None),
+        Some(id) => {
+            let mut options = args.store.options()?;
+            options.retries = retries.max(DEFAULT_RETRIES);
+            let store = StateStore::open(
+                Client::new(&connection, runner.transport.clone())?,
+                runner.platform.clone(),
+                &options,
+            )?;
+            crate::state::check_id(id)?;
+            let checkpoints = Checkpoints {
+                store,
+                id: id.clone(),
+            };
+            let saved = checkpoints.load()?;
+            if let Some(saved) = &saved {
+                check_same_target(saved, args, id)?;
+            }
+            (Some(checkpoints), saved)
+        }
+    };
+    let resume = saved
+        .as_ref()
+        .map(|c| (c.input_bytes, c.input_sha256.clone()));
+    let resumed_rows = saved.as_ref().map_or(0, |c| c.rows);
     let started = runner.platform.now();
     let mut stream = Stream {
         args,
+        retries,
         client: Some(client),
         sink: None,
         total: Receipt::default(),
         started,
         last_progress: started,
+        checkpoints,
+        checkpoint: saved,
         runner,
     };
-    let outcome = read_batches(&mut input, args.batch_size as usize, |batch| {
-        stream.send(batch)
-    });
+    let outcome = if args.checkpoint.is_some() {
+        read_ndjson_from(
+            &mut input,
+            args.batch_size as usize,
+            resume,
+            |batch, position| stream.send(batch, Some(position)),
+        )
+    } else {
+        read_batches(&mut input, args.batch_size as usize, |batch| {
+            stream.send(batch, None)
+        })
+    };
     let total = stream.total;
     let progress = stream.runner.progress;
     let seconds = (stream.runner.platform.now() - started).as_secs_f64();
@@ -139,29 +338,45 @@ pub fn run<T: Transport + Clone, P: Platform + Clone>(
         let _ = writeln!(stream.runner.stderr);
     }
     if let Err(e) = outcome {
+        let record = match &args.checkpoint {
+            Some(id) => format!(
+                "; checkpoint '{}' records {} rows: run the same command again to continue",
+                id.escape_debug(),
+                stream.checkpoint.as_ref().map_or(0, |c| c.rows)
+            ),
+            None => String::new(),
+        };
         // A failure after earlier batches committed leaves the stream partly written.
         return Err(if total.rows > 0 {
+            let committed = total.rows + e.committed_rows;
             Error {
-                kind: ErrorKind::Uncertain,
-                message: crate::client::error::cap(format!(
-                    "{} rows were committed before the failure ({}: {})",
-                    total.rows + e.committed_rows,
-                    e.kind,
-                    e.message
-                )),
-                committed_rows: total.rows + e.committed_rows,
-                server: e.server,
+                committed_rows: committed,
+                ..e.clone().reclassify(
+                    ErrorKind::Uncertain,
+                    format!(
+                        "{committed} rows were committed before the failure ({}: {}){record}",
+                        e.kind, e.message
+                    ),
+                )
             }
-        } else {
+        } else if record.is_empty() || e.kind == ErrorKind::InvalidInput {
             e
+        } else {
+            let message = format!("{}{record}", e.message);
+            e.clone().reclassify(e.kind, message)
         });
     }
-    if stream.sink.is_none() {
+    if stream.sink.is_none() && resumed_rows == 0 {
         return Err(Error::invalid("the input has no rows"));
     }
     let rate = total.rows as f64 / seconds.max(1e-9);
+    let resumed = if resumed_rows > 0 {
+        format!(", after {resumed_rows} rows committed by earlier runs")
+    } else {
+        String::new()
+    };
     let text = format!(
-        "sent {} rows in {} chunks to {} ({} written{}{}) in {seconds:.2} s, {rate:.0} rows/s",
+        "sent {} rows in {} chunks to {} ({} written{}{}{}){resumed} in {seconds:.2} s, {rate:.0} rows/s",
         total.rows,
         total.chunks,
         args.table,
@@ -176,6 +391,11 @@ pub fn run<T: Transport + Clone, P: Platform + Clone>(
         } else {
             String::new()
         },
+        if total.retries > 0 {
+            format!(", {} retries", total.retries)
+        } else {
+            String::new()
+        },
     );
     Ok(Output::new(
         text,
@@ -187,10 +407,108 @@ pub fn run<T: Transport + Clone, P: Platform + Clone>(
             "written_rows": total.written_rows,
             "deduplicated_chunks": total.deduplicated_chunks,
             "unverified_chunks": total.unverified_chunks,
+            "retries": total.retries,
+            "resumed_after_rows": resumed_rows,
+            "checkpoint": args.checkpoint,
             "seconds": seconds,
             "rows_per_second": rate,
         }),
     ))
+}
+
+/// How far an NDJSON input has been read: bytes from its start, and their SHA-256 (hex).
+pub struct Position {
+    /// Bytes consumed.
+    pub bytes: u64,
+    /// SHA-256 of those bytes, hex.
+    pub sha256: String,
+}
+
+/// Reads NDJSON input in batches of `batch_size` lines, hashing everything it consumes, and
+/// calls `send` with each batch and the position after it. With `resume` (bytes, SHA-256 of a
+/// checkpoint), first skips that many bytes, which must end at a line end and hash the same
+/// (`invalid-input` otherwise: another input).
+pub fn read_ndjson_from(
+    input: &mut dyn Read,
+    batch_size: usize,
+    resume: Option<(u64, String)>,
+    mut send: impl FnMut(&[u8], &Position) -> Result<(), Error>,
+) -> Result<(), Error> {
+    let mut reader = BufReader::with_capacity(1 << 20, input);
+    let read_error = |e: std::io::Error| Error::invalid(format!("reading the input: {e}"));
+    let mut hash = Sha256::new();
+    let mut consumed = 0u64;
+    let mut line = Vec::new();
+    if let Some((bytes, sha256)) = resume {
+        let other_input = || {
+            Error::invalid(
+                "the input is not the one the checkpoint was written for (its first bytes differ): use another --checkpoint id for another input",
+            )
+        };
+        while consumed < bytes {
+            line.clear();
+            let n = reader.read_until(b'\n', &mut line).map_err(read_error)?;
+            if n == 0 || consumed + n as u64 > bytes {
+                return Err(other_input());
+            }
+            hash.update(&line);
+            consumed += n as u64;
+        }
+        if hex(&hash.clone().finalize()) != sha256 {
+            return Err(other_input());
+        }
+    }
+    let mut batch = Vec::new();
+    let mut rows = 0usize;
+    let mut seen_row = consumed > 0;
+    loop {
+        line.clear();
+        let n = reader.read_until(b'\n', &mut line).map_err(read_error)?;
+        if n == 0 {
+            break;
+        }
+        hash.update(&line);
+        consumed += n as u64;
+        if line.iter().all(u8::is_ascii_whitespace) {
+            continue;
+        }
+        if !seen_row && line.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'[') {
+            return Err(Error::invalid(
+                "--checkpoint reads NDJSON input (one object per line), not a JSON array",
+            ));
+        }
+        seen_row = true;
+        batch.extend_from_slice(&line);
+        if !line.ends_with(b"\n") {
+            batch.push(b'\n');
+        }
+        rows += 1;
+        if rows == batch_size {
+            send(
+                &batch,
+                &Position {
+                    bytes: consumed,
+                    sha256: hex(&hash.clone().finalize()),
+                },
+            )?;
+            batch.clear();
+            rows = 0;
+        }
+    }
+    if rows > 0 {
+        send(
+            &batch,
+            &Position {
+                bytes: consumed,
+                sha256: hex(&hash.clone().finalize()),
+            },
+        )?;
+    }
+    Ok(())
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 /// Reads the input and calls `send` with batches of `batch_size` rows: NDJSON lines as they
@@ -311,7 +629,101 @@ fn read_array(
 
 #[cfg(test)]
 mod tests {
-    use super::read_batches;
+    use super::*;
+
+    /// Batches and positions of an NDJSON input, resuming at `resume`.
+    fn positions(
+        input: &str,
+        size: usize,
+        resume: Option<(u64, String)>,
+    ) -> Result<Vec<(String, u64, String)>, Error> {
+        let mut out = Vec::new();
+        read_ndjson_from(&mut input.as_bytes(), size, resume, |b, p| {
+            out.push((
+                String::from_utf8(b.to_vec()).unwrap(),
+                p.bytes,
+                p.sha256.clone(),
+            ));
+            Ok(())
+        })?;
+        Ok(out)
+    }
+
+    #[test]
+    fn ndjson_positions_hash_what_was_consumed_and_resume_after_it() {
+        let input = "\n{\"a\":1}\n\n{\"a\":2}\n{\"a\":3}";
+        let all = positions(input, 2, None).unwrap();
+        assert_eq!(all.len(), 2);
+        assert_eq!(all[0].0, "{\"a\":1}\n{\"a\":2}\n");
+        assert_eq!(all[0].1, 18);
+        assert_eq!(all[0].2, hex(&Sha256::digest(&input.as_bytes()[..18])));
+        assert_eq!(
+            (all[1].0.as_str(), all[1].1),
+            ("{\"a\":3}\n", input.len() as u64)
+        );
+        // Resuming after the first batch sends only the rest, with the same positions.
+        let rest = positions(input, 2, Some((all[0].1, all[0].2.clone()))).unwrap();
+        assert_eq!(rest, all[1..]);
+        // Resuming after everything sends nothing.
+        assert!(positions(input, 2, Some((all[1].1, all[1].2.clone())))
+            .unwrap()
+            .is_empty());
+    }
+
+    #[test]
+    fn another_input_is_refused_on_resume() {
+        let input = "{\"a\":1}\n{\"a\":2}\n";
+        let first = positions(input, 1, None).unwrap();
+        let checkpoint = (first[0].1, first[0].2.clone());
+        for other in ["{\"a\":9}\n{\"a\":2}\n", "{\"a\":1}", "{\"a\":1,\"b\":2}\n"] {
+            let e = positions(other, 1, Some(checkpoint.clone())).unwrap_err();
+            assert_eq!(e.kind, ErrorKind::InvalidInput, "{other}");
+            assert!(
+                e.message.contains("not the one the checkpoint"),
+                "{}",
+                e.message
+            );
+        }
+        let e = positions(" [{\"a\":1}]", 1, None).unwrap_err();
+        assert!(e.message.contains("not a JSON array"), "{}", e.message);
+    }
+
+    #[test]
+    fn a_checkpoint_of_another_target_is_refused() {
+        let saved = Checkpoint {
+            table: "db.t".into(),
+            columns: vec!["a".into()],
+            batch_size: 100,
+            input_bytes: 10,
+            input_sha256: "x".into(),
+            rows: 100,
+            batches: 1,
+        };
+        let args = |table: &str, batch: u32, columns: Option<Vec<String>>| SinkArgs {
+            table: table.into(),
+            columns,
+            batch_size: batch,
+            dedup: true,
+            checkpoint: Some("c".into()),
+            store: StoreArgs::default(),
+            file: None,
+        };
+        assert!(check_same_target(&saved, &args("db.t", 100, None), "c").is_ok());
+        assert!(check_same_target(&saved, &args("db.t", 100, Some(vec!["a".into()])), "c").is_ok());
+        for (a, what) in [
+            (args("db.u", 100, None), "table"),
+            (args("db.t", 50, None), "batch size"),
+            (args("db.t", 100, Some(vec!["b".into()])), "columns"),
+        ] {
+            let e = check_same_target(&saved, &a, "c").unwrap_err();
+            assert_eq!(e.kind, ErrorKind::InvalidInput);
+            assert!(
+                e.message.contains(&format!("written for {what}")),
+                "{}",
+                e.message
+            );
+        }
+    }
 
     fn batches(input: &str, size: usize) -> Vec<String> {
         let mut out = Vec::new();

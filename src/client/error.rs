@@ -131,6 +131,26 @@ impl Error {
     pub fn invalid(message: impl Into<String>) -> Self {
         Error::new(ErrorKind::InvalidInput, message)
     }
+
+    /// The same failure with another kind and message (capped; build it from the already
+    /// redacted message); the server error and the committed rows stay.
+    pub fn reclassify(self, kind: ErrorKind, message: impl Into<String>) -> Self {
+        Error {
+            kind,
+            message: cap(message.into()),
+            ..self
+        }
+    }
+
+    /// An `uncertain` failure of a write after `committed_rows` rows were committed: `context`
+    /// followed by the cause's kind and message (capped); the cause's server error stays.
+    pub fn uncertain_after(committed_rows: u64, context: &str, cause: Error) -> Self {
+        let message = format!("{context} ({}: {})", cause.kind, cause.message);
+        Error {
+            committed_rows,
+            ..cause.reclassify(ErrorKind::Uncertain, message)
+        }
+    }
 }
 
 impl fmt::Display for Error {
@@ -459,6 +479,28 @@ mod tests {
         assert!(e.message.ends_with('…'));
         let short = Error::invalid("short");
         assert_eq!(short.message, "short");
+    }
+
+    #[test]
+    fn reclassified_errors_keep_the_server_error_and_are_capped() {
+        let cause = Error {
+            server: Some(ServerError {
+                code: 27,
+                name: "CANNOT_PARSE_INPUT_ASSERTION_FAILED".into(),
+                http_status: 400,
+            }),
+            ..Error::new(Permanent, "bad row")
+        };
+        let e = Error::uncertain_after(40, "chunk 3 failed after 40 rows", cause.clone());
+        assert_eq!((e.kind, e.committed_rows), (Uncertain, 40));
+        assert_eq!(
+            e.message,
+            "chunk 3 failed after 40 rows (permanent: bad row)"
+        );
+        assert_eq!(e.server, cause.server);
+        let long = cause.reclassify(Transient, "x".repeat(2 * MAX_MESSAGE_CHARS));
+        assert_eq!(long.message.chars().count(), MAX_MESSAGE_CHARS + 1);
+        assert_eq!(long.server.unwrap().code, 27);
     }
 
     #[test]

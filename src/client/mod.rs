@@ -54,16 +54,24 @@ impl<T: Transport> Client<T> {
 
     /// Sends one statement and returns the server's successful answer, or a classified error.
     pub fn execute(&self, query: &Query) -> Result<Response, Error> {
-        self.send(query.to_http(&self.endpoint)?)
+        self.send(&query.to_http(&self.endpoint)?)
     }
 
     /// As [`Client::execute`], moving the query's data into the request (no copy).
     pub fn execute_owned(&self, query: Query) -> Result<Response, Error> {
-        self.send(query.into_http(&self.endpoint)?)
+        self.send(&query.into_http(&self.endpoint)?)
     }
 
-    fn send(&self, request: HttpRequest) -> Result<Response, Error> {
-        match self.transport.send(&request) {
+    /// Builds the HTTP request of a query once (moving its data), for [`Client::send`] to send
+    /// as often as needed without copying the body again.
+    pub fn prepare(&self, query: Query) -> Result<HttpRequest, Error> {
+        query.into_http(&self.endpoint)
+    }
+
+    /// Sends a request built by [`Client::prepare`] and returns the server's successful
+    /// answer, or a classified error.
+    pub fn send(&self, request: &HttpRequest) -> Result<Response, Error> {
+        match self.transport.send(request) {
             Ok(http) => response::interpret(http, request.operation, &self.redactor),
             Err(failure) => {
                 let kind = classify_transport(&failure.failure, request.operation);

@@ -20,6 +20,9 @@ pub struct SinkOptions {
     pub settings: Vec<(String, String)>,
     /// Send an `insert_deduplication_token` per chunk.
     pub dedup: bool,
+    /// How many times a chunk that failed in a way that may pass is resent with the same
+    /// token (default 0); needs `dedup`.
+    pub retries: u32,
 }
 
 /// Validated options.
@@ -37,6 +40,8 @@ pub struct SinkConfig {
     pub settings: Vec<(String, String)>,
     /// Deduplication tokens on.
     pub dedup: bool,
+    /// Resends of a failed chunk (0 without `dedup`).
+    pub retries: u32,
     /// Whether inserts are asynchronous (`async_insert` on); then `written_rows` is not checked.
     pub async_insert: bool,
 }
@@ -131,6 +136,11 @@ impl SinkConfig {
                 "dedup needs insert_deduplicate: it is set to 0 (remove that setting, or turn dedup off)",
             ));
         }
+        if options.retries > 0 && !options.dedup {
+            return Err(Error::invalid(
+                "retries need dedup: a chunk resent without its deduplication token could be written twice (turn dedup on, or set retries to 0)",
+            ));
+        }
         let async_insert = bool_setting("async_insert")?.unwrap_or(false);
         let wait = bool_setting("wait_for_async_insert")?;
         if async_insert && wait != Some(true) {
@@ -159,6 +169,7 @@ impl SinkConfig {
             batch_size: batch_size as usize,
             settings,
             dedup: options.dedup,
+            retries: options.retries,
             async_insert,
         })
     }
@@ -286,6 +297,22 @@ mod tests {
             ..with(&[("insert_deduplicate", "0")])
         };
         assert!(err(dedup_off, "http://h").contains("dedup needs insert_deduplicate"));
+        let retries_without_dedup = SinkOptions {
+            retries: 3,
+            ..opts("t")
+        };
+        assert!(err(retries_without_dedup, "http://h").starts_with("retries need dedup"));
+        let retries_with_dedup = SinkOptions {
+            retries: 3,
+            dedup: true,
+            ..opts("t")
+        };
+        assert_eq!(
+            SinkConfig::new(&retries_with_dedup, &endpoint("http://h"))
+                .unwrap()
+                .retries,
+            3
+        );
     }
 
     #[test]

@@ -1,15 +1,19 @@
 //! Drives a send: rows are encoded and checked first, then split into `batch_size` chunks; each
 //! chunk is one INSERT, sent and acknowledged before the next (no queue, no timer, no batching
 //! across sends). The receipt reports the server's `written_rows`; a failure after a committed
-//! chunk is `uncertain` and says how many rows committed.
+//! chunk is `uncertain` and says how many rows committed. With `dedup` and `retries`, a chunk
+//! that failed in a way that may pass is resent with the same deduplication token, so a chunk
+//! that landed before its answer was lost is not written twice.
 
 use std::cell::OnceCell;
 
 use sha2::{Digest, Sha256};
 
 use crate::client::response::json_rows;
+use crate::client::retry::{self, RetryPolicy};
 use crate::client::sql::quote_identifier;
 use crate::client::{Client, Error, ErrorKind, Query, Transport};
+use crate::platform::Platform;
 
 use super::columns::{ColumnTypeSource, ColumnTypes};
 use super::config::{SinkConfig, SinkOptions};
@@ -28,27 +32,119 @@ pub struct Receipt {
     pub deduplicated_chunks: u32,
     /// Chunks whose written rows could not be checked (no summary, or async inserts).
     pub unverified_chunks: u32,
+    /// Chunks resent after a failure that may pass (same token each time).
+    pub retries: u32,
+}
+
+impl Receipt {
+    /// Adds another receipt's counts to this one.
+    pub fn add(&mut self, other: &Receipt) {
+        self.rows += other.rows;
+        self.chunks += other.chunks;
+        self.written_rows += other.written_rows;
+        self.deduplicated_chunks += other.deduplicated_chunks;
+        self.unverified_chunks += other.unverified_chunks;
+        self.retries += other.retries;
+    }
 }
 
 /// A sink bound to one client and table.
-pub struct Sink<T: Transport> {
+pub struct Sink<T: Transport, P: Platform> {
     client: Client<T>,
+    platform: P,
     config: SinkConfig,
     closed: bool,
     /// The table's column types, read at the first send.
     types: OnceCell<ColumnTypes>,
 }
 
-impl<T: Transport> Sink<T> {
-    /// Validates the options (no request is sent).
-    pub fn open(client: Client<T>, options: &SinkOptions) -> Result<Self, Error> {
+impl<T: Transport, P: Platform> Sink<T, P> {
+    /// Validates the options; with `dedup`, also checks (one read) that the table deduplicates
+    /// inserts, `misconfigured` naming the setting otherwise. Without `dedup` no request is
+    /// sent.
+    pub fn open(client: Client<T>, platform: P, options: &SinkOptions) -> Result<Self, Error> {
         let config = SinkConfig::new(options, client.endpoint())?;
-        Ok(Sink {
+        let sink = Sink {
             client,
+            platform,
             config,
             closed: false,
             types: OnceCell::new(),
-        })
+        };
+        if sink.config.dedup {
+            sink.check_deduplicates()?;
+        }
+        Ok(sink)
+    }
+
+    fn retry_policy(&self) -> RetryPolicy {
+        RetryPolicy::new(self.config.retries)
+    }
+
+    /// Checks that the target table deduplicates inserts (see [`deduplication_refusal`]).
+    fn check_deduplicates(&self) -> Result<(), Error> {
+        let database = if self.config.database.is_some() {
+            "{db:String}"
+        } else {
+            "currentDatabase()"
+        };
+        let mut query = Query::read(
+            "check-dedup",
+            format!(
+                "SELECT engine, engine_full,
+                    (SELECT any(value) FROM system.merge_tree_settings
+                     WHERE name = 'non_replicated_deduplication_window') AS non_replicated_default,
+                    (SELECT any(value) FROM system.merge_tree_settings
+                     WHERE name = 'replicated_deduplication_window') AS replicated_default
+                 FROM system.tables WHERE database = {database} AND name = {{t:String}}"
+            ),
+        )
+        .param("t", &self.config.table)
+        .format("JSONEachRow");
+        if let Some(db) = &self.config.database {
+            query = query.param("db", db);
+        }
+        #[derive(serde::Deserialize)]
+        struct Row {
+            engine: String,
+            engine_full: String,
+            non_replicated_default: String,
+            replicated_default: String,
+        }
+        let response = retry::run(
+            &self.retry_policy(),
+            &self.platform,
+            None,
+            || self.client.execute(&query),
+            |e| retry::is_worth_retrying(e.kind),
+        )?
+        .value;
+        let rows: Vec<Row> = json_rows(&response.body, "the table engine query")?;
+        let table = self.config.qualified_table();
+        let Some(row) = rows.into_iter().next() else {
+            return Err(Error::new(
+                ErrorKind::Misconfigured,
+                format!(
+                    "table {} does not exist (dedup checks that it deduplicates inserts)",
+                    table.escape_debug()
+                ),
+            ));
+        };
+        match deduplication_refusal(
+            &row.engine,
+            &row.engine_full,
+            &row.non_replicated_default,
+            &row.replicated_default,
+        ) {
+            None => Ok(()),
+            Some(why) => Err(Error::new(
+                ErrorKind::Misconfigured,
+                format!(
+                    "dedup needs a table that deduplicates inserts, and {} does not: {why}",
+                    table.escape_debug()
+                ),
+            )),
+        }
     }
 
     /// The validated configuration.
@@ -114,6 +210,7 @@ impl<T: Transport> Sink<T> {
         let total = encoded.len();
         let chunk_count = total.div_ceil(self.config.batch_size);
         let base = self.insert_query(&encoded.columns);
+        let policy = self.retry_policy();
         let mut receipt = Receipt::default();
         for chunk in 0..chunk_count {
             let start = chunk * self.config.batch_size;
@@ -127,8 +224,19 @@ impl<T: Transport> Sink<T> {
                 );
             }
             let rows = (end - start) as u64;
-            match self.client.execute_owned(query.data(body)) {
-                Ok(response) => {
+            // Built once: a resend is the same request, token included.
+            let request = self.client.prepare(query.data(body))?;
+            let sent = retry::run(
+                &policy,
+                &self.platform,
+                None,
+                || self.client.send(&request),
+                |e| retry::is_worth_retrying(e.kind),
+            );
+            match sent {
+                Ok(sent) => {
+                    let response = sent.value;
+                    receipt.retries += sent.retries;
                     receipt.rows += rows;
                     receipt.chunks += 1;
                     match response.summary {
@@ -142,15 +250,16 @@ impl<T: Transport> Sink<T> {
                         }
                         Some(s) => {
                             return Err(Error {
-                                kind: ErrorKind::Uncertain,
-                                message: format!(
-                                    "chunk {} of {chunk_count} was acknowledged with {} of {rows} rows written; {} rows were committed before it",
-                                    chunk + 1,
-                                    s.written_rows,
-                                    receipt.rows - rows
-                                ),
-                                server: None,
                                 committed_rows: receipt.rows - rows,
+                                ..Error::new(
+                                    ErrorKind::Uncertain,
+                                    format!(
+                                        "chunk {} of {chunk_count} was acknowledged with {} of {rows} rows written; {} rows were committed before it",
+                                        chunk + 1,
+                                        s.written_rows,
+                                        receipt.rows - rows
+                                    ),
+                                )
                             })
                         }
                         None => receipt.unverified_chunks += 1,
@@ -158,19 +267,16 @@ impl<T: Transport> Sink<T> {
                 }
                 Err(e) if receipt.chunks == 0 => return Err(e),
                 Err(e) => {
-                    return Err(Error {
-                        kind: ErrorKind::Uncertain,
-                        message: crate::client::error::cap(format!(
-                            "chunk {} of {chunk_count} failed after {} rows in {} chunks were committed ({}: {})",
+                    return Err(Error::uncertain_after(
+                        receipt.rows,
+                        &format!(
+                            "chunk {} of {chunk_count} failed after {} rows in {} chunks were committed",
                             chunk + 1,
                             receipt.rows,
                             receipt.chunks,
-                            e.kind,
-                            e.message
-                        )),
-                        server: e.server,
-                        committed_rows: receipt.rows,
-                    })
+                        ),
+                        e,
+                    ))
                 }
             }
         }
@@ -193,7 +299,55 @@ impl<T: Transport> Sink<T> {
     }
 }
 
-impl<T: Transport> ColumnTypeSource for Sink<T> {
+/// Why a table with this engine does not deduplicate inserts that carry a token, or `None` if
+/// it does: Replicated and Shared (ClickHouse Cloud) MergeTree engines with a
+/// `replicated_deduplication_window` above 0, other MergeTree engines with a
+/// `non_replicated_deduplication_window` above 0 (the table's own setting, else the server's
+/// default). Nothing else deduplicates.
+pub fn deduplication_refusal(
+    engine: &str,
+    engine_full: &str,
+    non_replicated_default: &str,
+    replicated_default: &str,
+) -> Option<String> {
+    if !engine.ends_with("MergeTree") {
+        return Some(format!(
+            "its engine is {engine}; only MergeTree-family tables deduplicate inserts"
+        ));
+    }
+    let (setting, default) = if engine.starts_with("Replicated") || engine.starts_with("Shared") {
+        ("replicated_deduplication_window", replicated_default)
+    } else {
+        (
+            "non_replicated_deduplication_window",
+            non_replicated_default,
+        )
+    };
+    let window = table_setting(engine_full, setting)
+        .unwrap_or(default)
+        .trim();
+    match window.parse::<u64>() {
+        Ok(0) => Some(format!(
+            "it is a {engine} table with {setting} = 0 (set it above 0, e.g. ALTER TABLE ... MODIFY SETTING {setting} = 1000, or turn dedup off)"
+        )),
+        Ok(_) => None,
+        Err(_) => Some(format!(
+            "its {setting} could not be read ('{}')",
+            window.escape_debug()
+        )),
+    }
+}
+
+/// The value of a setting in the `SETTINGS` clause of a table's `engine_full`, if set there.
+fn table_setting<'a>(engine_full: &'a str, name: &str) -> Option<&'a str> {
+    let (_, clause) = engine_full.rsplit_once(" SETTINGS ")?;
+    clause.split(", ").find_map(|pair| {
+        let (key, value) = pair.split_once(" = ")?;
+        (key.trim() == name).then_some(value.trim())
+    })
+}
+
+impl<T: Transport, P: Platform> ColumnTypeSource for Sink<T, P> {
     /// The table's column types: `DESCRIBE TABLE`, one read request, the first time a value
     /// holds a null (a missing table is the server's `misconfigured` error, before any row is
     /// sent).
@@ -233,8 +387,9 @@ impl<T: Transport> ColumnTypeSource for Sink<T> {
 mod tests {
     use super::*;
     use crate::client::error::{TransportError, TransportFailure};
-    use crate::client::testing::Scripted;
+    use crate::client::testing::{fail, ok, Scripted};
     use crate::client::{ConnectionOptions, HttpResponse};
+    use crate::platform::testing::FakePlatform;
     use crate::sink::encode::Value;
 
     fn ack(written: u64) -> Result<HttpResponse, TransportError> {
@@ -260,19 +415,45 @@ mod tests {
         })
     }
 
-    fn sink(t: &Scripted, batch: u32, dedup: bool) -> Sink<&Scripted> {
+    fn sink(t: &Scripted, batch: u32, dedup: bool) -> Sink<&Scripted, FakePlatform> {
+        sink_with(t, batch, dedup, 0)
+    }
+
+    fn sink_with(
+        t: &Scripted,
+        batch: u32,
+        dedup: bool,
+        retries: u32,
+    ) -> Sink<&Scripted, FakePlatform> {
         let client = Client::new(&ConnectionOptions::from_url("http://h"), t).unwrap();
         Sink::open(
             client,
+            FakePlatform::default(),
             &SinkOptions {
                 table: "db.events".into(),
                 batch_size: Some(batch),
                 dedup,
+                retries,
                 ..Default::default()
             },
         )
         .unwrap()
     }
+
+    /// The answer to the dedup check for a table with this engine.
+    fn engine(engine_full: &str) -> Result<HttpResponse, TransportError> {
+        let engine = engine_full.split([' ', '(']).next().unwrap();
+        ok(&serde_json::json!({
+            "engine": engine,
+            "engine_full": engine_full,
+            "non_replicated_default": "0",
+            "replicated_default": "10000",
+        })
+        .to_string())
+    }
+
+    const DEDUPLICATING: &str =
+        "MergeTree ORDER BY id SETTINGS non_replicated_deduplication_window = 100, index_granularity = 8192";
 
     fn ndjson(n: usize) -> Vec<u8> {
         (0..n)
@@ -315,6 +496,7 @@ mod tests {
         let columns = ["id", "weird col", "a`b", "x.y", "{c0:Identifier}"];
         let sink = Sink::open(
             client,
+            FakePlatform::default(),
             &SinkOptions {
                 table: "events".into(),
                 columns: Some(columns.iter().map(|c| c.to_string()).collect()),
@@ -393,12 +575,12 @@ mod tests {
 
     #[test]
     fn dedup_tokens_are_stable_and_zero_written_means_deduplicated() {
-        let t = Scripted::new(vec![ack(2), ack(0)]);
+        let t = Scripted::new(vec![engine(DEDUPLICATING), ack(2), ack(0)]);
         let s = sink(&t, 2, true);
         s.send_json(&ndjson(2)).unwrap();
         let r = s.send_json(&ndjson(2)).unwrap();
         assert_eq!(r.deduplicated_chunks, 1);
-        let sent = t.sent.borrow();
+        let sent = &t.sent.borrow()[1..];
         let token = |i: usize| {
             let url = &sent[i].path_and_query;
             let at = url.find("insert_deduplication_token=").unwrap();
@@ -406,6 +588,139 @@ mod tests {
         };
         assert_eq!(token(0), token(1));
         assert_eq!(token(0).len(), "insert_deduplication_token=".len() + 64);
+    }
+
+    #[test]
+    fn a_failed_chunk_is_resent_with_the_same_token_and_a_lost_commit_is_deduplicated() {
+        let t = Scripted::new(vec![
+            engine(DEDUPLICATING),
+            ack(2),
+            // Chunk 2: refused, then the answer is lost after the server wrote it, then the
+            // resend is acknowledged as a duplicate.
+            fail(TransportFailure::Refused),
+            fail(TransportFailure::Reset),
+            ack(0),
+            ack(1),
+        ]);
+        let r = sink_with(&t, 2, true, 3).send_json(&ndjson(5)).unwrap();
+        assert_eq!(
+            r,
+            Receipt {
+                rows: 5,
+                chunks: 3,
+                written_rows: 3,
+                deduplicated_chunks: 1,
+                retries: 2,
+                ..Default::default()
+            }
+        );
+        let sent = t.sent.borrow();
+        assert_eq!(sent.len(), 6);
+        // The three attempts of chunk 2 are the same request, token and body included.
+        assert_eq!(sent[2], sent[3]);
+        assert_eq!(sent[3], sent[4]);
+        assert_ne!(sent[1].path_and_query, sent[2].path_and_query);
+    }
+
+    #[test]
+    fn retries_stop_at_errors_that_cannot_pass_and_after_the_budget() {
+        // A rejected chunk is never resent.
+        let t = Scripted::new(vec![engine(DEDUPLICATING), rejected()]);
+        let e = sink_with(&t, 2, true, 5).send_json(&ndjson(2)).unwrap_err();
+        assert_eq!(e.kind, ErrorKind::Permanent);
+        assert_eq!(t.sent.borrow().len(), 2);
+        // Out of retries after a committed chunk: uncertain, with what was committed.
+        let t = Scripted::new(vec![
+            engine(DEDUPLICATING),
+            ack(2),
+            fail(TransportFailure::Timeout),
+            fail(TransportFailure::Refused),
+        ]);
+        let e = sink_with(&t, 2, true, 1).send_json(&ndjson(4)).unwrap_err();
+        assert_eq!((e.kind, e.committed_rows), (ErrorKind::Uncertain, 2));
+        assert!(e.message.contains("chunk 2 of 2 failed"), "{}", e.message);
+    }
+
+    #[test]
+    fn dedup_is_refused_on_a_table_that_does_not_deduplicate() {
+        for (engine_full, why) in [
+            (
+                "MergeTree ORDER BY id SETTINGS index_granularity = 8192",
+                "non_replicated_deduplication_window = 0",
+            ),
+            (
+                "ReplicatedMergeTree('/t', 'r') ORDER BY id SETTINGS replicated_deduplication_window = 0",
+                "replicated_deduplication_window = 0",
+            ),
+            ("Memory", "only MergeTree-family tables"),
+        ] {
+            let t = Scripted::new(vec![engine(engine_full)]);
+            let client = Client::new(&ConnectionOptions::from_url("http://h"), &t).unwrap();
+            let e = Sink::open(
+                client,
+                FakePlatform::default(),
+                &SinkOptions {
+                    table: "db.events".into(),
+                    dedup: true,
+                    ..Default::default()
+                },
+            )
+            .err()
+            .unwrap();
+            assert_eq!(e.kind, ErrorKind::Misconfigured, "{engine_full}");
+            assert!(e.message.contains(why), "{engine_full}: {}", e.message);
+        }
+        // A missing table is misconfigured too, before any row is read.
+        let t = Scripted::new(vec![ok("")]);
+        let client = Client::new(&ConnectionOptions::from_url("http://h"), &t).unwrap();
+        let e = Sink::open(
+            client,
+            FakePlatform::default(),
+            &SinkOptions {
+                table: "events".into(),
+                dedup: true,
+                ..Default::default()
+            },
+        )
+        .err()
+        .unwrap();
+        assert_eq!(e.kind, ErrorKind::Misconfigured);
+        assert!(e.message.contains("does not exist"), "{}", e.message);
+        let sql = String::from_utf8_lossy(&t.sent.borrow()[0].body).into_owned();
+        assert!(sql.contains("currentDatabase()"), "{sql}");
+    }
+
+    #[test]
+    fn deduplicating_engines() {
+        let ok_engines = [
+            ("MergeTree", "MergeTree ORDER BY id SETTINGS non_replicated_deduplication_window = 1"),
+            ("ReplacingMergeTree", "ReplacingMergeTree ORDER BY id SETTINGS non_replicated_deduplication_window = 10, index_granularity = 8192"),
+            ("ReplicatedMergeTree", "ReplicatedMergeTree('/t', 'r') ORDER BY id"),
+            ("SharedMergeTree", "SharedMergeTree('/t', 'r') ORDER BY id SETTINGS index_granularity = 8192"),
+        ];
+        for (engine, full) in ok_engines {
+            assert_eq!(
+                deduplication_refusal(engine, full, "0", "10000"),
+                None,
+                "{full}"
+            );
+        }
+        // The server's default decides when the table sets nothing.
+        assert_eq!(
+            deduplication_refusal("MergeTree", "MergeTree ORDER BY id", "100", "10000"),
+            None
+        );
+        // `replicated_deduplication_window` inside `non_replicated_...` is not mistaken for it.
+        assert!(deduplication_refusal(
+            "ReplicatedMergeTree",
+            "ReplicatedMergeTree('/t', 'r') ORDER BY id SETTINGS non_replicated_deduplication_window = 5",
+            "0",
+            "0"
+        )
+        .is_some());
+        assert!(
+            deduplication_refusal("Distributed", "Distributed(c, d, t)", "100", "100").is_some()
+        );
     }
 
     fn described(columns: &[(&str, &str)]) -> Result<HttpResponse, TransportError> {

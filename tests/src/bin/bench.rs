@@ -268,6 +268,7 @@ async fn bench_sink(rows: usize, batch: usize) {
                 batch_size: Some(batch as u32),
                 settings: vec![],
                 dedup: None,
+                retries: None,
             },
         )
         .await
