@@ -623,6 +623,41 @@ mod tests {
     }
 
     #[test]
+    fn tokens_depend_only_on_target_columns_and_bytes_not_on_the_sink() {
+        // Two sinks (two processes, in effect) send the same rows: the same tokens.
+        let token_of = |table: &str, data: &[u8]| {
+            // More rows written than sent is fine (materialized views): one answer fits all.
+            let t = Scripted::new(vec![engine(DEDUPLICATING), ack(100)]);
+            let client = Client::new(&ConnectionOptions::from_url("http://other:1"), &t).unwrap();
+            Sink::open(
+                client,
+                FakePlatform::default(),
+                &SinkOptions {
+                    table: table.into(),
+                    batch_size: Some(10),
+                    dedup: true,
+                    ..Default::default()
+                },
+            )
+            .unwrap()
+            .send_json(data)
+            .unwrap();
+            let url = t.sent.borrow()[1].path_and_query.clone();
+            let at = url.find("insert_deduplication_token=").unwrap();
+            url[at..].split('&').next().unwrap().to_string()
+        };
+        let a = token_of("db.events", &ndjson(2));
+        assert_eq!(a, token_of("db.events", &ndjson(2)));
+        assert_ne!(a, token_of("db.other", &ndjson(2)), "another table");
+        assert_ne!(a, token_of("db.events", &ndjson(3)), "other rows");
+        // Another column set.
+        assert_ne!(
+            a,
+            token_of("db.events", b"{\"id\":0,\"x\":1}\n{\"id\":1,\"x\":1}\n")
+        );
+    }
+
+    #[test]
     fn retries_stop_at_errors_that_cannot_pass_and_after_the_budget() {
         // A rejected chunk is never resent.
         let t = Scripted::new(vec![engine(DEDUPLICATING), rejected()]);
