@@ -25,12 +25,14 @@ pub mod allow_list;
 pub mod bindings;
 pub mod component;
 pub mod config;
+pub mod limits;
 pub mod pool;
 pub mod runtime;
 
 pub use allow_list::{AllowList, AllowListError};
 pub use bindings::{LockEngine, Receipt, ServerInfo, SinkOptions, State, StoreOptions, Value};
 pub use component::{CachePolicy, ComponentSource, LoadKind, LoadReport};
+pub use limits::{CallDeadlineExceeded, Limits};
 pub use runtime::{
     default_allow_list, CallError, Instance, LockHandle, RequestDeadline, Runtime, SinkHandle,
     StoreHandle,

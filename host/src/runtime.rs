@@ -19,13 +19,16 @@ use crate::bindings::{
     Value, WitError, WitErrorKind,
 };
 use crate::component::{self, CachePolicy, ComponentSource, LoadReport};
+use crate::limits::{self, CallDeadline, CallDeadlineExceeded, Limits};
 use crate::pool::ConnectionPool;
 use wasmtime::component::ResourceAny;
 
-/// Engine, compiled component and linker: load once, share (it is cheap to clone).
+/// Engine, compiled component and linker: load once, share (it is cheap to clone). Each
+/// instance it makes gets its [`Limits`].
 #[derive(Clone)]
 pub struct Runtime {
     inner: Arc<Inner>,
+    limits: Limits,
 }
 
 struct Inner {
@@ -38,7 +41,11 @@ impl Runtime {
     pub fn new(source: &ComponentSource, cache: &CachePolicy) -> anyhow::Result<Runtime> {
         let mut config = Config::new();
         config.wasm_component_model(true);
+        // Calls can be bounded in time, and a running call yields to other tasks (see
+        // `instantiate_with`).
+        config.epoch_interruption(true);
         let engine = Engine::new(&config)?;
+        limits::start_epoch_ticker(&engine);
         let (component, report) = component::load(&engine, source, cache)?;
         let mut linker = Linker::<HostState>::new(&engine);
         wasmtime_wasi::p2::add_to_linker_async(&mut linker)?;
@@ -49,7 +56,19 @@ impl Runtime {
         tracing::debug!(kind = ?report.kind, ms = report.duration.as_secs_f64() * 1e3, "component loaded");
         Ok(Runtime {
             inner: Arc::new(Inner { pre, report }),
+            limits: Limits::default(),
         })
+    }
+
+    /// The same runtime, making instances with these limits.
+    pub fn with_limits(mut self, limits: Limits) -> Runtime {
+        self.limits = limits;
+        self
+    }
+
+    /// The limits of the instances it makes.
+    pub fn limits(&self) -> &Limits {
+        &self.limits
     }
 
     /// How loading went (compiled or cache hit, and how long it took).
@@ -87,18 +106,36 @@ impl Runtime {
     }
 
     async fn instantiate_with(&self, allow: AllowList, wasi: WasiCtx) -> anyhow::Result<Instance> {
+        let limits = self.limits;
         let state = HostState {
             table: ResourceTable::new(),
             wasi,
             http: WasiHttpCtx::new(),
+            memory: wasmtime::StoreLimitsBuilder::new()
+                .memory_size(limits.max_memory_bytes)
+                .trap_on_grow_failure(true)
+                .build(),
+            limits,
             hooks: Hooks {
                 allow: Arc::new(allow),
                 // Per instance: its connections are driven by the runtime that uses it.
                 pool: ConnectionPool::default(),
                 deadline: RequestDeadline::default(),
+                call: CallDeadline::default(),
             },
         };
         let mut store = Store::new(self.inner.pre.engine(), state);
+        store.limiter(|state| &mut state.memory);
+        // At every epoch tick a running call checks its deadline, then yields to other tasks
+        // (a busy guest never starves the host's own tasks on the same thread).
+        store.set_epoch_deadline(1);
+        store.epoch_deadline_callback(|context| {
+            let call = context.data().hooks.call;
+            if call.passed() {
+                return Err(CallDeadlineExceeded(call.limit).into());
+            }
+            Ok(wasmtime::UpdateDeadline::Yield(1))
+        });
         let connector = self.inner.pre.instantiate_async(&mut store).await?;
         Ok(Instance { store, connector })
     }
@@ -153,12 +190,14 @@ impl RequestDeadline {
         }
     }
 
-    /// `options` with every timeout cut to the time left; `None` if none is left.
+    /// `options` with every timeout cut to the time left before this deadline and `also` (the
+    /// call's), whichever comes first; `None` if none is left.
     fn bound(
         &self,
         options: Option<wasmtime_wasi_http::RequestOptions>,
+        also: Option<Instant>,
     ) -> Option<Option<wasmtime_wasi_http::RequestOptions>> {
-        let Some(deadline) = self.get() else {
+        let Some(deadline) = [self.get(), also].into_iter().flatten().min() else {
             return Some(options);
         };
         let left = deadline.saturating_duration_since(Instant::now());
@@ -238,6 +277,12 @@ pub struct LockHandle(ResourceAny);
 pub struct SinkHandle(ResourceAny);
 
 impl Instance {
+    /// Starts the clock of a call (its deadline, from [`Limits::call_timeout`]).
+    fn begin_call(&mut self) {
+        let limit = self.store.data().limits.call_timeout;
+        self.store.data_mut().hooks.call = CallDeadline::starting_now(limit);
+    }
+
     /// The deadline of this instance's outgoing requests (none by default); clone it to set
     /// it from another task while a call runs.
     pub fn request_deadline(&self) -> RequestDeadline {
@@ -246,6 +291,7 @@ impl Instance {
 
     /// `server.ping`: connects, authenticates and returns the server's identity.
     pub async fn ping(&mut self, connection: &ConnectionOptions) -> Result<ServerInfo, CallError> {
+        self.begin_call();
         let conn = to_wit_connection(connection);
         let result = self
             .connector
@@ -258,6 +304,7 @@ impl Instance {
     /// `wasi:cli/run`: runs the component's command line (see
     /// [`Runtime::instantiate_command`]) and returns its exit code.
     pub async fn run_command(&mut self) -> Result<i32, CallError> {
+        self.begin_call();
         let result = self
             .connector
             .wasi_cli_run()
@@ -279,6 +326,7 @@ impl Instance {
         connection: &ConnectionOptions,
         options: &StoreOptions,
     ) -> Result<StoreHandle, CallError> {
+        self.begin_call();
         let conn = to_wit_connection(connection);
         let result = self
             .connector
@@ -295,12 +343,14 @@ impl Instance {
         s: StoreHandle,
         id: &str,
     ) -> Result<Option<State>, CallError> {
+        self.begin_call();
         let r = self.connector.clickhouse_connector_state_store().store();
         flatten(r.call_get(&mut self.store, s.0, id).await?)
     }
 
     /// `store.set`.
     pub async fn state_set(&mut self, s: StoreHandle, state: &State) -> Result<(), CallError> {
+        self.begin_call();
         let r = self.connector.clickhouse_connector_state_store().store();
         flatten(r.call_set(&mut self.store, s.0, state).await?)
     }
@@ -311,12 +361,14 @@ impl Instance {
         s: StoreHandle,
         state: &State,
     ) -> Result<State, CallError> {
+        self.begin_call();
         let r = self.connector.clickhouse_connector_state_store().store();
         flatten(r.call_update(&mut self.store, s.0, state).await?)
     }
 
     /// `store.delete`.
     pub async fn state_delete(&mut self, s: StoreHandle, id: &str) -> Result<u64, CallError> {
+        self.begin_call();
         let r = self.connector.clickhouse_connector_state_store().store();
         flatten(r.call_delete(&mut self.store, s.0, id).await?)
     }
@@ -327,6 +379,7 @@ impl Instance {
         s: StoreHandle,
         pattern: Option<&str>,
     ) -> Result<Vec<String>, CallError> {
+        self.begin_call();
         let r = self.connector.clickhouse_connector_state_store().store();
         flatten(r.call_ids(&mut self.store, s.0, pattern).await?)
     }
@@ -337,6 +390,7 @@ impl Instance {
         s: StoreHandle,
         pattern: Option<&str>,
     ) -> Result<Vec<State>, CallError> {
+        self.begin_call();
         let r = self.connector.clickhouse_connector_state_store().store();
         flatten(r.call_get_all(&mut self.store, s.0, pattern).await?)
     }
@@ -347,36 +401,42 @@ impl Instance {
         s: StoreHandle,
         states: &[State],
     ) -> Result<(), CallError> {
+        self.begin_call();
         let r = self.connector.clickhouse_connector_state_store().store();
         flatten(r.call_set_all(&mut self.store, s.0, states).await?)
     }
 
     /// `store.clear-all`.
     pub async fn state_clear_all(&mut self, s: StoreHandle) -> Result<u64, CallError> {
+        self.begin_call();
         let r = self.connector.clickhouse_connector_state_store().store();
         flatten(r.call_clear_all(&mut self.store, s.0).await?)
     }
 
     /// `store.lock`.
     pub async fn lock(&mut self, s: StoreHandle, id: &str) -> Result<LockHandle, CallError> {
+        self.begin_call();
         let r = self.connector.clickhouse_connector_state_store().store();
         flatten(r.call_lock(&mut self.store, s.0, id).await?).map(LockHandle)
     }
 
     /// `lock.token`.
     pub async fn lock_token(&mut self, lock: LockHandle) -> Result<String, CallError> {
+        self.begin_call();
         let r = self.connector.clickhouse_connector_state_store().lock();
         Ok(r.call_token(&mut self.store, lock.0).await?)
     }
 
     /// `lock.renew`.
     pub async fn lock_renew(&mut self, lock: LockHandle) -> Result<(), CallError> {
+        self.begin_call();
         let r = self.connector.clickhouse_connector_state_store().lock();
         flatten(r.call_renew(&mut self.store, lock.0).await?)
     }
 
     /// `lock.set`: a write fenced by the lock.
     pub async fn lock_set(&mut self, lock: LockHandle, state: &State) -> Result<(), CallError> {
+        self.begin_call();
         let r = self.connector.clickhouse_connector_state_store().lock();
         flatten(r.call_set(&mut self.store, lock.0, state).await?)
     }
@@ -387,18 +447,21 @@ impl Instance {
         lock: LockHandle,
         state: &State,
     ) -> Result<State, CallError> {
+        self.begin_call();
         let r = self.connector.clickhouse_connector_state_store().lock();
         flatten(r.call_update(&mut self.store, lock.0, state).await?)
     }
 
     /// `lock.delete`: deletes the locked id's state, fenced by the lock.
     pub async fn lock_delete(&mut self, lock: LockHandle) -> Result<u64, CallError> {
+        self.begin_call();
         let r = self.connector.clickhouse_connector_state_store().lock();
         flatten(r.call_delete(&mut self.store, lock.0).await?)
     }
 
     /// `lock.release`, then drops the handle.
     pub async fn lock_release(&mut self, lock: LockHandle) -> Result<(), CallError> {
+        self.begin_call();
         let r = self.connector.clickhouse_connector_state_store().lock();
         let result = flatten(r.call_release(&mut self.store, lock.0).await?);
         lock.0.resource_drop_async(&mut self.store).await?;
@@ -407,6 +470,7 @@ impl Instance {
 
     /// Drops a lock handle without an explicit release (the component releases it, best effort).
     pub async fn lock_drop(&mut self, lock: LockHandle) -> Result<(), CallError> {
+        self.begin_call();
         lock.0.resource_drop_async(&mut self.store).await?;
         Ok(())
     }
@@ -417,6 +481,7 @@ impl Instance {
         connection: &ConnectionOptions,
         options: &SinkOptions,
     ) -> Result<SinkHandle, CallError> {
+        self.begin_call();
         let conn = to_wit_connection(connection);
         let r = self.connector.clickhouse_connector_table_sink().sink();
         flatten(r.call_open(&mut self.store, &conn, options).await?).map(SinkHandle)
@@ -428,6 +493,7 @@ impl Instance {
         sink: SinkHandle,
         rows: &[Vec<(String, Value)>],
     ) -> Result<Receipt, CallError> {
+        self.begin_call();
         let r = self.connector.clickhouse_connector_table_sink().sink();
         flatten(r.call_send(&mut self.store, sink.0, rows).await?)
     }
@@ -438,12 +504,14 @@ impl Instance {
         sink: SinkHandle,
         data: &[u8],
     ) -> Result<Receipt, CallError> {
+        self.begin_call();
         let r = self.connector.clickhouse_connector_table_sink().sink();
         flatten(r.call_send_json(&mut self.store, sink.0, data).await?)
     }
 
     /// `sink.close` (idempotent); the handle stays valid until [`Instance::drop_sink`].
     pub async fn sink_close(&mut self, sink: SinkHandle) -> Result<(), CallError> {
+        self.begin_call();
         let r = self.connector.clickhouse_connector_table_sink().sink();
         r.call_close(&mut self.store, sink.0).await?;
         Ok(())
@@ -451,12 +519,14 @@ impl Instance {
 
     /// Drops a sink handle.
     pub async fn drop_sink(&mut self, sink: SinkHandle) -> Result<(), CallError> {
+        self.begin_call();
         sink.0.resource_drop_async(&mut self.store).await?;
         Ok(())
     }
 
     /// Closes a store handle.
     pub async fn close_store(&mut self, s: StoreHandle) -> Result<(), CallError> {
+        self.begin_call();
         s.0.resource_drop_async(&mut self.store).await?;
         Ok(())
     }
@@ -510,6 +580,9 @@ pub struct HostState {
     table: ResourceTable,
     wasi: WasiCtx,
     http: WasiHttpCtx,
+    /// The guest's memory limit.
+    memory: wasmtime::StoreLimits,
+    limits: Limits,
     hooks: Hooks,
 }
 
@@ -538,6 +611,8 @@ struct Hooks {
     allow: Arc<AllowList>,
     pool: ConnectionPool,
     deadline: RequestDeadline,
+    /// The deadline of the call in progress.
+    call: CallDeadline,
 }
 
 type SendFuture = Box<
@@ -583,7 +658,8 @@ impl WasiHttpHooks for Hooks {
             );
             return Box::new(async { Err(wasmtime_wasi_http::Error::HttpRequestDenied) });
         }
-        let Some(options) = self.deadline.bound(options) else {
+        let call_deadline = self.call.at;
+        let Some(options) = self.deadline.bound(options, call_deadline) else {
             tracing::debug!(op = %operation, "clickhouse request not sent: its deadline has passed");
             return Box::new(async { Err(wasmtime_wasi_http::Error::ConnectionTimeout) });
         };
@@ -612,9 +688,16 @@ impl WasiHttpHooks for Hooks {
                         })
                 }
             };
+            let call_ends = async {
+                match call_deadline {
+                    Some(at) => tokio::time::sleep_until(at.into()).await,
+                    None => std::future::pending().await,
+                }
+            };
             let result: wasmtime_wasi_http::Result<(http::Response<WasiBody>, Io)> = tokio::select! {
                 result = send => result,
                 _ = deadline.reached() => Err(wasmtime_wasi_http::Error::ConnectionReadTimeout),
+                _ = call_ends => Err(wasmtime_wasi_http::Error::ConnectionReadTimeout),
             };
             let ms = started.elapsed().as_secs_f64() * 1e3;
             match &result {

@@ -1,0 +1,115 @@
+//! The host's per-instance limits, through the real component in the real host: a call has a
+//! deadline even when a server keeps every timeout from firing (one byte at a time), and the
+//! guest's memory is capped.
+
+use std::io::{BufRead, BufReader, Write};
+use std::net::TcpListener;
+use std::time::{Duration, Instant};
+
+use clickhouse_component::client::{ConnectionOptions, ErrorKind};
+use clickhouse_component_host::{default_allow_list, CallError, Limits, SinkOptions};
+use clickhouse_component_tests::{clickhouse, runtime};
+
+/// A server that answers every request with a 200 whose body arrives one byte every 200 ms,
+/// forever (so neither a first-byte nor a between-bytes timeout ever fires). Returns its URL.
+fn trickling_server() -> String {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut stream) = stream else { return };
+            std::thread::spawn(move || {
+                let mut reader = BufReader::new(stream.try_clone().unwrap());
+                let mut line = String::new();
+                while reader.read_line(&mut line).is_ok_and(|n| n > 2) {
+                    line.clear();
+                }
+                let _ = stream.write_all(
+                    b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 100000000\r\n\r\n",
+                );
+                while stream.write_all(b"x").is_ok() {
+                    std::thread::sleep(Duration::from_millis(200));
+                }
+            });
+        }
+    });
+    url
+}
+
+#[tokio::test]
+async fn a_call_ends_at_its_deadline_even_when_the_server_trickles() {
+    let url = trickling_server();
+    let connection = ConnectionOptions {
+        request_timeout_ms: Some(1_000),
+        ..ConnectionOptions::from_url(&url)
+    };
+    let limited = runtime().clone().with_limits(Limits {
+        call_timeout: Some(Duration::from_millis(1_500)),
+        ..Limits::default()
+    });
+    let mut instance = limited
+        .instantiate(default_allow_list(&connection).unwrap())
+        .await
+        .unwrap();
+    let started = Instant::now();
+    let outcome = tokio::time::timeout(Duration::from_secs(30), instance.ping(&connection))
+        .await
+        .expect("the call outlived its deadline by far");
+    let took = started.elapsed();
+    assert!(outcome.is_err(), "a trickling answer cannot be a ping");
+    assert!(
+        took < Duration::from_secs(5),
+        "the call took {took:?} (deadline 1.5 s)"
+    );
+    assert!(took >= Duration::from_millis(1_400), "{took:?}");
+
+    // Without a deadline the same call is still running when we stop waiting: the test above
+    // would fail without the limit.
+    let mut unlimited = runtime()
+        .instantiate(default_allow_list(&connection).unwrap())
+        .await
+        .unwrap();
+    let outcome = tokio::time::timeout(Duration::from_secs(4), unlimited.ping(&connection)).await;
+    assert!(outcome.is_err(), "without a call deadline the call goes on");
+}
+
+#[tokio::test]
+async fn guest_memory_is_capped() {
+    let connection = clickhouse().connection();
+    // 48 MiB of input (not valid rows): validating it needs it in guest memory.
+    let data = vec![b'x'; 48 << 20];
+    let options = SinkOptions {
+        table: "never_written".into(),
+        columns: None,
+        batch_size: None,
+        settings: vec![],
+        dedup: None,
+        retries: None,
+    };
+    // With the default limit (1 GiB) the input is read and refused as bad rows.
+    let mut instance = runtime()
+        .instantiate(default_allow_list(&connection).unwrap())
+        .await
+        .unwrap();
+    let sink = instance.open_sink(&connection, &options).await.unwrap();
+    let e = instance.sink_send_json(sink, &data).await.unwrap_err();
+    assert_eq!(e.kind(), Some(ErrorKind::InvalidInput), "{e}");
+
+    // With 32 MiB the guest cannot even take the input: the call traps, naming the memory.
+    let limited = runtime().clone().with_limits(Limits {
+        max_memory_bytes: 32 << 20,
+        ..Limits::default()
+    });
+    let mut instance = limited
+        .instantiate(default_allow_list(&connection).unwrap())
+        .await
+        .unwrap();
+    let sink = instance.open_sink(&connection, &options).await.unwrap();
+    match instance.sink_send_json(sink, &data).await {
+        Err(CallError::Runner(e)) => {
+            let text = format!("{e:#}");
+            assert!(text.contains("memory"), "{text}");
+        }
+        other => panic!("expected a runner failure, got {other:?}"),
+    }
+}
