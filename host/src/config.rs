@@ -3,9 +3,12 @@
 //! cache. The options every command shares are the component's
 //! ([`clickhouse_component::cli::GlobalArgs`]).
 
+use std::ffi::OsString;
 use std::path::PathBuf;
+use std::sync::LazyLock;
 
-use clap::Args;
+use clap::parser::ValueSource;
+use clap::{ArgMatches, Args, Command};
 use clickhouse_component::client::{ConnectionOptions, Error};
 
 use crate::allow_list::AllowList;
@@ -32,11 +35,55 @@ pub struct HostArgs {
     /// Directory for the precompiled component ("off" disables the cache).
     #[arg(long, env = "CLICKHOUSE_COMPONENT_CACHE_DIR", global = true)]
     pub cache_dir: Option<String>,
+
+    /// `lock ID -- COMMAND`: let the command see the ClickHouse credentials of this
+    /// environment. Without it the command gets the environment minus CLICKHOUSE_PASSWORD, and
+    /// CLICKHOUSE_URL / MELTANO_STATE_BACKEND_URI without their password. Give it when the
+    /// command itself connects with them, e.g. runs this CLI to write state through the held
+    /// lock (CLICKHOUSE_LOCK_ID / CLICKHOUSE_LOCK_TOKEN).
+    #[arg(long, global = true)]
+    pub pass_credentials: bool,
 }
 
-/// Host-only flags that take a value (they are removed before the component sees the
-/// arguments).
-pub const HOST_FLAGS_WITH_VALUE: &[&str] = &["--allow-host", "--component", "--cache-dir"];
+/// A host-only flag: removed (with its value, if it takes one) before the component sees the
+/// arguments.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HostFlag {
+    /// `--name` (or an alias).
+    pub name: String,
+    /// Whether it takes a value (`--name value` or `--name=value`).
+    pub takes_value: bool,
+}
+
+/// The host-only flags, read from [`HostArgs`]' definitions (so a new option there is never
+/// passed on to the component by mistake).
+pub static HOST_FLAGS: LazyLock<Vec<HostFlag>> = LazyLock::new(|| {
+    let command = HostArgs::augment_args(Command::new("host"));
+    let mut flags = Vec::new();
+    for arg in command.get_arguments() {
+        assert!(
+            arg.get_short().is_none() && !arg.is_positional(),
+            "host options must be long options only (strip_host_flags handles no other): {}",
+            arg.get_id()
+        );
+        for name in arg.get_long_and_visible_aliases().unwrap_or_default() {
+            flags.push(HostFlag {
+                name: format!("--{name}"),
+                takes_value: arg.get_action().takes_values(),
+            });
+        }
+    }
+    flags
+});
+
+/// The host-only flags that take a value.
+pub fn host_flags_with_value() -> Vec<&'static str> {
+    HOST_FLAGS
+        .iter()
+        .filter(|f| f.takes_value)
+        .map(|f| f.name.as_str())
+        .collect()
+}
 
 impl HostArgs {
     /// The allow-list: the connection's origin plus every `--allow-host`.
@@ -66,8 +113,9 @@ impl HostArgs {
     }
 }
 
-/// The arguments without the host-only flags (`--flag value` and `--flag=value` forms), up to
-/// a `--` (whatever follows it belongs to a command run under a lock).
+/// The arguments without the host-only flags ([`HOST_FLAGS`]: `--flag`, `--flag value` and
+/// `--flag=value` forms), up to a `--` (whatever follows it belongs to a command run under a
+/// lock, or is a FILE).
 pub fn strip_host_flags(args: &[String]) -> Vec<String> {
     let mut out = Vec::with_capacity(args.len());
     let mut iter = args.iter();
@@ -77,19 +125,188 @@ pub fn strip_host_flags(args: &[String]) -> Vec<String> {
             out.extend(iter.cloned());
             break;
         }
-        if HOST_FLAGS_WITH_VALUE.contains(&arg.as_str()) {
-            iter.next();
+        if let Some(flag) = HOST_FLAGS.iter().find(|f| f.name == *arg) {
+            if flag.takes_value {
+                iter.next();
+            }
             continue;
         }
-        if HOST_FLAGS_WITH_VALUE
-            .iter()
-            .any(|f| arg.starts_with(&format!("{f}=")))
-        {
-            continue;
+        if let Some((name, _)) = arg.split_once('=') {
+            if HOST_FLAGS.iter().any(|f| f.name == name) {
+                continue;
+            }
         }
         out.push(arg.clone());
     }
     out
+}
+
+/// Where in `args` (argv: the program name first) the command line gave the value of the
+/// positional argument `id` of the subcommand reached through `path` (e.g. `["state",
+/// "import"]` and `"file"`), by clap's own account: `matches` (parsed from `args` by
+/// `command`) say at which clap index the value is, and this maps that index back to the
+/// argument it came from. `None` when it was not given on the command line (or the arguments
+/// use a form the mapping does not follow: short options).
+///
+/// clap numbers the arguments after each subcommand's name from 1, one number per flag and per
+/// value: `--name=value` counts two, a value split by a delimiter one per part, `--` none.
+pub fn positional_index(
+    command: &Command,
+    matches: &ArgMatches,
+    args: &[String],
+    path: &[&str],
+    id: &str,
+) -> Option<usize> {
+    let mut command = command.clone();
+    command.build();
+    let mut command = &command;
+    let mut matches = matches;
+    for name in path {
+        matches = matches.subcommand_matches(name)?;
+    }
+    if matches.value_source(id) != Some(ValueSource::CommandLine) {
+        return None;
+    }
+    let target = matches.index_of(id)?;
+    let mut level = 0;
+    let mut index = 0;
+    let mut escaped = false;
+    let mut pending: Option<&clap::Arg> = None;
+    // How many values clap makes of an option's value.
+    let values = |value: &str, of: &clap::Arg| match of.get_value_delimiter() {
+        Some(d) => value.split(d).count(),
+        None => 1,
+    };
+    for (position, arg) in args.iter().enumerate().skip(1) {
+        if let Some(option) = pending.take() {
+            index += values(arg, option);
+            continue;
+        }
+        if !escaped && arg == "--" {
+            escaped = true;
+            continue;
+        }
+        if !escaped {
+            if let Some(long) = arg.strip_prefix("--") {
+                let (name, value) = match long.split_once('=') {
+                    Some((name, value)) => (name, Some(value)),
+                    None => (long, None),
+                };
+                let option = command.get_arguments().find(|a| {
+                    a.get_all_aliases()
+                        .unwrap_or_default()
+                        .into_iter()
+                        .chain(a.get_long())
+                        .any(|n| n == name)
+                })?;
+                if !option.get_action().takes_values() {
+                    index += 1;
+                } else if let Some(value) = value {
+                    index += 1 + values(value, option);
+                } else {
+                    index += 1;
+                    pending = Some(option);
+                }
+                continue;
+            }
+            if arg.starts_with('-') && arg != "-" {
+                return None;
+            }
+            if level < path.len() {
+                if let Some(sub) = command.find_subcommand(arg) {
+                    if sub.get_name() != path[level] {
+                        return None;
+                    }
+                    command = sub;
+                    level += 1;
+                    index = 0;
+                    continue;
+                }
+            }
+        }
+        index += 1;
+        if level == path.len() && index == target {
+            return Some(position);
+        }
+    }
+    None
+}
+
+/// Whether a ClickHouse password was given as a command-line argument (`--password`, or a
+/// `--url` / `--meltano-state-backend-uri` with one), where other users of the machine can
+/// read it (`ps`, /proc). The environment does not count.
+pub fn password_on_command_line(matches: &ArgMatches) -> bool {
+    let given = |m: &ArgMatches, id: &str| {
+        m.value_source(id) == Some(ValueSource::CommandLine)
+            && m.get_one::<String>(id).is_some_and(|v| match id {
+                "password" => !v.is_empty(),
+                _ => url_password(v).is_some_and(|r| !r.is_empty()),
+            })
+    };
+    let mut level = Some(matches);
+    while let Some(m) = level {
+        if ["password", "url", "meltano_uri"]
+            .iter()
+            .any(|id| m.try_contains_id(id).unwrap_or(false) && given(m, id))
+        {
+            return true;
+        }
+        level = m.subcommand().map(|(_, sub)| sub);
+    }
+    false
+}
+
+/// The one-line warning for [`password_on_command_line`] (it never shows the password).
+pub const PASSWORD_ON_COMMAND_LINE_WARNING: &str = "warning: a password given on the command line \
+    (--password, or in --url) is visible to other users of this machine; set CLICKHOUSE_PASSWORD \
+    (or put the URL in CLICKHOUSE_URL) instead";
+
+/// Where the password of a connection string is (`scheme://user:PASSWORD@host...`), as the
+/// component's parser finds it: after the first `:` of what precedes the last `@` of the
+/// authority.
+fn url_password(url: &str) -> Option<std::ops::Range<usize>> {
+    let start = url.find("://")? + 3;
+    let rest = &url[start..];
+    let authority = &rest[..rest.find(['/', '?', '#']).unwrap_or(rest.len())];
+    let userinfo = &authority[..authority.rfind('@')?];
+    let colon = userinfo.find(':')?;
+    Some(start + colon + 1..start + userinfo.len())
+}
+
+/// A connection string without its password (`scheme://user@host...`), or `None` when it
+/// has none.
+pub fn url_without_password(url: &str) -> Option<String> {
+    let password = url_password(url)?;
+    Some(format!(
+        "{}{}",
+        &url[..password.start - 1],
+        &url[password.end..]
+    ))
+}
+
+/// Environment variables that hold ClickHouse connection strings (and so may hold a password).
+pub const CONNECTION_URL_VARS: &[&str] = &["CLICKHOUSE_URL", "MELTANO_STATE_BACKEND_URI"];
+
+/// What `lock ID -- COMMAND` changes in the command's environment unless `--pass-credentials`:
+/// CLICKHOUSE_PASSWORD removed, the connection strings ([`CONNECTION_URL_VARS`]) without their
+/// password (removed when they are not UTF-8, as they cannot be checked). `(name, None)`
+/// removes, `(name, Some(value))` sets; `var` reads the environment.
+pub fn withheld_credentials(
+    var: impl Fn(&str) -> Option<OsString>,
+) -> Vec<(&'static str, Option<String>)> {
+    let mut changes = vec![("CLICKHOUSE_PASSWORD", None)];
+    for &name in CONNECTION_URL_VARS {
+        let Some(value) = var(name) else { continue };
+        match value.to_str() {
+            Some(url) => {
+                if let Some(clean) = url_without_password(url) {
+                    changes.push((name, Some(clean)));
+                }
+            }
+            None => changes.push((name, None)),
+        }
+    }
+    changes
 }
 
 #[cfg(test)]
@@ -118,6 +335,200 @@ mod tests {
         assert!(matches!(args.cache_policy(), CachePolicy::Disabled));
         args.cache_dir = Some("/tmp/x".into());
         assert!(matches!(args.cache_policy(), CachePolicy::Dir(_)));
+    }
+
+    #[test]
+    fn host_flags_come_from_the_host_options() {
+        assert_eq!(
+            host_flags_with_value(),
+            ["--allow-host", "--component", "--cache-dir"]
+        );
+        assert!(HOST_FLAGS.contains(&HostFlag {
+            name: "--pass-credentials".into(),
+            takes_value: false
+        }));
+        assert_eq!(HOST_FLAGS.len(), 4);
+    }
+
+    fn strings(args: &[&str]) -> Vec<String> {
+        args.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn flags_without_a_value_are_stripped_alone() {
+        assert_eq!(
+            strip_host_flags(&strings(&[
+                "prog",
+                "--pass-credentials",
+                "lock",
+                "id",
+                "--hold",
+                "1s"
+            ])),
+            ["prog", "lock", "id", "--hold", "1s"]
+        );
+    }
+
+    /// The reference host's command line, as `HostCli` declares it.
+    fn host_cli() -> Command {
+        use clap::CommandFactory;
+        HostArgs::augment_args(clickhouse_component::cli::Cli::command())
+    }
+
+    /// The position of the FILE of `sink` (or of `state import`) in `args`.
+    fn file_at(args: &[&str]) -> Option<usize> {
+        let args = strings(args);
+        let matches = host_cli().try_get_matches_from(&args).unwrap();
+        let path: &[&str] = if args.iter().any(|a| a == "sink") {
+            &["sink"]
+        } else {
+            &["state", "import"]
+        };
+        let at = positional_index(&host_cli(), &matches, &args, path, "file");
+        if let Some(at) = at {
+            let mut m = &matches;
+            for name in path {
+                m = m.subcommand_matches(name).unwrap();
+            }
+            let file = m.get_one::<PathBuf>("file").unwrap();
+            assert_eq!(args[at], file.to_str().unwrap(), "{args:?}");
+        }
+        at
+    }
+
+    #[test]
+    fn the_file_argument_is_found_by_position_not_by_value() {
+        assert_eq!(file_at(&["p", "sink", "data", "--table", "data"]), Some(2));
+        assert_eq!(file_at(&["p", "sink", "--table", "data", "data"]), Some(4));
+        assert_eq!(file_at(&["p", "sink", "--table=data", "data"]), Some(3));
+        assert_eq!(
+            file_at(&[
+                "p",
+                "--url",
+                "sink",
+                "--setting",
+                "a=b",
+                "sink",
+                "--columns",
+                "sink,b,c",
+                "--dedup",
+                "--table=sink",
+                "--allow-host=sink,x",
+                "--json",
+                "sink",
+                "--batch-size",
+                "5"
+            ]),
+            Some(12)
+        );
+        assert_eq!(
+            file_at(&["p", "sink", "--table", "t", "--", "--table"]),
+            Some(5)
+        );
+        assert_eq!(file_at(&["p", "sink", "--table", "t", "-"]), Some(4));
+        assert_eq!(file_at(&["p", "sink", "--table", "t"]), None);
+        assert_eq!(
+            file_at(&[
+                "p",
+                "state",
+                "--state-database",
+                "import",
+                "--state-table",
+                "import",
+                "import",
+                "import",
+                "--json"
+            ]),
+            Some(7)
+        );
+    }
+
+    #[test]
+    fn a_password_in_the_arguments_is_noticed_not_in_the_environment_or_the_command() {
+        let on_command_line = |args: &[&str]| {
+            let matches = host_cli().try_get_matches_from(args).unwrap();
+            password_on_command_line(&matches)
+        };
+        assert!(on_command_line(&["p", "--password", "x", "check"]));
+        assert!(on_command_line(&["p", "check", "--password=x"]));
+        assert!(on_command_line(&["p", "--url", "http://u:pw@h", "check"]));
+        assert!(on_command_line(&[
+            "p",
+            "state",
+            "--url=clickhouse://u:pw@h/db",
+            "list"
+        ]));
+        assert!(on_command_line(&[
+            "p",
+            "--meltano-state-backend-uri",
+            "clickhouse://u:pw@h",
+            "check"
+        ]));
+        assert!(!on_command_line(&[
+            "p",
+            "--url",
+            "http://u@h/a:b@c",
+            "check"
+        ]));
+        assert!(!on_command_line(&["p", "--password", "", "check"]));
+        assert!(!on_command_line(&[
+            "p",
+            "lock",
+            "id",
+            "--",
+            "cmd",
+            "--password",
+            "x"
+        ]));
+        assert!(!PASSWORD_ON_COMMAND_LINE_WARNING.contains('\n'));
+    }
+
+    #[test]
+    fn passwords_come_out_of_connection_strings() {
+        let cases = [
+            ("http://u:p@h:1/db?x=1", Some("http://u@h:1/db?x=1")),
+            ("clickhouse://u:p%40ss@h", Some("clickhouse://u@h")),
+            ("http://u:a:b@c@h", Some("http://u@h")),
+            ("https://:pw@h", Some("https://@h")),
+            ("http://u@h", None),
+            ("http://h/db:x@y", None),
+            ("http://h?a=b:c@d", None),
+            ("not a url", None),
+        ];
+        for (url, want) in cases {
+            assert_eq!(url_without_password(url).as_deref(), want, "{url}");
+        }
+    }
+
+    #[test]
+    fn the_command_under_a_lock_gets_no_credentials() {
+        let env = |name: &str| match name {
+            "CLICKHOUSE_URL" => Some(OsString::from("http://u:secret@h:8123")),
+            "MELTANO_STATE_BACKEND_URI" => Some(OsString::from("clickhouse://h/db")),
+            _ => None,
+        };
+        assert_eq!(
+            withheld_credentials(env),
+            [
+                ("CLICKHOUSE_PASSWORD", None),
+                ("CLICKHOUSE_URL", Some("http://u@h:8123".to_string()))
+            ]
+        );
+        #[cfg(unix)]
+        {
+            use std::os::unix::ffi::OsStringExt;
+            let env = |name: &str| {
+                (name == "MELTANO_STATE_BACKEND_URI")
+                    .then(|| OsString::from_vec(b"http://u:\xff@h".to_vec()))
+            };
+            assert_eq!(
+                withheld_credentials(env),
+                [
+                    ("CLICKHOUSE_PASSWORD", None),
+                    ("MELTANO_STATE_BACKEND_URI", None)
+                ]
+            );
+        }
     }
 
     #[test]

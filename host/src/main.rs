@@ -7,9 +7,13 @@ mod cli;
 
 use std::process::ExitCode;
 
-use clap::Parser;
+use clap::{CommandFactory, FromArgMatches};
 use cli::HostCli;
+use clickhouse_component::cli::output::sanitize;
 use clickhouse_component::cli::Command;
+use clickhouse_component_host::config::{
+    password_on_command_line, PASSWORD_ON_COMMAND_LINE_WARNING,
+};
 use clickhouse_component_host::CallError;
 
 fn main() -> ExitCode {
@@ -25,7 +29,13 @@ fn main() -> ExitCode {
         .with_writer(std::io::stderr)
         .init();
     let raw_args: Vec<String> = std::env::args().collect();
-    let cli = HostCli::parse();
+    let matches = HostCli::command().get_matches_from(&raw_args);
+    let cli = HostCli::from_arg_matches(&matches)
+        .unwrap_or_else(|e| e.format(&mut HostCli::command()).exit());
+    // As mysql and psql do: arguments are visible to every user of the machine.
+    if password_on_command_line(&matches) {
+        eprintln!("{PASSWORD_ON_COMMAND_LINE_WARNING}");
+    }
     let json = cli.cli.global.json;
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -49,7 +59,7 @@ fn main() -> ExitCode {
                         code
                     })
             }
-            _ => cli::command::run(&cli, &raw_args).await,
+            _ => cli::command::run(&cli, &matches, &raw_args).await,
         }
     });
     let code = match result {
@@ -67,7 +77,7 @@ fn main() -> ExitCode {
                     serde_json::json!({"ok": false, "error": {"kind": "runner", "message": format!("{e:#}")}})
                 );
             } else {
-                eprintln!("error (runner): {e:#}");
+                eprintln!("error (runner): {}", sanitize(&format!("{e:#}")));
             }
             1
         }

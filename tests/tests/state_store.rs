@@ -724,6 +724,8 @@ fn hammer_processes(engine: LockEngine) {
                     let out = cli(clickhouse())
                         .args([
                             "lock",
+                            // cs-record connects with the credentials.
+                            "--pass-credentials",
                             "--state-database",
                             &db,
                             "--lock-retry-seconds",
@@ -1040,6 +1042,8 @@ fn a_command_under_lock_writes_through_the_held_lock() {
     let out = cli(clickhouse())
         .args([
             "lock",
+            // The command's own CLI connects with the credentials.
+            "--pass-credentials",
             "--state-database",
             &db,
             "--lock-timeout-seconds",

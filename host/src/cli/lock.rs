@@ -18,10 +18,11 @@ use std::cell::Cell;
 use std::time::{Duration, Instant};
 
 use clickhouse_component::cli::lock::LockArgs;
+use clickhouse_component::cli::output::sanitize;
 use clickhouse_component::cli::{GlobalArgs, StoreArgs};
 use clickhouse_component::client::{Error, ErrorKind};
 use clickhouse_component::state::LockEngineChoice;
-use clickhouse_component_host::config::HostArgs;
+use clickhouse_component_host::config::{withheld_credentials, HostArgs};
 use clickhouse_component_host::{
     CallError, Instance, LockEngine, LockHandle, RequestDeadline, Runtime, StoreOptions,
 };
@@ -189,6 +190,15 @@ pub async fn run(
         .env("CLICKHOUSE_LOCK_ID", &args.id)
         .env("CLICKHOUSE_LOCK_TOKEN", &token)
         .kill_on_drop(true);
+    // The host's environment minus the ClickHouse password, unless --pass-credentials.
+    if !host.pass_credentials {
+        for (name, value) in withheld_credentials(|name| std::env::var_os(name)) {
+            match value {
+                Some(value) => command.env(name, value),
+                None => command.env_remove(name),
+            };
+        }
+    }
     #[cfg(unix)]
     command.process_group(0);
     let held_from = Instant::now();
@@ -266,7 +276,10 @@ pub async fn run(
             } else {
                 format!("it frees itself when its lease ends, within {}", secs(left))
             };
-            eprintln!("lock: warning: could not release '{id}' ({e}); {when}");
+            eprintln!(
+                "lock: warning: could not release '{id}' ({}); {when}",
+                sanitize(e)
+            );
         }
         Ok::<_, CallError>((outcome, held, released.is_ok()))
     };
@@ -424,7 +437,8 @@ async fn renew_agent(
                         .lease_end(last_ok)
                         .saturating_duration_since(Instant::now());
                     eprintln!(
-                        "lock: warning: renewing the lease failed ({e}); retrying (it lasts at least {} more)",
+                        "lock: warning: renewing the lease failed ({}); retrying (it lasts at least {} more)",
+                        sanitize(&e.to_string()),
                         secs(left)
                     );
                 }
@@ -514,7 +528,8 @@ async fn supervise(
     };
     // SIGTERM, then SIGKILL after the grace period; signals meanwhile are passed on.
     eprintln!(
-        "lock: the lock on '{id}' can no longer be guaranteed: {reason}; stopping the command (SIGTERM, then SIGKILL after {})",
+        "lock: the lock on '{id}' can no longer be guaranteed: {}; stopping the command (SIGTERM, then SIGKILL after {})",
+        sanitize(&reason),
         secs(timing.term_grace)
     );
     send_signal(child, group, SIGTERM);
