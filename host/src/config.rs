@@ -43,6 +43,20 @@ pub struct HostArgs {
     /// lock (CLICKHOUSE_LOCK_ID / CLICKHOUSE_LOCK_TOKEN).
     #[arg(long, global = true)]
     pub pass_credentials: bool,
+
+    /// Most memory the component may use, in MiB (default 1024); past it the call fails.
+    #[arg(long, env = "CLICKHOUSE_MAX_MEMORY_MIB", global = true)]
+    pub max_memory_mib: Option<u64>,
+
+    /// Longest a call into the component may take, in seconds (default: no limit; for the
+    /// CLI the whole command is one call). Past it, requests are cut and the call fails.
+    #[arg(long, env = "CLICKHOUSE_CALL_TIMEOUT_SECONDS", global = true)]
+    pub call_timeout_seconds: Option<f64>,
+
+    /// Most bytes read from one ClickHouse answer, in MiB (default 256); a longer answer fails
+    /// the request.
+    #[arg(long, env = "CLICKHOUSE_MAX_RESPONSE_MIB", global = true)]
+    pub max_response_mib: Option<u64>,
 }
 
 /// A host-only flag: removed (with its value, if it takes one) before the component sees the
@@ -86,6 +100,45 @@ pub fn host_flags_with_value() -> Vec<&'static str> {
 }
 
 impl HostArgs {
+    /// The per-instance limits these options ask for; `invalid-input` for out-of-range values.
+    pub fn limits(&self) -> Result<crate::Limits, Error> {
+        let defaults = crate::Limits::default();
+        let mib = |name: &str, v: Option<u64>, default: u64| -> Result<u64, Error> {
+            match v.unwrap_or(default) {
+                m if (1..=1 << 20).contains(&m) => Ok(m << 20),
+                _ => Err(Error::invalid(format!(
+                    "{name} must be from 1 to 1048576 (MiB)"
+                ))),
+            }
+        };
+        let call_timeout = match self.call_timeout_seconds {
+            None => None,
+            Some(s) if s.is_finite() && s > 0.0 && s <= 1e7 => {
+                Some(std::time::Duration::from_secs_f64(s))
+            }
+            Some(_) => {
+                return Err(Error::invalid(
+                    "--call-timeout-seconds must be a number of seconds above 0",
+                ))
+            }
+        };
+        Ok(crate::Limits {
+            max_memory_bytes: usize::try_from(mib(
+                "--max-memory-mib",
+                self.max_memory_mib,
+                defaults.max_memory_bytes as u64 >> 20,
+            )?)
+            .unwrap_or(usize::MAX),
+            call_timeout,
+            max_response_bytes: mib(
+                "--max-response-mib",
+                self.max_response_mib,
+                defaults.max_response_bytes >> 20,
+            )?,
+            ..defaults
+        })
+    }
+
     /// The allow-list: the connection's origin plus every `--allow-host`.
     pub fn allow_list(&self, connection: &ConnectionOptions) -> Result<AllowList, Error> {
         let mut list = default_allow_list(connection)?;
@@ -328,6 +381,46 @@ mod tests {
     }
 
     #[test]
+    fn limits_from_options() {
+        let args = HostArgs {
+            max_memory_mib: Some(64),
+            call_timeout_seconds: Some(2.5),
+            max_response_mib: Some(8),
+            ..Default::default()
+        };
+        let limits = args.limits().unwrap();
+        assert_eq!(limits.max_memory_bytes, 64 << 20);
+        assert_eq!(
+            limits.call_timeout,
+            Some(std::time::Duration::from_millis(2500))
+        );
+        assert_eq!(limits.max_response_bytes, 8 << 20);
+        assert_eq!(
+            HostArgs::default().limits().unwrap(),
+            crate::Limits::default()
+        );
+        for bad in [
+            HostArgs {
+                max_memory_mib: Some(0),
+                ..Default::default()
+            },
+            HostArgs {
+                call_timeout_seconds: Some(-1.0),
+                ..Default::default()
+            },
+            HostArgs {
+                call_timeout_seconds: Some(f64::NAN),
+                ..Default::default()
+            },
+        ] {
+            assert_eq!(
+                bad.limits().unwrap_err().kind,
+                clickhouse_component::client::ErrorKind::InvalidInput
+            );
+        }
+    }
+
+    #[test]
     fn cache_policy_from_option() {
         let mut args = HostArgs::default();
         assert!(matches!(args.cache_policy(), CachePolicy::Default));
@@ -341,13 +434,20 @@ mod tests {
     fn host_flags_come_from_the_host_options() {
         assert_eq!(
             host_flags_with_value(),
-            ["--allow-host", "--component", "--cache-dir"]
+            [
+                "--allow-host",
+                "--component",
+                "--cache-dir",
+                "--max-memory-mib",
+                "--call-timeout-seconds",
+                "--max-response-mib"
+            ]
         );
         assert!(HOST_FLAGS.contains(&HostFlag {
             name: "--pass-credentials".into(),
             takes_value: false
         }));
-        assert_eq!(HOST_FLAGS.len(), 4);
+        assert_eq!(HOST_FLAGS.len(), 7);
     }
 
     fn strings(args: &[&str]) -> Vec<String> {

@@ -152,7 +152,8 @@ pub async fn run(
         Timing::new(lease, args.stop_before, args.term_grace).map_err(CallError::Component)?;
     let connection = global.connection().map_err(CallError::Component)?;
     let allow = host.allow_list(&connection).map_err(CallError::Component)?;
-    let runtime = Runtime::new(&host.component_source(), &host.cache_policy())?;
+    let runtime = Runtime::new(&host.component_source(), &host.cache_policy())?
+        .with_limits(host.limits().map_err(CallError::Component)?);
     let mut instance = runtime.instantiate(allow).await?;
     let deadline = instance.request_deadline();
     let store = instance.open_store(&connection, &options).await?;
