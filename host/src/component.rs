@@ -2,6 +2,7 @@
 //! with a precompiled copy cached on disk keyed by the component's hash and the engine.
 
 use std::hash::{Hash, Hasher};
+use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -89,6 +90,12 @@ pub struct LoadReport {
 }
 
 /// Loads (and caches) the component for `engine`.
+///
+/// A cache directory is used only when it is owned by this user and not group- or
+/// world-writable (checked on the directory a symlink resolves to); it is created `0700` when
+/// missing. Every cache file carries an HMAC-SHA256 tag computed with a random key kept in the
+/// directory (`key`, `0600`); a file whose tag does not verify is recompiled and replaced, never
+/// deserialized. A refused directory means compiling in memory (with a warning).
 pub fn load(
     engine: &Engine,
     source: &ComponentSource,
@@ -102,7 +109,14 @@ pub fn load(
             .with_context(|| format!("reading component {}", path.display()))?
             .into(),
     };
-    let Some(dir) = cache.dir() else {
+    let cache = cache.dir().and_then(|dir| match Cache::open(&dir) {
+        Ok(cache) => Some(cache),
+        Err(e) => {
+            tracing::warn!(dir = %dir.display(), error = %format!("{e:#}"), "not using the precompiled-component cache; compiling in memory");
+            None
+        }
+    });
+    let Some(cache) = cache else {
         let component = Component::new(engine, &bytes)
             .map_err(anyhow::Error::from)
             .context("compiling the component")?;
@@ -116,42 +130,47 @@ pub fn load(
             },
         ));
     };
-    let file = dir.join(cache_file_name(engine, &bytes));
-    if file.exists() {
-        // Read into memory rather than mapping the file: a cache file truncated or replaced
-        // by someone else must not crash a running host (a mapped file would SIGBUS).
-        // SAFETY: the file is in our cache directory, named by the hash of the component and
-        // of the engine configuration, and written atomically by `store` below; wasmtime also
-        // checks its header against the engine. A file that fails to load is recompiled.
-        let loaded = std::fs::read(&file)
-            .map_err(anyhow::Error::from)
-            .and_then(|b| {
-                unsafe { Component::deserialize(engine, b) }.map_err(anyhow::Error::from)
-            });
-        match loaded {
-            Ok(component) => {
-                return Ok((
-                    component,
-                    LoadReport {
-                        kind: LoadKind::CacheHit,
-                        duration: started.elapsed(),
-                        size: bytes.len(),
-                        cache_file: Some(file),
-                    },
-                ))
-            }
-            Err(e) => {
-                tracing::warn!(file = %file.display(), error = %e, "ignoring unusable cached component")
-            }
+    let name = cache_file_name(engine, &bytes);
+    let file = cache.dir.join(&name);
+    // Read into memory rather than mapping the file: a cache file truncated or replaced by
+    // someone else must not crash a running host (a mapped file would SIGBUS).
+    let loaded = cache.read(&name).and_then(|artifact| {
+        artifact
+            .map(|artifact| {
+                // SAFETY: `Cache::read` returns bytes only when their HMAC-SHA256 tag, keyed with
+                // the secret of a directory owned by this user and writable only by it, verifies
+                // for this cache file name: they were written by `Cache::store` from
+                // `Component::serialize` of this component for this engine configuration.
+                // wasmtime also checks its header against the engine. A file that fails to load
+                // is recompiled.
+                unsafe { Component::deserialize(engine, artifact) }.map_err(anyhow::Error::from)
+            })
+            .transpose()
+    });
+    match loaded {
+        Ok(Some(component)) => {
+            return Ok((
+                component,
+                LoadReport {
+                    kind: LoadKind::CacheHit,
+                    duration: started.elapsed(),
+                    size: bytes.len(),
+                    cache_file: Some(file),
+                },
+            ))
+        }
+        Ok(None) => {}
+        Err(e) => {
+            tracing::warn!(file = %file.display(), error = %format!("{e:#}"), "ignoring unusable cached component; recompiling")
         }
     }
     let component = Component::new(engine, &bytes)
         .map_err(anyhow::Error::from)
         .context("compiling the component")?;
-    let kind = match store(&component, &dir, &file) {
+    let kind = match cache.store(&name, &component) {
         Ok(()) => LoadKind::CompiledAndCached,
         Err(e) => {
-            tracing::warn!(dir = %dir.display(), error = %e, "could not cache the compiled component");
+            tracing::warn!(dir = %cache.dir.display(), error = %format!("{e:#}"), "could not cache the compiled component");
             LoadKind::Compiled
         }
     };
@@ -178,15 +197,639 @@ pub fn cache_file_name(engine: &Engine, bytes: &[u8]) -> String {
     )
 }
 
-fn store(component: &Component, dir: &Path, file: &Path) -> anyhow::Result<()> {
-    std::fs::create_dir_all(dir)?;
-    let bytes = component.serialize()?;
-    let tmp = dir.join(format!(
-        ".{}.{}.tmp",
-        file.file_name().unwrap_or_default().to_string_lossy(),
-        std::process::id()
-    ));
-    std::fs::write(&tmp, bytes)?;
-    std::fs::rename(&tmp, file)?;
-    Ok(())
+/// Name of the file holding the cache directory's authentication key.
+const KEY_FILE: &str = "key";
+/// Length of the authentication key.
+const KEY_LEN: usize = 32;
+/// First bytes of every cache file, followed by the tag and the serialized component.
+const MAGIC: &[u8; 8] = b"chcHMAC1";
+/// Length of the HMAC-SHA256 tag.
+const TAG_LEN: usize = 32;
+/// Length of the header before the serialized component.
+const HEADER_LEN: usize = MAGIC.len() + TAG_LEN;
+/// Domain separation for the tag.
+const TAG_CONTEXT: &[u8] = b"clickhouse-component precompiled component cache v1\0";
+
+/// A cache directory that passed the checks, with its authentication key.
+#[cfg_attr(not(unix), allow(dead_code))]
+struct Cache {
+    /// The directory (symlinks resolved).
+    dir: PathBuf,
+    key: [u8; KEY_LEN],
+}
+
+#[cfg_attr(not(unix), allow(dead_code))]
+impl Cache {
+    /// Creates `dir` (`0700`) when missing, checks that it is owned by this user and not
+    /// group- or world-writable, and reads (or creates) its key.
+    #[cfg(unix)]
+    fn open(dir: &Path) -> anyhow::Result<Cache> {
+        create_private_dir(dir).with_context(|| format!("creating {}", dir.display()))?;
+        let dir = checked_dir(dir)?;
+        let key = load_or_create_key(&dir)?;
+        Ok(Cache { dir, key })
+    }
+
+    /// Without unix ownership and permissions the directory cannot be checked.
+    #[cfg(not(unix))]
+    fn open(_dir: &Path) -> anyhow::Result<Cache> {
+        anyhow::bail!("the precompiled-component cache is only supported on unix")
+    }
+
+    /// The tag of `payload` stored as the cache file `name`.
+    fn tag(&self, name: &str, payload: &[u8]) -> [u8; TAG_LEN] {
+        hmac_sha256(
+            &self.key,
+            &[
+                TAG_CONTEXT,
+                &(name.len() as u64).to_le_bytes(),
+                name.as_bytes(),
+                payload,
+            ],
+        )
+    }
+
+    /// The serialized component in the cache file `name`: `None` when there is no such file,
+    /// an error when it is not a regular file or its tag does not verify.
+    fn read(&self, name: &str) -> anyhow::Result<Option<Vec<u8>>> {
+        let mut file = match open_regular(&self.dir.join(name)) {
+            Ok(file) => file,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(e.into()),
+        };
+        let mut bytes = Vec::new();
+        file.read_to_end(&mut bytes)?;
+        if bytes.len() < HEADER_LEN || &bytes[..MAGIC.len()] != MAGIC {
+            anyhow::bail!("not a cache file written by this host (no authentication header)");
+        }
+        let tag = self.tag(name, &bytes[HEADER_LEN..]);
+        if !constant_time_eq(&tag, &bytes[MAGIC.len()..HEADER_LEN]) {
+            anyhow::bail!(
+                "authentication tag mismatch (file not written by this host, or altered)"
+            );
+        }
+        bytes.drain(..HEADER_LEN);
+        Ok(Some(bytes))
+    }
+
+    /// Writes `component` as the cache file `name`: to a new temporary file, then renamed.
+    fn store(&self, name: &str, component: &Component) -> anyhow::Result<()> {
+        let payload = component.serialize()?;
+        let tag = self.tag(name, &payload);
+        let tmp = write_temp(&self.dir, name, &[MAGIC, &tag, &payload])?;
+        if let Err(e) = std::fs::rename(&tmp, self.dir.join(name)) {
+            let _ = std::fs::remove_file(&tmp);
+            return Err(e.into());
+        }
+        Ok(())
+    }
+}
+
+/// Creates `dir` with mode `0700` when it does not exist (its missing parents with the
+/// default mode).
+#[cfg(unix)]
+fn create_private_dir(dir: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
+    if std::fs::symlink_metadata(dir).is_ok() {
+        // Exists (possibly a symlink): `checked_dir` decides.
+        return Ok(());
+    }
+    if let Some(parent) = dir.parent().filter(|p| !p.as_os_str().is_empty()) {
+        std::fs::create_dir_all(parent)?;
+    }
+    match std::fs::DirBuilder::new().mode(0o700).create(dir) {
+        Ok(()) => {
+            // 0700 whatever the umask.
+            std::fs::OpenOptions::new()
+                .read(true)
+                .custom_flags(libc::O_DIRECTORY | libc::O_NOFOLLOW)
+                .open(dir)?
+                .set_permissions(std::fs::Permissions::from_mode(0o700))
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(()),
+        Err(e) => Err(e),
+    }
+}
+
+/// `dir` with symlinks resolved, when that directory is owned by this user and not group- or
+/// world-writable.
+#[cfg(unix)]
+fn checked_dir(dir: &Path) -> anyhow::Result<PathBuf> {
+    use std::os::unix::fs::MetadataExt;
+    let resolved =
+        std::fs::canonicalize(dir).with_context(|| format!("resolving {}", dir.display()))?;
+    let meta = std::fs::metadata(&resolved)
+        .with_context(|| format!("reading the metadata of {}", resolved.display()))?;
+    if !meta.is_dir() {
+        anyhow::bail!("{} is not a directory", resolved.display());
+    }
+    let uid = effective_uid();
+    if meta.uid() != uid {
+        anyhow::bail!(
+            "{} is owned by uid {}, not by this user (uid {uid})",
+            resolved.display(),
+            meta.uid()
+        );
+    }
+    if meta.mode() & 0o022 != 0 {
+        anyhow::bail!(
+            "{} is group- or world-writable (mode {:o})",
+            resolved.display(),
+            meta.mode() & 0o7777
+        );
+    }
+    Ok(resolved)
+}
+
+#[cfg(unix)]
+fn effective_uid() -> u32 {
+    // SAFETY: geteuid(2) has no preconditions and cannot fail.
+    unsafe { libc::geteuid() }
+}
+
+/// The key in `dir`, created (random, `0600`) when missing.
+#[cfg(unix)]
+fn load_or_create_key(dir: &Path) -> anyhow::Result<[u8; KEY_LEN]> {
+    let path = dir.join(KEY_FILE);
+    let context = || format!("the cache key {}", path.display());
+    match read_key(&path) {
+        Ok(key) => return Ok(key),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(e).with_context(context),
+    }
+    let key: [u8; KEY_LEN] = random_bytes().context("reading /dev/urandom")?;
+    // Written in full under a temporary name, then linked into place (which fails if another
+    // process created the key meanwhile): a key file is never seen half-written.
+    let tmp = write_temp(dir, KEY_FILE, &[&key]).with_context(context)?;
+    let linked = std::fs::hard_link(&tmp, &path);
+    let _ = std::fs::remove_file(&tmp);
+    match linked {
+        Ok(()) => Ok(key),
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+            read_key(&path).with_context(context)
+        }
+        // A file system without hard links.
+        Err(_) => {
+            write_new(&path, &[&key]).with_context(context)?;
+            Ok(key)
+        }
+    }
+}
+
+/// The key at `path`: a regular file owned by this user, not accessible to others, of exactly
+/// [`KEY_LEN`] bytes.
+#[cfg(unix)]
+fn read_key(path: &Path) -> std::io::Result<[u8; KEY_LEN]> {
+    use std::os::unix::fs::MetadataExt;
+    let file = open_regular(path)?;
+    let meta = file.metadata()?;
+    if meta.uid() != effective_uid() {
+        return Err(std::io::Error::other(format!(
+            "owned by uid {}, not by this user",
+            meta.uid()
+        )));
+    }
+    if meta.mode() & 0o077 != 0 {
+        return Err(std::io::Error::other(format!(
+            "accessible to other users (mode {:o})",
+            meta.mode() & 0o7777
+        )));
+    }
+    let mut bytes = Vec::with_capacity(KEY_LEN + 1);
+    file.take(KEY_LEN as u64 + 1).read_to_end(&mut bytes)?;
+    bytes.try_into().map_err(|b: Vec<u8>| {
+        std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            format!("{} bytes, expected exactly {KEY_LEN}", b.len()),
+        )
+    })
+}
+
+/// Opens `path` for reading when it is a regular file (not following a symlink, not blocking
+/// on a FIFO).
+fn open_regular(path: &Path) -> std::io::Result<std::fs::File> {
+    let mut options = std::fs::OpenOptions::new();
+    options.read(true);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::OpenOptionsExt;
+        options.custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK);
+    }
+    let file = options.open(path)?;
+    if !file.metadata()?.is_file() {
+        return Err(std::io::Error::other("not a regular file"));
+    }
+    Ok(file)
+}
+
+/// Writes `parts` to the new file `path` (`0600`): fails if anything, a symlink included,
+/// already exists there.
+fn write_new(path: &Path, parts: &[&[u8]]) -> std::io::Result<()> {
+    let mut options = std::fs::OpenOptions::new();
+    // create_new is O_CREAT | O_EXCL: never opens an existing file, never follows a symlink.
+    options.write(true).create_new(true);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::OpenOptionsExt;
+        options.mode(0o600).custom_flags(libc::O_NOFOLLOW);
+    }
+    let mut file = options.open(path)?;
+    let written = (|| {
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt;
+            // 0600 whatever the umask.
+            file.set_permissions(std::fs::Permissions::from_mode(0o600))?;
+        }
+        parts.iter().try_for_each(|part| file.write_all(part))
+    })();
+    if written.is_err() {
+        let _ = std::fs::remove_file(path);
+    }
+    written
+}
+
+/// Writes `parts` to a new file with a random name in `dir` (`.<stem>.<pid>.<random>.tmp`).
+fn write_temp(dir: &Path, stem: &str, parts: &[&[u8]]) -> anyhow::Result<PathBuf> {
+    let random: [u8; 8] = random_bytes().context("reading /dev/urandom")?;
+    let hex: String = random.iter().map(|b| format!("{b:02x}")).collect();
+    let tmp = dir.join(format!(".{stem}.{}.{hex}.tmp", std::process::id()));
+    write_new(&tmp, parts).with_context(|| format!("creating {}", tmp.display()))?;
+    Ok(tmp)
+}
+
+/// `N` bytes from the operating system's random source.
+fn random_bytes<const N: usize>() -> std::io::Result<[u8; N]> {
+    let mut bytes = [0; N];
+    std::fs::File::open("/dev/urandom")?.read_exact(&mut bytes)?;
+    Ok(bytes)
+}
+
+/// HMAC-SHA256 (RFC 2104) of the concatenation of `parts`; `key` is at most one block.
+fn hmac_sha256(key: &[u8], parts: &[&[u8]]) -> [u8; 32] {
+    const BLOCK: usize = 64;
+    assert!(key.len() <= BLOCK, "HMAC key longer than a block");
+    let mut block = [0u8; BLOCK];
+    block[..key.len()].copy_from_slice(key);
+    let mut inner = Sha256::new();
+    inner.update(block.map(|b| b ^ 0x36));
+    for part in parts {
+        inner.update(part);
+    }
+    let mut outer = Sha256::new();
+    outer.update(block.map(|b| b ^ 0x5c));
+    outer.update(inner.finalize());
+    outer.finalize().into()
+}
+
+/// `a == b`, in a time that does not depend on where they differ.
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    if a.len() != b.len() {
+        return false;
+    }
+    let diff = a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y));
+    std::hint::black_box(diff) == 0
+}
+
+#[cfg(all(test, unix))]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+
+    /// An empty component (preamble only).
+    const EMPTY_COMPONENT: &[u8] = b"\0asm\x0d\x00\x01\x00";
+
+    /// A tiny valid component, different for each `n` (a custom section `x` holding `n`).
+    fn tiny_component(n: u8) -> Vec<u8> {
+        let mut bytes = EMPTY_COMPONENT.to_vec();
+        bytes.extend_from_slice(&[0x00, 0x03, 0x01, b'x', n]);
+        bytes
+    }
+
+    fn engine() -> Engine {
+        let mut config = wasmtime::Config::new();
+        config.wasm_component_model(true);
+        Engine::new(&config).unwrap()
+    }
+
+    /// A fresh path (not created) under the system temp directory.
+    fn temp_path(test: &str) -> PathBuf {
+        static COUNTER: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        let n = COUNTER.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let path = std::env::temp_dir().join(format!(
+            "chc-component-cache-{test}-{}-{n}",
+            std::process::id()
+        ));
+        let _ = std::fs::remove_dir_all(&path);
+        path
+    }
+
+    fn mode(path: &Path) -> u32 {
+        std::fs::symlink_metadata(path).unwrap().mode() & 0o7777
+    }
+
+    fn entries(dir: &Path) -> Vec<String> {
+        let mut names: Vec<String> = std::fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        names.sort();
+        names
+    }
+
+    fn load_bytes(engine: &Engine, bytes: &[u8], dir: &Path) -> LoadReport {
+        load(
+            engine,
+            &ComponentSource::Bytes(bytes.to_vec()),
+            &CachePolicy::Dir(dir.to_path_buf()),
+        )
+        .unwrap()
+        .1
+    }
+
+    /// The cache file is authentic: its tag verifies with the directory's key.
+    fn assert_authentic(dir: &Path, file: &Path) {
+        let cache = Cache::open(dir).unwrap();
+        let name = file.file_name().unwrap().to_str().unwrap();
+        assert!(
+            cache.read(name).unwrap().is_some(),
+            "{} is not authentic",
+            file.display()
+        );
+        assert!(!std::fs::symlink_metadata(file)
+            .unwrap()
+            .file_type()
+            .is_symlink());
+    }
+
+    #[test]
+    fn hmac_sha256_matches_rfc_4231() {
+        // RFC 4231, test case 2.
+        let tag = hmac_sha256(b"Jefe", &[b"what do ya want ", b"for nothing?"]);
+        let hex: String = tag.iter().map(|b| format!("{b:02x}")).collect();
+        assert_eq!(
+            hex,
+            "5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843"
+        );
+        assert!(constant_time_eq(&tag, &tag));
+        let mut other = tag;
+        other[31] ^= 1;
+        assert!(!constant_time_eq(&tag, &other));
+        assert!(!constant_time_eq(&tag, &tag[..31]));
+    }
+
+    #[test]
+    fn cache_hit_after_compile() {
+        let engine = engine();
+        let dir = temp_path("hit");
+        let first = load_bytes(&engine, &tiny_component(0), &dir);
+        assert_eq!(first.kind, LoadKind::CompiledAndCached);
+        let second = load_bytes(&engine, &tiny_component(0), &dir);
+        assert_eq!(second.kind, LoadKind::CacheHit);
+        assert_eq!(first.cache_file, second.cache_file);
+        // Damaged (truncated) files are recompiled.
+        let file = second.cache_file.unwrap();
+        std::fs::write(&file, b"garbage").unwrap();
+        assert_eq!(
+            load_bytes(&engine, &tiny_component(0), &dir).kind,
+            LoadKind::CompiledAndCached
+        );
+        std::fs::write(&file, b"").unwrap();
+        assert_eq!(
+            load_bytes(&engine, &tiny_component(0), &dir).kind,
+            LoadKind::CompiledAndCached
+        );
+        assert_eq!(
+            load_bytes(&engine, &tiny_component(0), &dir).kind,
+            LoadKind::CacheHit
+        );
+        // An existing directory of ours that is 0755 is fine.
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+        assert_eq!(
+            load_bytes(&engine, &tiny_component(0), &dir).kind,
+            LoadKind::CacheHit
+        );
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn planted_artifact_is_recompiled_not_deserialized() {
+        let engine = engine();
+        let dir = temp_path("planted");
+        let report = load_bytes(&engine, &tiny_component(1), &dir);
+        assert_eq!(report.kind, LoadKind::CompiledAndCached);
+        let file = report.cache_file.unwrap();
+        // The serialized bytes of another component: wasmtime itself would load them.
+        let other = Component::new(&engine, tiny_component(2))
+            .unwrap()
+            .serialize()
+            .unwrap();
+        // SAFETY: produced by `serialize` just above, for this engine.
+        assert!(unsafe { Component::deserialize(&engine, &other) }.is_ok());
+        let forged_tag = [0xa5; TAG_LEN];
+        let wrong_key = hmac_sha256(&[7; KEY_LEN], &[&other]);
+        let plants: [Vec<u8>; 3] = [
+            other.clone(),
+            [MAGIC.as_slice(), &forged_tag, &other].concat(),
+            [MAGIC.as_slice(), &wrong_key, &other].concat(),
+        ];
+        for planted in plants {
+            std::fs::write(&file, &planted).unwrap();
+            let report = load_bytes(&engine, &tiny_component(1), &dir);
+            assert_eq!(report.kind, LoadKind::CompiledAndCached);
+            assert_eq!(report.cache_file.as_deref(), Some(file.as_path()));
+            assert_ne!(std::fs::read(&file).unwrap(), planted);
+            assert_authentic(&dir, &file);
+            assert_eq!(
+                load_bytes(&engine, &tiny_component(1), &dir).kind,
+                LoadKind::CacheHit
+            );
+        }
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn tampered_artifact_is_recompiled_not_deserialized() {
+        let engine = engine();
+        let dir = temp_path("tampered");
+        let report = load_bytes(&engine, &tiny_component(3), &dir);
+        assert_eq!(report.kind, LoadKind::CompiledAndCached);
+        let file = report.cache_file.unwrap();
+        let authentic = std::fs::read(&file).unwrap();
+        // A flipped byte of the serialized component that wasmtime's own checks let through
+        // (so only the tag catches it).
+        let start = if authentic.starts_with(MAGIC) {
+            HEADER_LEN
+        } else {
+            0
+        };
+        let tampered = (start..authentic.len())
+            .rev()
+            .map(|i| {
+                let mut bytes = authentic.clone();
+                bytes[i] ^= 0x01;
+                bytes
+            })
+            .find(|bytes| {
+                // SAFETY: only checked, never run (nothing is instantiated).
+                unsafe { Component::deserialize(&engine, &bytes[start..]) }.is_ok()
+            })
+            .expect("no byte of the artifact can be flipped unnoticed by wasmtime");
+        std::fs::write(&file, &tampered).unwrap();
+        let report = load_bytes(&engine, &tiny_component(3), &dir);
+        assert_eq!(report.kind, LoadKind::CompiledAndCached);
+        assert_ne!(std::fs::read(&file).unwrap(), tampered);
+        assert_authentic(&dir, &file);
+        // A flipped tag byte too.
+        let mut tampered = std::fs::read(&file).unwrap();
+        tampered[MAGIC.len()] ^= 0x80;
+        std::fs::write(&file, &tampered).unwrap();
+        assert_eq!(
+            load_bytes(&engine, &tiny_component(3), &dir).kind,
+            LoadKind::CompiledAndCached
+        );
+        assert_authentic(&dir, &file);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn unsafe_cache_dirs_are_refused() {
+        let engine = engine();
+        let root = temp_path("refused");
+        std::fs::create_dir(&root).unwrap();
+        let mut refused = Vec::new();
+        for (name, mode) in [("world", 0o777), ("group", 0o770), ("sticky", 0o1777)] {
+            let dir = root.join(name);
+            std::fs::create_dir(&dir).unwrap();
+            std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(mode)).unwrap();
+            refused.push((dir.clone(), dir));
+        }
+        // A symlink (in a private directory) to a world-writable directory.
+        let link = root.join("link");
+        std::os::unix::fs::symlink(root.join("world"), &link).unwrap();
+        refused.push((link, root.join("world")));
+        // A directory owned by someone else (only root can make one).
+        if effective_uid() == 0 {
+            let dir = root.join("other");
+            std::fs::create_dir(&dir).unwrap();
+            std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700)).unwrap();
+            std::os::unix::fs::chown(&dir, Some(65534), Some(65534)).unwrap();
+            refused.push((dir.clone(), dir));
+        }
+        for (dir, target) in refused {
+            let report = load_bytes(&engine, &tiny_component(4), &dir);
+            assert_eq!(report.kind, LoadKind::Compiled, "{}", dir.display());
+            assert_eq!(report.cache_file, None);
+            assert!(entries(&target).is_empty(), "{}", target.display());
+        }
+        // A symlink to a private directory is fine.
+        let private = root.join("private");
+        std::fs::create_dir(&private).unwrap();
+        std::fs::set_permissions(&private, std::fs::Permissions::from_mode(0o700)).unwrap();
+        let link = root.join("private-link");
+        std::os::unix::fs::symlink(&private, &link).unwrap();
+        assert_eq!(
+            load_bytes(&engine, &tiny_component(4), &link).kind,
+            LoadKind::CompiledAndCached
+        );
+        assert_eq!(
+            load_bytes(&engine, &tiny_component(4), &link).kind,
+            LoadKind::CacheHit
+        );
+        let _ = std::fs::remove_dir_all(&root);
+    }
+
+    #[test]
+    fn bad_key_file_refuses_the_cache() {
+        let engine = engine();
+        let dir = temp_path("bad-key");
+        assert_eq!(
+            load_bytes(&engine, &tiny_component(5), &dir).kind,
+            LoadKind::CompiledAndCached
+        );
+        let key = dir.join(KEY_FILE);
+        let before = entries(&dir);
+        for (bytes, mode) in [
+            (vec![1; 31], 0o600),
+            (vec![1; 33], 0o600),
+            (vec![1; 32], 0o644),
+        ] {
+            std::fs::remove_file(&key).unwrap();
+            std::fs::write(&key, &bytes).unwrap();
+            std::fs::set_permissions(&key, std::fs::Permissions::from_mode(mode)).unwrap();
+            let report = load_bytes(&engine, &tiny_component(6), &dir);
+            assert_eq!(report.kind, LoadKind::Compiled);
+            assert_eq!(entries(&dir), before);
+            assert_eq!(std::fs::read(&key).unwrap(), bytes);
+        }
+        // A symlink as the key.
+        std::fs::remove_file(&key).unwrap();
+        let elsewhere = temp_path("bad-key-target");
+        std::fs::write(&elsewhere, [1; 32]).unwrap();
+        std::fs::set_permissions(&elsewhere, std::fs::Permissions::from_mode(0o600)).unwrap();
+        std::os::unix::fs::symlink(&elsewhere, &key).unwrap();
+        assert_eq!(
+            load_bytes(&engine, &tiny_component(6), &dir).kind,
+            LoadKind::Compiled
+        );
+        let _ = std::fs::remove_file(&elsewhere);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn created_cache_is_private() {
+        let engine = engine();
+        let root = temp_path("private");
+        let dir = root.join("a/b/cache");
+        let report = load_bytes(&engine, &tiny_component(7), &dir);
+        assert_eq!(report.kind, LoadKind::CompiledAndCached);
+        let file = report.cache_file.unwrap();
+        assert_eq!(mode(&dir), 0o700);
+        assert_eq!(mode(&file), 0o600);
+        assert_eq!(mode(&dir.join(KEY_FILE)), 0o600);
+        assert_eq!(std::fs::read(dir.join(KEY_FILE)).unwrap().len(), KEY_LEN);
+        // Nothing else (no temporary file left behind).
+        assert_eq!(
+            entries(&dir),
+            [
+                file.file_name().unwrap().to_string_lossy().into_owned(),
+                KEY_FILE.to_string(),
+            ]
+        );
+        assert_eq!(
+            load_bytes(&engine, &tiny_component(7), &dir).kind,
+            LoadKind::CacheHit
+        );
+        let _ = std::fs::remove_dir_all(&root);
+    }
+
+    #[test]
+    fn symlinks_at_temporary_paths_are_not_followed() {
+        let engine = engine();
+        let dir = temp_path("symlink");
+        let victim = temp_path("symlink-victim");
+        std::fs::write(&victim, b"victim").unwrap();
+        assert_eq!(
+            load_bytes(&engine, &tiny_component(8), &dir).kind,
+            LoadKind::CompiledAndCached
+        );
+        // The temporary name the cache used to write to (predictable: name and pid).
+        let name = cache_file_name(&engine, &tiny_component(9));
+        let planted = dir.join(format!(".{name}.{}.tmp", std::process::id()));
+        std::os::unix::fs::symlink(&victim, &planted).unwrap();
+        let report = load_bytes(&engine, &tiny_component(9), &dir);
+        assert_eq!(report.kind, LoadKind::CompiledAndCached);
+        assert_eq!(std::fs::read(&victim).unwrap(), b"victim");
+        assert_authentic(&dir, &report.cache_file.unwrap());
+        // Creating a file never goes through a symlink, to an existing file or not.
+        assert!(write_new(&planted, &[b"payload"]).is_err());
+        assert_eq!(std::fs::read(&victim).unwrap(), b"victim");
+        let dangling = dir.join("dangling");
+        let missing = temp_path("symlink-missing");
+        std::os::unix::fs::symlink(&missing, &dangling).unwrap();
+        assert!(write_new(&dangling, &[b"payload"]).is_err());
+        assert!(!missing.exists());
+        let _ = std::fs::remove_file(&victim);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 }
