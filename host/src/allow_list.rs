@@ -1,12 +1,35 @@
 //! Which destinations the component may send HTTP requests to.
 //!
-//! Syntax (after Spin's `allowed_outbound_hosts`): `scheme://host:port`, where scheme is
-//! `http`, `https` or `*`, host is a name, an IP address (IPv6 in brackets), `*` or
-//! `*.suffix`, and port is a number, a range `a..b` (inclusive start, exclusive end, like
-//! Spin), or `*`. The port may be left out when the scheme is `http` (80) or `https` (443).
+//! Syntax (after Spin's `allowed_outbound_hosts`): `scheme://host:port`, where
+//!
+//! * scheme is `http`, `https` or `*`;
+//! * host is a name, `*`, `*.suffix`, an IP address (IPv6 in brackets: `[::1]`; an IPv6
+//!   address without brackets, such as `http://fe80::1:8123`, is rejected rather than misread),
+//!   or a network in CIDR form: `10.0.0.0/8`, `[fd00::]/8` (the address must have no bits set
+//!   past the prefix length);
+//! * port is a number, a range `a..b` (inclusive start, exclusive end, like Spin), or `*`. The
+//!   port may be left out when the scheme is `http` (80) or `https` (443).
+//!
+//! Examples: `https://ch.example.com:8443`, `https://*.clickhouse.cloud:8443`,
+//! `http://10.0.0.0/8:8123`, `http://[fd00::]/8:*`, `*://localhost:8000..8200`.
+//!
+//! A request is checked twice:
+//!
+//! 1. By its URL ([`AllowList::allows`]): a host name must match a name entry (`name`, `*`,
+//!    `*.suffix`); an IP-address host must lie in an IP/CIDR entry, or match `*`.
+//! 2. Each address the host resolves to, before any connection is made
+//!    ([`AllowList::check_address`]): an address is allowed when an IP/CIDR entry contains it,
+//!    or when the host matched a name entry (including `*`). Link-local addresses
+//!    (`169.254.0.0/16`, `fe80::/10`) and cloud metadata addresses (`169.254.169.254`,
+//!    `fd00:ec2::254`, `100.100.100.200`) are refused even then, unless an IP/CIDR entry lists
+//!    them explicitly: an entry within the link-local range for a link-local address, the very
+//!    address for a metadata one (`http://169.254.169.254:80`; `*` or `0.0.0.0/0` do not count).
+//!    IPv4-mapped IPv6 addresses (`::ffff:a.b.c.d`) are checked as the IPv4 address.
+//!
 //! The default allow-list is the one origin of the configured ClickHouse URL.
 
 use std::fmt;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 /// A parse error in an allow-list entry.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -16,6 +39,136 @@ pub struct AllowListError {
     pub entry: String,
     /// What is wrong.
     pub reason: String,
+}
+
+/// Why a resolved address was refused ([`AllowList::check_address`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AddressDenied {
+    /// No entry allows it: the host matched no name entry and no IP/CIDR entry contains the
+    /// address.
+    NotListed,
+    /// It is a link-local or cloud metadata address (named here) that no entry lists
+    /// explicitly.
+    Restricted(&'static str),
+}
+
+impl fmt::Display for AddressDenied {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            AddressDenied::NotListed => f.write_str("no allow-list entry contains this address"),
+            AddressDenied::Restricted(what) => write!(
+                f,
+                "{what} address: allowed only when an entry lists it explicitly (an IP or CIDR \
+                 entry within that range)"
+            ),
+        }
+    }
+}
+
+/// An IP network: an address and a prefix length (the address has no bits past the prefix).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Net {
+    addr: IpAddr,
+    len: u8,
+}
+
+impl Net {
+    const fn v4(a: [u8; 4], len: u8) -> Net {
+        Net {
+            addr: IpAddr::V4(Ipv4Addr::new(a[0], a[1], a[2], a[3])),
+            len,
+        }
+    }
+
+    const fn v6(segments: [u16; 8], len: u8) -> Net {
+        let [a, b, c, d, e, f, g, h] = segments;
+        Net {
+            addr: IpAddr::V6(Ipv6Addr::new(a, b, c, d, e, f, g, h)),
+            len,
+        }
+    }
+
+    /// A network from an address and a prefix length, refusing host bits past the prefix. An
+    /// IPv4-mapped IPv6 network (`::ffff:0:0/96` or longer) becomes the IPv4 network.
+    fn new(addr: IpAddr, len: u8) -> Result<Net, String> {
+        let max = if addr.is_ipv4() { 32 } else { 128 };
+        if len > max {
+            return Err(format!("prefix length /{len} is longer than {max}"));
+        }
+        let net = Net { addr, len };
+        if masked(addr, len) != addr {
+            return Err(format!(
+                "{addr}/{len} has bits set past the prefix length (did you mean {}/{len}?)",
+                masked(addr, len)
+            ));
+        }
+        if let IpAddr::V6(v6) = addr {
+            if let (Some(v4), true) = (v6.to_ipv4_mapped(), len >= 96) {
+                return Ok(Net {
+                    addr: IpAddr::V4(v4),
+                    len: len - 96,
+                });
+            }
+        }
+        Ok(net)
+    }
+
+    fn contains(&self, ip: IpAddr) -> bool {
+        match (self.addr, ip) {
+            (IpAddr::V4(_), IpAddr::V4(_)) | (IpAddr::V6(_), IpAddr::V6(_)) => {
+                masked(ip, self.len) == self.addr
+            }
+            _ => false,
+        }
+    }
+
+    /// Whether all of `self` lies within `other`.
+    fn within(&self, other: &Net) -> bool {
+        self.len >= other.len && other.contains(self.addr)
+    }
+}
+
+/// `ip` with every bit past `len` cleared.
+fn masked(ip: IpAddr, len: u8) -> IpAddr {
+    match ip {
+        IpAddr::V4(v4) => {
+            let mask = u32::MAX.checked_shl(32 - u32::from(len)).unwrap_or(0);
+            IpAddr::V4(Ipv4Addr::from(u32::from(v4) & mask))
+        }
+        IpAddr::V6(v6) => {
+            let mask = u128::MAX.checked_shl(128 - u32::from(len)).unwrap_or(0);
+            IpAddr::V6(Ipv6Addr::from(u128::from(v6) & mask))
+        }
+    }
+}
+
+/// Addresses refused unless an entry lists them explicitly, most specific first.
+const RESTRICTED: [(Net, &str); 5] = [
+    // AWS, GCP, Azure, OpenStack, DigitalOcean, Oracle...
+    (Net::v4([169, 254, 169, 254], 32), "cloud metadata"),
+    // AWS's IPv6 instance metadata endpoint.
+    (
+        Net::v6([0xfd00, 0xec2, 0, 0, 0, 0, 0, 0x254], 128),
+        "cloud metadata",
+    ),
+    // Alibaba Cloud.
+    (Net::v4([100, 100, 100, 200], 32), "cloud metadata"),
+    (Net::v4([169, 254, 0, 0], 16), "link-local"),
+    (Net::v6([0xfe80, 0, 0, 0, 0, 0, 0, 0], 10), "link-local"),
+];
+
+/// The restricted ranges containing `ip` (canonical form).
+fn restricted(ip: IpAddr) -> impl Iterator<Item = &'static (Net, &'static str)> {
+    RESTRICTED.iter().filter(move |(net, _)| net.contains(ip))
+}
+
+/// An IP address in a URL host (IPv6 with or without its brackets), in canonical form.
+fn host_ip(host: &str) -> Option<IpAddr> {
+    let bare = host
+        .strip_prefix('[')
+        .and_then(|h| h.strip_suffix(']'))
+        .unwrap_or(host);
+    bare.parse::<IpAddr>().ok().map(|ip| ip.to_canonical())
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -29,6 +182,7 @@ enum HostPattern {
     Any,
     Suffix(String),
     Exact(String),
+    Net(Net),
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -44,6 +198,14 @@ pub struct AllowedHost {
     host: HostPattern,
     port: PortPattern,
     text: String,
+}
+
+/// Splits `text` into its leading ASCII digits and the rest.
+fn split_digits(text: &str) -> (&str, &str) {
+    let end = text
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(text.len());
+    text.split_at(end)
 }
 
 impl AllowedHost {
@@ -62,13 +224,25 @@ impl AllowedHost {
             _ => return Err(fail("scheme must be http, https or *")),
         };
         let rest = rest.strip_suffix('/').unwrap_or(rest);
-        if rest.contains('/') || rest.contains('?') || rest.contains('@') {
-            return Err(fail("only scheme, host and port may be given"));
+        let only = "only scheme, host and port may be given";
+        if rest.contains('?') || rest.contains('@') || rest.contains('#') {
+            return Err(fail(only));
         }
+        let prefix_len = |len: &str| {
+            len.parse::<u8>()
+                .map_err(|_| fail(&format!("bad prefix length /{len}")))
+        };
         let (host, port) = if let Some(inner) = rest.strip_prefix('[') {
             let (host, after) = inner
                 .split_once(']')
                 .ok_or_else(|| fail("IPv6 host is missing its closing ']'"))?;
+            let (prefix, after) = match after.strip_prefix('/') {
+                Some(after) => match split_digits(after) {
+                    ("", _) => return Err(fail(only)),
+                    (len, after) => (Some(prefix_len(len)?), after),
+                },
+                None => (None, after),
+            };
             let port = match after {
                 "" => None,
                 p => Some(
@@ -76,27 +250,58 @@ impl AllowedHost {
                         .ok_or_else(|| fail("unexpected text after the IPv6 host"))?,
                 ),
             };
-            (host.to_ascii_lowercase(), port)
+            let ip: Ipv6Addr = host.parse().map_err(|_| {
+                fail(&format!(
+                    "'{host}' in brackets is not an IPv6 address (a network is written [addr]/len)"
+                ))
+            })?;
+            let net = Net::new(IpAddr::V6(ip), prefix.unwrap_or(128)).map_err(|e| fail(&e))?;
+            (HostPattern::Net(net), port)
         } else {
-            match rest.rsplit_once(':') {
-                Some((h, p)) => (h.to_ascii_lowercase(), Some(p)),
-                None => (rest.to_ascii_lowercase(), None),
+            let (before_port, port) = match rest.rsplit_once(':') {
+                Some((h, p)) => (h, Some(p)),
+                None => (rest, None),
+            };
+            if port.is_some_and(|p| p.contains('/')) {
+                return Err(fail(only));
             }
-        };
-        if host.is_empty() {
-            return Err(fail("host is empty"));
-        }
-        let host = if host == "*" {
-            HostPattern::Any
-        } else if let Some(suffix) = host.strip_prefix("*.") {
-            if suffix.is_empty() || suffix.contains('*') {
+            let (host, prefix) = match before_port.split_once('/') {
+                Some((h, len)) if !len.is_empty() && split_digits(len).1.is_empty() => {
+                    (h, Some(prefix_len(len)?))
+                }
+                Some(_) => return Err(fail(only)),
+                None => (before_port, None),
+            };
+            if host.contains(':') {
+                return Err(fail(
+                    "an IPv6 address must be written in brackets, e.g. http://[fe80::1]:8123 \
+                     or http://[fd00::]/8:8123",
+                ));
+            }
+            if host.is_empty() {
+                return Err(fail("host is empty"));
+            }
+            let host = host.to_ascii_lowercase();
+            let pattern = if let Some(len) = prefix {
+                let ip: Ipv4Addr = host.parse().map_err(|_| {
+                    fail("a network is an IPv4 address and a prefix length (10.0.0.0/8) or [IPv6]/len")
+                })?;
+                HostPattern::Net(Net::new(IpAddr::V4(ip), len).map_err(|e| fail(&e))?)
+            } else if let Ok(ip) = host.parse::<Ipv4Addr>() {
+                HostPattern::Net(Net::v4(ip.octets(), 32))
+            } else if host == "*" {
+                HostPattern::Any
+            } else if let Some(suffix) = host.strip_prefix("*.") {
+                if suffix.is_empty() || suffix.contains('*') {
+                    return Err(fail("a wildcard host is '*' or '*.domain'"));
+                }
+                HostPattern::Suffix(format!(".{suffix}"))
+            } else if host.contains('*') {
                 return Err(fail("a wildcard host is '*' or '*.domain'"));
-            }
-            HostPattern::Suffix(format!(".{suffix}"))
-        } else if host.contains('*') {
-            return Err(fail("a wildcard host is '*' or '*.domain'"));
-        } else {
-            HostPattern::Exact(host)
+            } else {
+                HostPattern::Exact(host)
+            };
+            (pattern, port)
         };
         let port = match port {
             Some("*") => PortPattern::Any,
@@ -130,23 +335,39 @@ impl AllowedHost {
         })
     }
 
-    fn allows(&self, scheme: &str, host: &str, port: u16) -> bool {
+    fn scheme_and_port_match(&self, scheme: &str, port: u16) -> bool {
         let scheme_ok = match &self.scheme {
             SchemePattern::Any => true,
             SchemePattern::Exact(s) => s.eq_ignore_ascii_case(scheme),
-        };
-        let host = host.to_ascii_lowercase();
-        let host = host.trim_start_matches('[').trim_end_matches(']');
-        let host_ok = match &self.host {
-            HostPattern::Any => true,
-            HostPattern::Suffix(suffix) => host.ends_with(suffix.as_str()),
-            HostPattern::Exact(h) => h == host,
         };
         let port_ok = match self.port {
             PortPattern::Any => true,
             PortPattern::Range(start, end) => port >= start && u32::from(port) < end,
         };
-        scheme_ok && host_ok && port_ok
+        scheme_ok && port_ok
+    }
+
+    /// Whether the host (a name, or an IP address in canonical form) matches a name pattern
+    /// (`*` matches both; the others only names).
+    fn name_matches(&self, host: &str, ip: Option<IpAddr>) -> bool {
+        match &self.host {
+            HostPattern::Any => true,
+            HostPattern::Suffix(suffix) => ip.is_none() && host.ends_with(suffix.as_str()),
+            HostPattern::Exact(h) => ip.is_none() && h == host,
+            HostPattern::Net(_) => false,
+        }
+    }
+
+    fn allows(&self, scheme: &str, host: &str, port: u16) -> bool {
+        if !self.scheme_and_port_match(scheme, port) {
+            return false;
+        }
+        let ip = host_ip(host);
+        let host = host.to_ascii_lowercase();
+        match (&self.host, ip) {
+            (HostPattern::Net(net), Some(ip)) => net.contains(ip),
+            _ => self.name_matches(&host, ip),
+        }
     }
 }
 
@@ -187,9 +408,52 @@ impl AllowList {
         self.entries.extend(other.entries);
     }
 
-    /// Whether a request to `scheme://host:port` is allowed.
+    /// Whether a request to `scheme://host:port` is allowed by its URL (step 1 in the module
+    /// doc): `host` is a name or an IP address (IPv6 with or without brackets).
     pub fn allows(&self, scheme: &str, host: &str, port: u16) -> bool {
         self.entries.iter().any(|e| e.allows(scheme, host, port))
+    }
+
+    /// Whether a request to `scheme://host:port` may connect to `addr`, one of the addresses
+    /// `host` resolved to (step 2 in the module doc).
+    pub fn check_address(
+        &self,
+        scheme: &str,
+        host: &str,
+        port: u16,
+        addr: IpAddr,
+    ) -> Result<(), AddressDenied> {
+        let addr = addr.to_canonical();
+        let host_ip = host_ip(host);
+        let host = host.to_ascii_lowercase();
+        let entries = || {
+            self.entries
+                .iter()
+                .filter(|e| e.scheme_and_port_match(scheme, port))
+        };
+        // Listed explicitly: an IP/CIDR entry containing it, within every restricted range
+        // that contains it.
+        let listed_explicitly = entries().any(|e| match &e.host {
+            HostPattern::Net(net) => {
+                net.contains(addr) && restricted(addr).all(|(range, _)| net.within(range))
+            }
+            _ => false,
+        });
+        if listed_explicitly {
+            return Ok(());
+        }
+        if let Some((_, what)) = restricted(addr).next() {
+            return Err(AddressDenied::Restricted(what));
+        }
+        let allowed = entries().any(|e| match &e.host {
+            HostPattern::Net(net) => net.contains(addr),
+            _ => e.name_matches(&host, host_ip),
+        });
+        if allowed {
+            Ok(())
+        } else {
+            Err(AddressDenied::NotListed)
+        }
     }
 
     /// Whether the list allows nothing.
@@ -293,5 +557,194 @@ mod tests {
             let e = AllowList::parse([entry]).unwrap_err();
             assert!(e.to_string().contains(want), "{entry}: {e}");
         }
+    }
+
+    fn ip(text: &str) -> IpAddr {
+        text.parse().unwrap()
+    }
+
+    #[test]
+    fn ip_and_cidr_entries() {
+        let l = list(&[
+            "http://10.0.0.0/8:8123",
+            "http://[fd00::]/8:*",
+            "https://192.168.1.7",
+        ]);
+        // By URL: IP-address hosts in the networks.
+        assert!(l.allows("http", "10.1.2.3", 8123));
+        assert!(!l.allows("http", "11.1.2.3", 8123));
+        assert!(!l.allows("http", "10.1.2.3", 8124));
+        assert!(!l.allows("https", "10.1.2.3", 8123));
+        assert!(l.allows("http", "[fd12:3456::1]", 9000));
+        assert!(l.allows("http", "fd12:3456::1", 1));
+        assert!(!l.allows("http", "[fe80::1]", 9000));
+        assert!(l.allows("https", "192.168.1.7", 443));
+        assert!(!l.allows("https", "192.168.1.8", 443));
+        // A name is not an address: network entries do not match names by URL.
+        assert!(!l.allows("http", "ten.example", 8123));
+        // By resolved address: the network entries allow addresses of any host.
+        assert_eq!(
+            l.check_address("http", "db.internal", 8123, ip("10.9.9.9")),
+            Ok(())
+        );
+        assert_eq!(
+            l.check_address("http", "db.internal", 8123, ip("11.9.9.9")),
+            Err(AddressDenied::NotListed)
+        );
+        assert_eq!(
+            l.check_address("http", "[fd00::5]", 1, ip("fd00::5")),
+            Ok(())
+        );
+        // An IPv4-mapped IPv6 address is the IPv4 address.
+        assert_eq!(
+            l.check_address("http", "x", 8123, ip("::ffff:10.0.0.1")),
+            Ok(())
+        );
+        assert!(l.allows("http", "[::ffff:10.0.0.1]", 8123));
+        let mapped = list(&["http://[::ffff:10.0.0.0]/104:1"]);
+        assert!(mapped.allows("http", "10.3.4.5", 1));
+        // IPv6 addresses compare as addresses, not text.
+        let v6 = list(&["http://[::1]:2"]);
+        assert!(v6.allows("http", "[0:0::1]", 2));
+    }
+
+    #[test]
+    fn name_entries_allow_the_names_addresses() {
+        let l = list(&["http://localhost:8123", "https://*.example.com:8443"]);
+        assert_eq!(
+            l.check_address("http", "localhost", 8123, ip("127.0.0.1")),
+            Ok(())
+        );
+        assert_eq!(
+            l.check_address("http", "localhost", 8123, ip("::1")),
+            Ok(())
+        );
+        assert_eq!(
+            l.check_address("https", "a.example.com", 8443, ip("203.0.113.5")),
+            Ok(())
+        );
+        // Another name, or another port: not allowed, whatever the address.
+        assert_eq!(
+            l.check_address("http", "other", 8123, ip("127.0.0.1")),
+            Err(AddressDenied::NotListed)
+        );
+        assert_eq!(
+            l.check_address("http", "localhost", 9000, ip("127.0.0.1")),
+            Err(AddressDenied::NotListed)
+        );
+    }
+
+    #[test]
+    fn metadata_and_link_local_addresses_are_refused_unless_listed_explicitly() {
+        let names = list(&["http://ch.example:80", "*://*:*"]);
+        for (addr, what) in [
+            ("169.254.169.254", "cloud metadata"),
+            ("fd00:ec2::254", "cloud metadata"),
+            ("100.100.100.200", "cloud metadata"),
+            ("169.254.10.20", "link-local"),
+            ("fe80::1", "link-local"),
+            ("febf::1", "link-local"),
+            ("::ffff:169.254.169.254", "cloud metadata"),
+        ] {
+            assert_eq!(
+                names.check_address("http", "ch.example", 80, ip(addr)),
+                Err(AddressDenied::Restricted(what)),
+                "{addr}"
+            );
+            // `*` allows any host by URL, but not these addresses once resolved, nor as
+            // IP-address hosts.
+            let host = if addr.contains(':') {
+                format!("[{addr}]")
+            } else {
+                addr.to_string()
+            };
+            assert!(names.allows("http", &host, 80));
+            assert!(names.check_address("http", &host, 80, ip(addr)).is_err());
+        }
+        // Neighbours of the restricted addresses are fine.
+        for addr in [
+            "169.253.255.255",
+            "169.255.0.0",
+            "fec0::1",
+            "100.100.100.201",
+        ] {
+            assert_eq!(
+                names.check_address("http", "ch.example", 80, ip(addr)),
+                Ok(()),
+                "{addr}"
+            );
+        }
+        // Broad networks do not list them explicitly.
+        let broad = list(&["http://0.0.0.0/0:80", "http://[::]/0:80"]);
+        assert_eq!(broad.check_address("http", "x", 80, ip("10.1.1.1")), Ok(()));
+        for addr in ["169.254.169.254", "169.254.1.1", "fe80::1", "fd00:ec2::254"] {
+            assert!(
+                broad.check_address("http", "x", 80, ip(addr)).is_err(),
+                "{addr}"
+            );
+        }
+        // The link-local range listed: link-local addresses are allowed, the metadata address
+        // (which needs its own entry) is not.
+        let link_local = list(&["http://169.254.0.0/16:80", "http://[fe80::]/10:80"]);
+        assert_eq!(
+            link_local.check_address("http", "x", 80, ip("169.254.3.4")),
+            Ok(())
+        );
+        assert_eq!(
+            link_local.check_address("http", "x", 80, ip("fe80::1234")),
+            Ok(())
+        );
+        assert_eq!(
+            link_local.check_address("http", "x", 80, ip("169.254.169.254")),
+            Err(AddressDenied::Restricted("cloud metadata"))
+        );
+        // The metadata address listed, for its scheme and port only.
+        let metadata = list(&["http://169.254.169.254:80", "http://[fd00:ec2::254]:80"]);
+        assert!(metadata.allows("http", "169.254.169.254", 80));
+        assert_eq!(
+            metadata.check_address("http", "169.254.169.254", 80, ip("169.254.169.254")),
+            Ok(())
+        );
+        assert_eq!(
+            metadata.check_address("http", "metadata.internal", 80, ip("169.254.169.254")),
+            Ok(())
+        );
+        assert_eq!(
+            metadata.check_address("http", "x", 80, ip("fd00:ec2::254")),
+            Ok(())
+        );
+        assert!(metadata
+            .check_address("http", "x", 8080, ip("169.254.169.254"))
+            .is_err());
+        assert!(metadata
+            .check_address("http", "x", 80, ip("169.254.169.253"))
+            .is_err());
+    }
+
+    #[test]
+    fn unbracketed_ipv6_and_bad_networks_are_rejected() {
+        for (entry, want) in [
+            ("http://fe80::1:8123", "must be written in brackets"),
+            ("http://fe80::1", "must be written in brackets"),
+            ("http://::1", "must be written in brackets"),
+            ("http://2001:db8::/32:80", "must be written in brackets"),
+            ("http://[fd00::/8]:1", "is not an IPv6 address"),
+            ("http://[localhost]:1", "is not an IPv6 address"),
+            ("http://10.0.0.1/8:1", "bits set past the prefix length"),
+            ("http://10.0.0.0/33:1", "longer than 32"),
+            ("http://[fd00::]/129:1", "longer than 128"),
+            ("http://10.0.0.0/300:1", "bad prefix length"),
+            ("http://example.com/8:1", "a network is an IPv4 address"),
+            ("http://10.0.0.0/:1", "only scheme, host and port"),
+            ("http://10.0.0.0/8x:1", "only scheme, host and port"),
+            ("http://[fd00::]/x:1", "only scheme, host and port"),
+        ] {
+            let e = AllowList::parse([entry]).unwrap_err();
+            assert!(e.to_string().contains(want), "{entry}: {e}");
+        }
+        // Without a port the scheme's default applies to networks too.
+        let l = list(&["http://10.0.0.0/8", "https://[fd00::]/8"]);
+        assert!(l.allows("http", "10.0.0.1", 80));
+        assert!(l.allows("https", "[fd00::1]", 443));
     }
 }

@@ -57,6 +57,11 @@ pub struct HostArgs {
     /// the request.
     #[arg(long, env = "CLICKHOUSE_MAX_RESPONSE_MIB", global = true)]
     pub max_response_mib: Option<u64>,
+
+    /// A PEM file of CA certificates trusted for HTTPS in addition to the system's (a
+    /// self-hosted ClickHouse with its own CA).
+    #[arg(long, env = "CLICKHOUSE_CA_FILE", global = true)]
+    pub ca_file: Option<PathBuf>,
 }
 
 /// A host-only flag: removed (with its value, if it takes one) before the component sees the
@@ -100,6 +105,15 @@ pub fn host_flags_with_value() -> Vec<&'static str> {
 }
 
 impl HostArgs {
+    /// How instances connect: the system's trust store plus `--ca-file`; `invalid-input` when
+    /// the CA file cannot be read or holds no certificate.
+    pub fn network(&self) -> Result<crate::Network, Error> {
+        crate::Network::new(&crate::TlsOptions {
+            ca_file: self.ca_file.clone(),
+        })
+        .map_err(|e| Error::invalid(e.to_string()))
+    }
+
     /// The per-instance limits these options ask for; `invalid-input` for out-of-range values.
     pub fn limits(&self) -> Result<crate::Limits, Error> {
         let defaults = crate::Limits::default();
@@ -440,14 +454,15 @@ mod tests {
                 "--cache-dir",
                 "--max-memory-mib",
                 "--call-timeout-seconds",
-                "--max-response-mib"
+                "--max-response-mib",
+                "--ca-file"
             ]
         );
         assert!(HOST_FLAGS.contains(&HostFlag {
             name: "--pass-credentials".into(),
             takes_value: false
         }));
-        assert_eq!(HOST_FLAGS.len(), 7);
+        assert_eq!(HOST_FLAGS.len(), 8);
     }
 
     fn strings(args: &[&str]) -> Vec<String> {

@@ -33,6 +33,7 @@ pub use allow_list::{AllowList, AllowListError};
 pub use bindings::{LockEngine, Receipt, ServerInfo, SinkOptions, State, StoreOptions, Value};
 pub use component::{CachePolicy, ComponentSource, LoadKind, LoadReport};
 pub use limits::{CallDeadlineExceeded, Limits};
+pub use pool::{Network, NetworkError, Resolve, SystemResolver, TlsOptions};
 pub use runtime::{
     default_allow_list, CallError, Instance, LockHandle, RequestDeadline, Runtime, SinkHandle,
     StoreHandle,

@@ -20,7 +20,7 @@ use crate::bindings::{
 };
 use crate::component::{self, CachePolicy, ComponentSource, LoadReport};
 use crate::limits::{self, CallDeadline, CallDeadlineExceeded, Limits};
-use crate::pool::ConnectionPool;
+use crate::pool::{ConnectionPool, Network};
 use wasmtime::component::ResourceAny;
 
 /// Engine, compiled component and linker: load once, share (it is cheap to clone). Each
@@ -29,6 +29,7 @@ use wasmtime::component::ResourceAny;
 pub struct Runtime {
     inner: Arc<Inner>,
     limits: Limits,
+    network: Network,
 }
 
 struct Inner {
@@ -57,6 +58,7 @@ impl Runtime {
         Ok(Runtime {
             inner: Arc::new(Inner { pre, report }),
             limits: Limits::default(),
+            network: Network::default(),
         })
     }
 
@@ -64,6 +66,18 @@ impl Runtime {
     pub fn with_limits(mut self, limits: Limits) -> Runtime {
         self.limits = limits;
         self
+    }
+
+    /// The same runtime, its instances connecting through `network` (TLS trust: system roots
+    /// plus an optional CA file; the resolver).
+    pub fn with_network(mut self, network: Network) -> Runtime {
+        self.network = network;
+        self
+    }
+
+    /// How its instances connect.
+    pub fn network(&self) -> &Network {
+        &self.network
     }
 
     /// The limits of the instances it makes.
@@ -107,6 +121,7 @@ impl Runtime {
 
     async fn instantiate_with(&self, allow: AllowList, wasi: WasiCtx) -> anyhow::Result<Instance> {
         let limits = self.limits;
+        let allow = Arc::new(allow);
         let state = HostState {
             table: ResourceTable::new(),
             wasi,
@@ -117,9 +132,9 @@ impl Runtime {
                 .build(),
             limits,
             hooks: Hooks {
-                allow: Arc::new(allow),
                 // Per instance: its connections are driven by the runtime that uses it.
-                pool: ConnectionPool::default(),
+                pool: self.network.pool(allow.clone(), &limits),
+                allow,
                 deadline: RequestDeadline::default(),
                 call: CallDeadline::default(),
             },
@@ -673,20 +688,13 @@ impl WasiHttpHooks for Hooks {
             .unwrap_or(0);
         let pool = self.pool.clone();
         Box::new(async move {
-            use http_body_util::BodyExt;
             type Io = Box<dyn std::future::Future<Output = wasmtime_wasi_http::Result<()>> + Send>;
+            // http and https alike: the pool resolves once, checks every address against the
+            // allow-list, and keeps connections alive.
             let send = async {
-                if scheme == "http" {
-                    pool.send(request, options)
-                        .await
-                        .map(|response| (response, Box::new(async { Ok(()) }) as Io))
-                } else {
-                    wasmtime_wasi_http::default_send_request(request, options)
-                        .await
-                        .map(|(response, io)| {
-                            (response.map(BodyExt::boxed_unsync), Box::new(io) as Io)
-                        })
-                }
+                pool.send(request, options)
+                    .await
+                    .map(|response| (response, Box::new(async { Ok(()) }) as Io))
             };
             let call_ends = async {
                 match call_deadline {

@@ -234,6 +234,8 @@ pub enum TransportFailure {
     Reset,
     /// The answer was not valid HTTP, or incomplete.
     Protocol,
+    /// The answer was larger than the host allows (its response size limit).
+    TooLarge,
     /// The request could not be built (an internal error or an unsendable header value).
     InvalidRequest,
     /// Anything else.
@@ -269,6 +271,11 @@ pub fn classify_transport(failure: &TransportFailure, op: Operation) -> ErrorKin
         | TransportFailure::ConnectTimeout
         | TransportFailure::Tls => ErrorKind::Disconnected,
         TransportFailure::InvalidRequest => ErrorKind::InvalidInput,
+        // The same question gets the same oversized answer; a write was executed, though.
+        TransportFailure::TooLarge => match op {
+            Operation::Read => ErrorKind::Permanent,
+            Operation::Write => ErrorKind::Uncertain,
+        },
         TransportFailure::Timeout
         | TransportFailure::Reset
         | TransportFailure::Protocol
@@ -431,6 +438,8 @@ mod tests {
         assert_eq!(classify_transport(&F::Denied, Write), Misconfigured);
         assert_eq!(classify_transport(&F::TlsCertificate, Read), Misconfigured);
         assert_eq!(classify_transport(&F::InvalidRequest, Read), InvalidInput);
+        assert_eq!(classify_transport(&F::TooLarge, Read), Permanent);
+        assert_eq!(classify_transport(&F::TooLarge, Write), Uncertain);
     }
 
     #[test]

@@ -100,6 +100,7 @@ fn describe_failure(failure: &error::TransportFailure) -> &'static str {
         F::Timeout => "no answer from the server within the request timeout",
         F::Reset => "the connection to the server was closed before the answer was complete",
         F::Protocol => "the server's answer was not valid HTTP",
+        F::TooLarge => "the server's answer is larger than the host allows (its response size limit, --max-response-mib)",
         F::InvalidRequest => "the request could not be built",
         F::Other => "the request failed",
     }

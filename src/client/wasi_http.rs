@@ -149,8 +149,17 @@ fn read_body(body: &IncomingBody) -> Result<Vec<u8>, TransportError> {
             Err(StreamError::LastOperationFailed(e)) => {
                 return Err(match wasip2::http::types::http_error_code(&e) {
                     Some(code) => from_error_code(code),
-                    None => TransportError::new(TransportFailure::Reset, e.to_debug_string()),
-                })
+                    // A host's own body error reaches the guest as text only.
+                    None => {
+                        let detail = e.to_debug_string();
+                        let failure = if detail.contains("body size exceeds limit") {
+                            TransportFailure::TooLarge
+                        } else {
+                            TransportFailure::Reset
+                        };
+                        TransportError::new(failure, detail)
+                    }
+                });
             }
         }
     }
@@ -183,10 +192,10 @@ fn from_error_code(code: ErrorCode) -> TransportError {
         | ErrorCode::ConnectionWriteTimeout
         | ErrorCode::HttpResponseTimeout => F::Timeout,
         ErrorCode::ConnectionTerminated | ErrorCode::HttpResponseIncomplete => F::Reset,
+        ErrorCode::HttpResponseBodySize(_) => F::TooLarge,
         ErrorCode::HttpProtocolError
         | ErrorCode::HttpResponseHeaderSectionSize(_)
         | ErrorCode::HttpResponseHeaderSize(_)
-        | ErrorCode::HttpResponseBodySize(_)
         | ErrorCode::HttpResponseTrailerSectionSize(_)
         | ErrorCode::HttpResponseTrailerSize(_)
         | ErrorCode::HttpResponseTransferCoding(_)

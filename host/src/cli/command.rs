@@ -65,7 +65,8 @@ pub async fn run(
     };
     let args = strip_host_flags(&args);
     let runtime = Runtime::new(&cli.host.component_source(), &cli.host.cache_policy())?
-        .with_limits(cli.host.limits().map_err(CallError::Component)?);
+        .with_limits(cli.host.limits().map_err(CallError::Component)?)
+        .with_network(cli.host.network().map_err(CallError::Component)?);
     let mut instance = runtime
         .instantiate_command(allow, &args, &component_env(), stdin)
         .await?;

@@ -153,7 +153,8 @@ pub async fn run(
     let connection = global.connection().map_err(CallError::Component)?;
     let allow = host.allow_list(&connection).map_err(CallError::Component)?;
     let runtime = Runtime::new(&host.component_source(), &host.cache_policy())?
-        .with_limits(host.limits().map_err(CallError::Component)?);
+        .with_limits(host.limits().map_err(CallError::Component)?)
+        .with_network(host.network().map_err(CallError::Component)?);
     let mut instance = runtime.instantiate(allow).await?;
     let deadline = instance.request_deadline();
     let store = instance.open_store(&connection, &options).await?;
