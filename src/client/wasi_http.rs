@@ -17,6 +17,9 @@ use super::transport::Transport;
 
 /// Largest read asked of the response stream at once.
 const READ_CHUNK: u64 = 256 * 1024;
+/// Most bytes read of an error answer: its code, name and the start of its text are all a
+/// message needs (messages are capped at 500 characters anyway); the rest is not read.
+const MAX_ERROR_BODY: usize = 64 * 1024;
 
 /// Sends requests through the host's `wasi:http/outgoing-handler`.
 #[derive(Clone, Copy, Debug, Default)]
@@ -101,7 +104,12 @@ impl Transport for WasiHttpTransport {
         let body_resource = incoming.consume().map_err(|()| {
             TransportError::new(TransportFailure::Other, "response body unavailable")
         })?;
-        let body = read_body(&body_resource)?;
+        let limit = if (200..300).contains(&status) {
+            usize::MAX
+        } else {
+            MAX_ERROR_BODY
+        };
+        let body = read_body(&body_resource, limit)?;
         let _trailers = IncomingBody::finish(body_resource);
         let elapsed_ns = monotonic_clock::now().saturating_sub(started);
         Ok(HttpResponse {
@@ -137,13 +145,14 @@ fn write_body(body: OutgoingBody, data: &[u8]) -> Result<(), String> {
     OutgoingBody::finish(body, None).map_err(|code| format!("finishing the request body: {code:?}"))
 }
 
-fn read_body(body: &IncomingBody) -> Result<Vec<u8>, TransportError> {
+/// Reads the body to its end, or until `limit` bytes (the rest is dropped with the stream).
+fn read_body(body: &IncomingBody, limit: usize) -> Result<Vec<u8>, TransportError> {
     let stream = body.stream().map_err(|()| {
         TransportError::new(TransportFailure::Other, "response stream unavailable")
     })?;
     let mut out = Vec::new();
-    loop {
-        match stream.blocking_read(READ_CHUNK) {
+    while out.len() < limit {
+        match stream.blocking_read(READ_CHUNK.min((limit - out.len()) as u64)) {
             Ok(chunk) => out.extend_from_slice(&chunk),
             Err(StreamError::Closed) => break,
             Err(StreamError::LastOperationFailed(e)) => {

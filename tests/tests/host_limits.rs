@@ -36,6 +36,61 @@ fn trickling_server() -> String {
     url
 }
 
+/// A server that answers every request with a 500 whose body never ends (as fast as it can).
+fn endless_error_server() -> String {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut stream) = stream else { return };
+            std::thread::spawn(move || {
+                let mut reader = BufReader::new(stream.try_clone().unwrap());
+                let mut line = String::new();
+                while reader.read_line(&mut line).is_ok_and(|n| n > 2) {
+                    line.clear();
+                }
+                // Chunked, so no length announces it: only reading it shows how long it is.
+                let text = b"Code: 999. DB::Exception: endless (KEEPER_EXCEPTION) ";
+                let mut head = b"HTTP/1.1 500 Internal Server Error\r\nX-ClickHouse-Exception-Code: 999\r\nTransfer-Encoding: chunked\r\n\r\n".to_vec();
+                head.extend_from_slice(format!("{:x}\r\n", text.len()).as_bytes());
+                head.extend_from_slice(text);
+                head.extend_from_slice(b"\r\n");
+                let _ = stream.write_all(&head);
+                let mut chunk = format!("{:x}\r\n", 64 * 1024).into_bytes();
+                chunk.extend_from_slice(&[b'x'; 64 * 1024]);
+                chunk.extend_from_slice(b"\r\n");
+                while stream.write_all(&chunk).is_ok() {}
+            });
+        }
+    });
+    url
+}
+
+#[tokio::test]
+async fn an_error_answer_is_read_only_as_far_as_its_message_needs() {
+    let url = endless_error_server();
+    let connection = ConnectionOptions::from_url(&url);
+    let mut instance = runtime()
+        .instantiate(default_allow_list(&connection).unwrap())
+        .await
+        .unwrap();
+    let started = Instant::now();
+    let e = tokio::time::timeout(Duration::from_secs(60), instance.ping(&connection))
+        .await
+        .expect("the call did not end")
+        .unwrap_err()
+        .into_component();
+    // The server's own error, not the response size limit (256 MiB of it would be read first).
+    assert_eq!(e.kind, ErrorKind::Transient, "{e}");
+    assert_eq!(e.server.as_ref().map(|s| s.code), Some(999), "{e}");
+    assert!(e.message.contains("endless"), "{e}");
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "{:?}",
+        started.elapsed()
+    );
+}
+
 #[tokio::test]
 async fn a_call_ends_at_its_deadline_even_when_the_server_trickles() {
     let url = trickling_server();
