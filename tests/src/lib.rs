@@ -4,7 +4,7 @@
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::{Child, Command, Stdio};
 use std::sync::OnceLock;
 
 use clickhouse_component::client::ConnectionOptions;
@@ -71,6 +71,22 @@ fn start_local() -> Server {
 /// `none` (no Keeper configured: KeeperMap tables fail as on a server without one). It and its
 /// ZooKeeper exit by themselves when this process ends.
 pub fn start_local_clickhouse(zookeeper: &str) -> Server {
+    let password = new_password();
+    let data_dir = new_data_dir();
+    let (child, url) = spawn_local_clickhouse(0, zookeeper, &password, &data_dir)
+        .unwrap_or_else(|e| panic!("local ClickHouse did not start: {e}"));
+    // The child is reaped by nobody on purpose: it watches its parent and exits with it.
+    std::mem::forget(child);
+    Server {
+        url,
+        user: "default".into(),
+        password,
+        local: true,
+    }
+}
+
+/// The Python (with chdb-core) that runs tests/local_clickhouse/server.py.
+fn local_clickhouse_python() -> PathBuf {
     let python = std::env::var("LOCAL_CLICKHOUSE_PYTHON")
         .map(PathBuf::from)
         .unwrap_or_else(|_| repo_root().join(".venv/bin/python"));
@@ -79,45 +95,204 @@ pub fn start_local_clickhouse(zookeeper: &str) -> Server {
         "no Python with chdb-core at {}: run `make test` (it installs one) or set CLICKHOUSE_URL",
         python.display()
     );
-    let password = format!("pw-{}-{}", std::process::id(), nanos());
-    let data_dir = std::env::temp_dir().join(format!(
+    python
+}
+
+fn new_password() -> String {
+    format!("pw-{}-{}", std::process::id(), nanos())
+}
+
+fn new_data_dir() -> PathBuf {
+    data_dir_in(&std::env::temp_dir())
+}
+
+fn data_dir_in(parent: &Path) -> PathBuf {
+    parent.join(format!(
         "local-clickhouse-test-{}-{}",
-        std::process::id(),
+        unique_name("data"),
         nanos()
-    ));
-    let mut child = Command::new(python)
+    ))
+}
+
+/// Where [`LocalClickHouse`] keeps its (throwaway, removed on drop) data, as
+/// scripts/with-clickhouse does: `LOCAL_CLICKHOUSE_TMP`, else tmpfs (`/dev/shm`) when writable
+/// (a small insert costs a third of what it does on disk), else the temporary directory.
+fn local_tmp_parent() -> PathBuf {
+    if let Some(dir) = std::env::var_os("LOCAL_CLICKHOUSE_TMP").filter(|d| !d.is_empty()) {
+        return PathBuf::from(dir);
+    }
+    let shm = Path::new("/dev/shm");
+    if shm.is_dir() && tempfile_probe(shm) {
+        shm.to_path_buf()
+    } else {
+        std::env::temp_dir()
+    }
+}
+
+fn tempfile_probe(dir: &Path) -> bool {
+    let probe = dir.join(format!(".local-clickhouse-probe-{}", unique_name("probe")));
+    let ok = std::fs::write(&probe, b"").is_ok();
+    let _ = std::fs::remove_file(&probe);
+    ok
+}
+
+/// Runs tests/local_clickhouse/server.py on `port` (0: a free one) with `data_dir`, exiting
+/// with this process; returns the child and the URL it printed once it listens, or why it did
+/// not start (e.g. the port is taken).
+fn spawn_local_clickhouse(
+    port: u16,
+    zookeeper: &str,
+    password: &str,
+    data_dir: &Path,
+) -> Result<(Child, String), String> {
+    let mut child = Command::new(local_clickhouse_python())
         .arg(repo_root().join("tests/local_clickhouse/server.py"))
+        .args(["--port", &port.to_string()])
         .args([
-            "--port",
-            "0",
             "--exit-with-parent",
             "--zookeeper",
             zookeeper,
             "--password",
-            &password,
+            password,
             "--data-dir",
         ])
-        .arg(&data_dir)
+        .arg(data_dir)
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())
         .spawn()
-        .expect("starting the local ClickHouse");
+        .map_err(|e| format!("starting {}: {e}", local_clickhouse_python().display()))?;
     let mut line = String::new();
-    BufReader::new(child.stdout.take().unwrap())
-        .read_line(&mut line)
-        .expect("reading the local ClickHouse's URL");
+    let read = BufReader::new(child.stdout.take().unwrap()).read_line(&mut line);
     let url = line.trim().to_string();
-    assert!(
-        url.starts_with("http://"),
-        "local ClickHouse did not start: {url:?}"
-    );
-    // The child is reaped by nobody on purpose: it watches its parent and exits with it.
-    std::mem::forget(child);
-    Server {
-        url,
-        user: "default".into(),
-        password,
-        local: true,
+    if read.is_err() || !url.starts_with("http://") {
+        let _ = child.kill();
+        let status = child.wait();
+        return Err(format!(
+            "it printed {url:?} instead of its URL ({read:?}; exit status {status:?})"
+        ));
+    }
+    Ok((child, url))
+}
+
+/// A private local ClickHouse (tests/local_clickhouse/server.py) that a test can stop and start
+/// again on the same port and data directory, e.g. to restart the server under a running
+/// client, and then check what survived. Dropping it stops it and removes its data directory.
+///
+/// With `zookeeper` `start`, each start runs a new, empty private ZooKeeper (KeeperMap contents
+/// do not survive a restart); with `none` or `HOST:PORT` everything the engine stores does.
+pub struct LocalClickHouse {
+    child: Option<Child>,
+    url: String,
+    port: u16,
+    data_dir: PathBuf,
+    zookeeper: String,
+    password: String,
+}
+
+impl LocalClickHouse {
+    /// Starts one on a free loopback port with a new data directory (on tmpfs when there is
+    /// one, see `LOCAL_CLICKHOUSE_TMP`) and a random password.
+    pub fn start(zookeeper: &str) -> Self {
+        let password = new_password();
+        let data_dir = data_dir_in(&local_tmp_parent());
+        let (child, url) = spawn_local_clickhouse(0, zookeeper, &password, &data_dir)
+            .unwrap_or_else(|e| panic!("local ClickHouse did not start: {e}"));
+        let port = url
+            .rsplit(':')
+            .next()
+            .and_then(|p| p.trim_end_matches('/').parse().ok())
+            .unwrap_or_else(|| panic!("local ClickHouse printed a URL without a port: {url}"));
+        LocalClickHouse {
+            child: Some(child),
+            url,
+            port,
+            data_dir,
+            zookeeper: zookeeper.to_string(),
+            password,
+        }
+    }
+
+    /// The server (the same URL and credentials across restarts).
+    pub fn server(&self) -> Server {
+        Server {
+            url: self.url.clone(),
+            user: "default".into(),
+            password: self.password.clone(),
+            local: true,
+        }
+    }
+
+    /// Its port.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// Its data directory.
+    pub fn data_dir(&self) -> &Path {
+        &self.data_dir
+    }
+
+    /// Whether it is running (started and not stopped).
+    pub fn is_running(&self) -> bool {
+        self.child.is_some()
+    }
+
+    /// Kills it (SIGKILL: no orderly shutdown, as a crash) and waits until it has exited and
+    /// its port no longer accepts connections. Does nothing if it is stopped.
+    pub fn stop(&mut self) {
+        let Some(mut child) = self.child.take() else {
+            return;
+        };
+        let _ = child.kill();
+        let _ = child.wait();
+        let addr = std::net::SocketAddr::from(([127, 0, 0, 1], self.port));
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while std::net::TcpStream::connect_timeout(&addr, std::time::Duration::from_millis(200))
+            .is_ok()
+        {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "port {} still accepts connections 10 s after the local ClickHouse was killed",
+                self.port
+            );
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+    }
+
+    /// Starts it again on the same port with the same data directory and password (stopping
+    /// it first if it runs). Retries for up to 15 s while the port cannot be bound (another
+    /// socket may hold it for a moment); panics after that.
+    pub fn restart(&mut self) {
+        self.stop();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(15);
+        loop {
+            match spawn_local_clickhouse(self.port, &self.zookeeper, &self.password, &self.data_dir)
+            {
+                Ok((child, url)) => {
+                    assert_eq!(url, self.url, "the restarted local ClickHouse moved");
+                    self.child = Some(child);
+                    return;
+                }
+                Err(e) => {
+                    assert!(
+                        std::time::Instant::now() < deadline,
+                        "local ClickHouse did not restart on port {}: {e}",
+                        self.port
+                    );
+                    std::thread::sleep(std::time::Duration::from_millis(100));
+                }
+            }
+        }
+    }
+}
+
+impl Drop for LocalClickHouse {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        let _ = std::fs::remove_dir_all(&self.data_dir);
     }
 }
 
@@ -196,6 +371,19 @@ pub fn cli(server: &Server) -> Command {
         "CLICKHOUSE_PASSWORD",
         "CLICKHOUSE_DATABASE",
         "CLICKHOUSE_ALLOW_HOSTS",
+        "CLICKHOUSE_RETRIES",
+        "CLICKHOUSE_SCHEMA",
+        "CLICKHOUSE_TABLE",
+        "CLICKHOUSE_LOCK_TABLE",
+        "CLICKHOUSE_LOCK_ENGINE",
+        "CLICKHOUSE_LOCK_STALE_AFTER_SECONDS",
+        "MELTANO_STATE_BACKEND_URI",
+        "MELTANO_STATE_BACKEND_LOCK_TIMEOUT_SECONDS",
+        "MELTANO_STATE_BACKEND_LOCK_RETRY_SECONDS",
+        "CLICKHOUSE_CALL_TIMEOUT_SECONDS",
+        "CLICKHOUSE_MAX_MEMORY_MIB",
+        "CLICKHOUSE_MAX_RESPONSE_MIB",
+        "CLICKHOUSE_CA_FILE",
     ] {
         cmd.env_remove(var);
     }
