@@ -18,7 +18,7 @@ use serde_json::{json, Map, Value};
 use sha2::{Digest, Sha256};
 
 use crate::client::retry::DEFAULT_RETRIES;
-use crate::client::{Client, Error, ErrorKind, Transport};
+use crate::client::{Client, Error, ErrorKind, Query, Transport};
 use crate::platform::Platform;
 use crate::sink::{Receipt, Sink, SinkOptions};
 use crate::state::{State, StateStore};
@@ -76,7 +76,8 @@ pub const CHECKPOINT_KEY: &str = "clickhouse_sink_checkpoint";
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Checkpoint {
-    /// The target table, as given.
+    /// The target table, `database.table` (an unqualified `--table` is qualified with the
+    /// connection's current database, so the same table is recognised however it is named).
     pub table: String,
     /// The columns of every row (given, or the input's first row's keys).
     pub columns: Vec<String>,
@@ -90,6 +91,36 @@ pub struct Checkpoint {
     pub rows: u64,
     /// Batches committed, over all runs.
     pub batches: u64,
+    /// The end (input bytes) of a batch shorter than the batch size that was being sent
+    /// (recorded before sending it): a rerun sends exactly that batch again, whatever was
+    /// appended to the input since, so its token matches.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub in_flight_until: Option<u64>,
+}
+
+/// `database.table` for a `--table`: as given when qualified, else with the connection's
+/// current database (one read).
+fn qualified_target<T: Transport, P: Platform>(
+    client: &Client<T>,
+    platform: &P,
+    table: &str,
+) -> Result<String, Error> {
+    if table.contains('.') {
+        return Ok(table.to_string());
+    }
+    let query = Query::read("current-database", "SELECT currentDatabase()").format("TabSeparated");
+    let response = crate::client::retry::run(
+        &crate::client::retry::RetryPolicy::default(),
+        platform,
+        None,
+        || client.execute(&query),
+        |e| crate::client::retry::is_worth_retrying(e.kind),
+    )?
+    .value;
+    let database = String::from_utf8_lossy(&response.body)
+        .trim_end_matches('\n')
+        .to_string();
+    Ok(format!("{database}.{table}"))
 }
 
 /// Reads and writes one checkpoint in the state store.
@@ -139,17 +170,23 @@ impl<T: Transport, P: Platform> Checkpoints<T, P> {
     }
 }
 
-/// Checks that a recorded checkpoint was written by the same command: same table, batch size
-/// and (when given) columns; `invalid-input` naming the difference otherwise.
-fn check_same_target(saved: &Checkpoint, args: &SinkArgs, id: &str) -> Result<(), Error> {
+/// Checks that a recorded checkpoint was written by the same command: same table (`target`,
+/// qualified), batch size and (when given) columns; `invalid-input` naming the difference
+/// otherwise.
+fn check_same_target(
+    saved: &Checkpoint,
+    target: &str,
+    args: &SinkArgs,
+    id: &str,
+) -> Result<(), Error> {
     let differs = |what: &str, saved: String, now: String| {
         Err(Error::invalid(format!(
             "checkpoint '{}' was written for {what} {saved}, not {now}: use another --checkpoint id (or the same {what})",
             id.escape_debug()
         )))
     };
-    if saved.table != args.table {
-        return differs("table", saved.table.clone(), args.table.clone());
+    if saved.table != target {
+        return differs("table", saved.table.clone(), target.to_string());
     }
     if saved.batch_size != args.batch_size {
         return differs(
@@ -169,6 +206,8 @@ fn check_same_target(saved: &Checkpoint, args: &SinkArgs, id: &str) -> Result<()
 /// Sends batches as they are read; keeps the totals.
 struct Stream<'r, 'a, T: Transport + Clone, P: Platform + Clone> {
     args: &'r SinkArgs,
+    /// The qualified target (for checkpoints).
+    target: String,
     retries: u32,
     client: Option<Client<T>>,
     sink: Option<Sink<T, P>>,
@@ -182,6 +221,20 @@ struct Stream<'r, 'a, T: Transport + Clone, P: Platform + Clone> {
 }
 
 impl<T: Transport + Clone, P: Platform + Clone> Stream<'_, '_, T, P> {
+    /// The checkpoint of a run that has committed nothing yet.
+    fn empty_checkpoint(&self, sink: &Sink<T, P>) -> Checkpoint {
+        Checkpoint {
+            table: self.target.clone(),
+            columns: sink.config().columns.clone().unwrap_or_default(),
+            batch_size: self.args.batch_size,
+            input_bytes: 0,
+            input_sha256: hex(&Sha256::new().finalize()),
+            rows: 0,
+            batches: 0,
+            in_flight_until: None,
+        }
+    }
+
     fn send(&mut self, batch: &[u8], position: Option<&Position>) -> Result<(), Error> {
         if self.sink.is_none() {
             // The first row fixes the columns for the whole stream (and a checkpoint, for
@@ -202,18 +255,34 @@ impl<T: Transport + Clone, P: Platform + Clone> Stream<'_, '_, T, P> {
             self.sink = Some(Sink::open(client, self.runner.platform.clone(), &options)?);
         }
         let sink = self.sink.as_ref().expect("opened");
+        if let (Some(checkpoints), Some(position)) = (&self.checkpoints, position) {
+            if position.short {
+                // Its bounds depend on where the input ends now: record them first, so a
+                // rerun after a crash sends the same bytes (the same token) even if the input
+                // has grown meanwhile.
+                let mut pending = self
+                    .checkpoint
+                    .clone()
+                    .unwrap_or_else(|| self.empty_checkpoint(sink));
+                pending.in_flight_until = Some(position.bytes);
+                checkpoints.save(&pending)?;
+                self.checkpoint = Some(pending);
+            }
+        }
         let receipt = sink.send_json(batch)?;
         self.total.add(&receipt);
         if let (Some(checkpoints), Some(position)) = (&self.checkpoints, position) {
-            let before = self.checkpoint.as_ref();
+            let before = self
+                .checkpoint
+                .clone()
+                .unwrap_or_else(|| self.empty_checkpoint(sink));
             let next = Checkpoint {
-                table: self.args.table.clone(),
-                columns: sink.config().columns.clone().unwrap_or_default(),
-                batch_size: self.args.batch_size,
                 input_bytes: position.bytes,
                 input_sha256: position.sha256.clone(),
-                rows: before.map_or(0, |c| c.rows) + receipt.rows,
-                batches: before.map_or(0, |c| c.batches) + 1,
+                rows: before.rows + receipt.rows,
+                batches: before.batches + 1,
+                in_flight_until: None,
+                ..before
             };
             checkpoints.save(&next).map_err(|e| {
                 // The batch is committed; only its record is missing: a rerun resends it and
@@ -280,9 +349,11 @@ pub fn run<T: Transport + Clone, P: Platform + Clone>(
                 .map_err(|e| Error::invalid(format!("cannot open {}: {e}", p.display())))?,
         ),
     };
+    let mut target = args.table.clone();
     let (checkpoints, saved) = match &args.checkpoint {
         None => (None, None),
         Some(id) => {
+            target = qualified_target(&client, &runner.platform, &args.table)?;
             let mut options = args.store.options()?;
             options.retries = retries.max(DEFAULT_RETRIES);
             let store = StateStore::open(
@@ -297,18 +368,21 @@ pub fn run<T: Transport + Clone, P: Platform + Clone>(
             };
             let saved = checkpoints.load()?;
             if let Some(saved) = &saved {
-                check_same_target(saved, args, id)?;
+                check_same_target(saved, &target, args, id)?;
             }
             (Some(checkpoints), saved)
         }
     };
-    let resume = saved
-        .as_ref()
-        .map(|c| (c.input_bytes, c.input_sha256.clone()));
+    let resume = saved.as_ref().map(|c| Resume {
+        bytes: c.input_bytes,
+        sha256: c.input_sha256.clone(),
+        cut_at: c.in_flight_until,
+    });
     let resumed_rows = saved.as_ref().map_or(0, |c| c.rows);
     let started = runner.platform.now();
     let mut stream = Stream {
         args,
+        target,
         retries,
         client: Some(client),
         sink: None,
@@ -422,45 +496,69 @@ pub struct Position {
     pub bytes: u64,
     /// SHA-256 of those bytes, hex.
     pub sha256: String,
+    /// Whether the batch ending here is shorter than the batch size (the input's end, or the
+    /// batch in flight when an earlier run stopped): its bounds depend on where the input
+    /// ended, so a run records them before sending it.
+    pub short: bool,
+}
+
+/// Where a run continues: after `bytes` input bytes whose SHA-256 is `sha256`, and, when the
+/// earlier run stopped with a short batch in flight, with a batch ending exactly at
+/// `cut_at` (the same bytes, so the same token, even if the input has grown since).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Resume {
+    /// Bytes already committed.
+    pub bytes: u64,
+    /// Their SHA-256, hex.
+    pub sha256: String,
+    /// The end of the short batch that was in flight, if one was.
+    pub cut_at: Option<u64>,
 }
 
 /// Reads NDJSON input in batches of `batch_size` lines, hashing everything it consumes, and
-/// calls `send` with each batch and the position after it. With `resume` (bytes, SHA-256 of a
-/// checkpoint), first skips that many bytes, which must end at a line end and hash the same
-/// (`invalid-input` otherwise: another input).
+/// calls `send` with each batch and the position after it. With `resume`, first skips the
+/// committed bytes, which must end at a line end and hash the same (`invalid-input`
+/// otherwise: another input), then cuts the first batch at `cut_at` if given.
 pub fn read_ndjson_from(
     input: &mut dyn Read,
     batch_size: usize,
-    resume: Option<(u64, String)>,
+    resume: Option<Resume>,
     mut send: impl FnMut(&[u8], &Position) -> Result<(), Error>,
 ) -> Result<(), Error> {
     let mut reader = BufReader::with_capacity(1 << 20, input);
     let read_error = |e: std::io::Error| Error::invalid(format!("reading the input: {e}"));
+    let other_input = || {
+        Error::invalid(
+            "the input is not the one the checkpoint was written for (its first bytes differ, or it is shorter): use another --checkpoint id for another input",
+        )
+    };
     let mut hash = Sha256::new();
     let mut consumed = 0u64;
     let mut line = Vec::new();
-    if let Some((bytes, sha256)) = resume {
-        let other_input = || {
-            Error::invalid(
-                "the input is not the one the checkpoint was written for (its first bytes differ): use another --checkpoint id for another input",
-            )
-        };
-        while consumed < bytes {
+    let mut cut_at = None;
+    if let Some(resume) = resume {
+        while consumed < resume.bytes {
             line.clear();
             let n = reader.read_until(b'\n', &mut line).map_err(read_error)?;
-            if n == 0 || consumed + n as u64 > bytes {
+            if n == 0 || consumed + n as u64 > resume.bytes {
                 return Err(other_input());
             }
             hash.update(&line);
             consumed += n as u64;
         }
-        if hex(&hash.clone().finalize()) != sha256 {
+        if hex(&hash.clone().finalize()) != resume.sha256 {
             return Err(other_input());
         }
+        cut_at = resume.cut_at.filter(|&c| c > consumed);
     }
     let mut batch = Vec::new();
     let mut rows = 0usize;
     let mut seen_row = consumed > 0;
+    let position = |hash: &Sha256, bytes: u64, rows: usize| Position {
+        bytes,
+        sha256: hex(&hash.clone().finalize()),
+        short: rows < batch_size,
+    };
     loop {
         line.clear();
         let n = reader.read_until(b'\n', &mut line).map_err(read_error)?;
@@ -469,7 +567,20 @@ pub fn read_ndjson_from(
         }
         hash.update(&line);
         consumed += n as u64;
+        if cut_at.is_some_and(|c| consumed > c) {
+            // The batch in flight ended inside this line: the input changed under it.
+            return Err(other_input());
+        }
+        let at_cut = cut_at == Some(consumed);
         if line.iter().all(u8::is_ascii_whitespace) {
+            if at_cut && rows > 0 {
+                send(&batch, &position(&hash, consumed, rows))?;
+                batch.clear();
+                rows = 0;
+            }
+            if at_cut {
+                cut_at = None;
+            }
             continue;
         }
         if !seen_row && line.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'[') {
@@ -483,26 +594,20 @@ pub fn read_ndjson_from(
             batch.push(b'\n');
         }
         rows += 1;
-        if rows == batch_size {
-            send(
-                &batch,
-                &Position {
-                    bytes: consumed,
-                    sha256: hex(&hash.clone().finalize()),
-                },
-            )?;
+        if rows == batch_size || at_cut {
+            send(&batch, &position(&hash, consumed, rows))?;
             batch.clear();
             rows = 0;
+            if at_cut {
+                cut_at = None;
+            }
         }
     }
+    if cut_at.is_some() {
+        return Err(other_input());
+    }
     if rows > 0 {
-        send(
-            &batch,
-            &Position {
-                bytes: consumed,
-                sha256: hex(&hash.clone().finalize()),
-            },
-        )?;
+        send(&batch, &position(&hash, consumed, rows))?;
     }
     Ok(())
 }
@@ -637,6 +742,11 @@ mod tests {
         size: usize,
         resume: Option<(u64, String)>,
     ) -> Result<Vec<(String, u64, String)>, Error> {
+        let resume = resume.map(|(bytes, sha256)| Resume {
+            bytes,
+            sha256,
+            cut_at: None,
+        });
         let mut out = Vec::new();
         read_ndjson_from(&mut input.as_bytes(), size, resume, |b, p| {
             out.push((
@@ -689,6 +799,53 @@ mod tests {
     }
 
     #[test]
+    fn a_short_batch_in_flight_is_sent_again_with_the_same_bounds_when_the_input_grew() {
+        let first = "{\"a\":1}\n{\"a\":2}\n{\"a\":3}\n";
+        // Batch size 2: [1,2] committed, then [3] (short) in flight when the run stopped.
+        let all = positions(first, 2, None).unwrap();
+        let mut shorts = Vec::new();
+        read_ndjson_from(&mut first.as_bytes(), 2, None, |_, p| {
+            shorts.push(p.short);
+            Ok(())
+        })
+        .unwrap();
+        assert_eq!(shorts, [false, true]);
+        let grown = format!("{first}{{\"a\":4}}\n{{\"a\":5}}\n");
+        let resume = Resume {
+            bytes: all[0].1,
+            sha256: all[0].2.clone(),
+            cut_at: Some(all[1].1),
+        };
+        let mut sent = Vec::new();
+        read_ndjson_from(&mut grown.as_bytes(), 2, Some(resume.clone()), |b, p| {
+            sent.push((String::from_utf8(b.to_vec()).unwrap(), p.short));
+            Ok(())
+        })
+        .unwrap();
+        // [3] alone again (the same bytes as before), then the new rows in full batches.
+        assert_eq!(
+            sent,
+            [
+                ("{\"a\":3}\n".to_string(), true),
+                ("{\"a\":4}\n{\"a\":5}\n".to_string(), false)
+            ]
+        );
+        // An input now shorter than the batch in flight is another input.
+        let e = read_ndjson_from(
+            &mut &first.as_bytes()[..all[0].1 as usize],
+            2,
+            Some(resume),
+            |_, _| Ok(()),
+        )
+        .unwrap_err();
+        assert!(
+            e.message.contains("not the one the checkpoint"),
+            "{}",
+            e.message
+        );
+    }
+
+    #[test]
     fn a_checkpoint_of_another_target_is_refused() {
         let saved = Checkpoint {
             table: "db.t".into(),
@@ -698,6 +855,7 @@ mod tests {
             input_sha256: "x".into(),
             rows: 100,
             batches: 1,
+            in_flight_until: None,
         };
         let args = |table: &str, batch: u32, columns: Option<Vec<String>>| SinkArgs {
             table: table.into(),
@@ -708,14 +866,20 @@ mod tests {
             store: StoreArgs::default(),
             file: None,
         };
-        assert!(check_same_target(&saved, &args("db.t", 100, None), "c").is_ok());
-        assert!(check_same_target(&saved, &args("db.t", 100, Some(vec!["a".into()])), "c").is_ok());
+        assert!(check_same_target(&saved, "db.t", &args("db.t", 100, None), "c").is_ok());
+        assert!(check_same_target(
+            &saved,
+            "db.t",
+            &args("db.t", 100, Some(vec!["a".into()])),
+            "c"
+        )
+        .is_ok());
         for (a, what) in [
             (args("db.u", 100, None), "table"),
             (args("db.t", 50, None), "batch size"),
             (args("db.t", 100, Some(vec!["b".into()])), "columns"),
         ] {
-            let e = check_same_target(&saved, &a, "c").unwrap_err();
+            let e = check_same_target(&saved, &a.table.clone(), &a, "c").unwrap_err();
             assert_eq!(e.kind, ErrorKind::InvalidInput);
             assert!(
                 e.message.contains(&format!("written for {what}")),

@@ -959,6 +959,37 @@ fn a_checkpoint_from_another_target_or_batch_size_is_refused() {
         (0, 1000),
         "{receipt}"
     );
+    // The same table named through the connection's database is the same target; the same
+    // name in another database is another.
+    let unqualified = a.rsplit_once('.').unwrap().1.to_string();
+    let other_db = format!("{db}_other");
+    let _ = create_table(&sql, &other_db, &unqualified, true);
+    for (database, accepted) in [(&db, true), (&other_db, false)] {
+        let extra = [
+            "--dedup",
+            "--batch-size",
+            "100",
+            "--checkpoint",
+            ID,
+            "--state-database",
+            &state_db,
+        ];
+        let out = sink_command(&server, &unqualified, &extra, &input.path)
+            .env("CLICKHOUSE_DATABASE", database)
+            .output()
+            .unwrap();
+        if accepted {
+            assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
+            assert_eq!(num(&json_of(&out)["resumed_after_rows"]), 1000);
+        } else {
+            let (code, _, message) = failure(&out);
+            assert_eq!(code, Some(2), "{message}");
+            assert!(message.contains("was written for table"), "{message}");
+        }
+    }
+    assert_eq!(count(&sql, &format!("{other_db}.{unqualified}")), 0);
+    assert_eq!(count(&sql, &a), 1000);
+
     // The input grew: only the new rows are sent.
     let out = run(&a, "100", None, &longer.path);
     assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
