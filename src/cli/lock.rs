@@ -99,7 +99,11 @@ pub fn run<T: Transport + Clone, P: Platform + Clone>(
         }
         runner.platform.sleep((until - now).min(renew_every));
         if runner.platform.now() < until {
-            store.renew(&handle)?;
+            if let Err(e) = store.renew(&handle) {
+                // Give back what may still be held (a no-op if the lease is gone).
+                let _ = store.release(&handle);
+                return Err(e);
+            }
         }
     }
     let held = runner.platform.now() - held_from;

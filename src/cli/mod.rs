@@ -22,7 +22,8 @@ pub use output::Output;
 /// Pipeline state store and acknowledged table sink for ClickHouse, run as a WebAssembly
 /// component.
 ///
-/// Exit codes: 0 ok, 1 runner failure, 2 invalid input, 3 misconfigured, 4 disconnected,
+/// Exit codes: 0 ok, 1 runner failure (or a destructive `state` command not confirmed, as
+/// Meltano's), 2 invalid input, 3 misconfigured, 4 disconnected,
 /// 5 transient, 6 throttled, 7 permanent, 8 uncertain, 9 locked, 10 not found.
 #[derive(Parser, Debug, Clone)]
 #[command(name = "clickhouse-component", version)]
@@ -162,7 +163,7 @@ pub struct StoreArgs {
     /// State table (default state).
     #[arg(long = "state-table", env = "CLICKHOUSE_TABLE")]
     pub state_table: Option<String>,
-    /// Lock table (default <state table>_lock).
+    /// Lock table (default <state table>_component_lock).
     #[arg(long = "lock-table", env = "CLICKHOUSE_LOCK_TABLE")]
     pub lock_table: Option<String>,
     /// Never create the database or tables; fail if they are missing.
@@ -203,10 +204,7 @@ impl StoreArgs {
     pub fn held_lock(&self, id: &str) -> Option<crate::state::LockHandle> {
         match (&self.held_lock_id, &self.held_lock_token) {
             (Some(held), Some(token)) if held == id && !token.is_empty() => {
-                Some(crate::state::LockHandle {
-                    id: id.to_string(),
-                    token: token.clone(),
-                })
+                Some(crate::state::LockHandle::held_elsewhere(id, token.clone()))
             }
             _ => None,
         }

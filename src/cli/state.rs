@@ -1,9 +1,13 @@
-//! `state ...`: the pipeline state store from the command line (mirrors `meltano state`).
+//! `state ...`: the pipeline state store from the command line, a drop-in for `meltano state`
+//! (Meltano 4.4.1): the same commands, arguments, options and output, plus extras that do not
+//! collide (`--json`, writes through a held lock, `export --format ndjson`, `clear-all`, a
+//! positional `list PATTERN`).
 
 use std::io::Read;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
-use clap::Subcommand;
+use clap::{Subcommand, ValueEnum};
+use serde::de::{Deserialize, Deserializer, MapAccess, Visitor};
 use serde_json::value::RawValue;
 use serde_json::{json, Map, Value};
 
@@ -13,82 +17,199 @@ use crate::state::{json as parts, State, StateStore};
 
 use super::{GlobalArgs, Output, Runner, StoreArgs};
 
+/// Meltano's `SINGER_STATE_KEY`: a state given to `set`, `merge`, `copy`, `move` or `edit`
+/// must have it at the top level (unless `--no-validate`).
+pub const SINGER_STATE_KEY: &str = "singer_state";
+
+/// `state get --format`.
+#[derive(ValueEnum, Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum GetFormat {
+    /// Compact single-line JSON (ready for `state set`).
+    #[default]
+    Json,
+    /// Indented JSON (two spaces).
+    Pretty,
+}
+
+/// `state export --format`.
+#[derive(ValueEnum, Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum ExportFormat {
+    /// One JSON object {"<id>": {"completed": {...}, "partial": {...}}, ...} (Meltano's).
+    #[default]
+    Json,
+    /// One line per state: {"id", "partial", "completed"}.
+    Ndjson,
+}
+
 /// State commands.
 #[derive(Subcommand, Debug, Clone)]
 pub enum StateCommand {
-    /// List state ids, optionally only those matching an fnmatch PATTERN (* ? [seq] [!seq]).
+    /// List state ids, optionally only those matching an fnmatch pattern (* ? [seq] [!seq]).
     List {
-        /// fnmatch pattern.
+        /// Filter state IDs by pattern (fnmatch, exact: * ? [seq] [!seq]).
+        #[arg(long = "pattern", value_name = "PATTERN", conflicts_with = "pattern")]
+        pattern_option: Option<String>,
+        /// The same as --pattern.
+        #[arg(value_name = "PATTERN")]
         pattern: Option<String>,
     },
-    /// Print a state: the completed part with the partial part merged over it (as
-    /// `meltano state get`); with --json, both parts.
+    /// Print a state: the completed part with the partial part merged over it, `{}` if there
+    /// is none (as `meltano state get`); with --json, both parts.
     Get {
         /// State id.
         id: String,
+        /// json: compact single line (default); pretty: indented.
+        #[arg(long, value_enum, default_value_t = GetFormat::Json, ignore_case = true)]
+        format: GetFormat,
     },
-    /// Overwrite a state with JSON as its completed part (as `meltano state set`).
+    /// Overwrite a state (Meltano `set`): STATE (or --input-file) becomes the completed part,
+    /// the partial part is cleared; under the lock on the id.
     Set {
         /// State id.
         id: String,
-        /// A JSON object.
-        #[arg(value_name = "JSON")]
-        state: String,
+        /// A JSON object with a top-level "singer_state" key.
+        #[arg(value_name = "STATE")]
+        state: Option<String>,
+        /// Read the state from this JSON file (- for stdin, which needs --force).
+        #[arg(long, value_name = "FILE")]
+        input_file: Option<PathBuf>,
+        /// Skip validation of state structure (not recommended).
+        #[arg(long)]
+        no_validate: bool,
         /// Store the JSON as the partial part instead (the completed part becomes empty).
         #[arg(long)]
         partial: bool,
+        /// Don't prompt for confirmation.
+        #[arg(long, alias = "yes")]
+        force: bool,
     },
-    /// Deep-merge a JSON object into the partial part, under the lock (Meltano `update`).
+    /// Add bookmarks to existing state (Meltano `merge`): deep-merge STATE, --input-file or
+    /// the state of --from-state-id into the partial part, under the lock.
     Merge {
         /// State id.
         id: String,
-        /// A JSON object.
-        #[arg(value_name = "JSON")]
-        state: String,
+        /// A JSON object with a top-level "singer_state" key.
+        #[arg(value_name = "STATE")]
+        state: Option<String>,
+        /// Merge state from a JSON file containing Singer state (- for stdin).
+        #[arg(long, value_name = "FILE")]
+        input_file: Option<PathBuf>,
+        /// Merge state from an existing state ID.
+        #[arg(long, value_name = "ID")]
+        from_state_id: Option<String>,
+        /// Skip validation of state structure (not in Meltano's merge).
+        #[arg(long)]
+        no_validate: bool,
     },
-    /// Delete one state.
-    Clear {
+    /// Edit state in your default text editor ($VISUAL / $EDITOR): needs a runner that can
+    /// start one (the reference host); a component alone answers misconfigured.
+    Edit {
         /// State id.
         id: String,
+        /// Don't prompt for confirmation.
+        #[arg(long, alias = "yes")]
+        force: bool,
     },
-    /// Delete every state (asks for --yes).
+    /// Clear one state (succeeds if there is none), or every state with --all.
+    Clear {
+        /// State id.
+        #[arg(value_name = "STATE_ID")]
+        id: Option<String>,
+        /// Clear all state IDs.
+        #[arg(long)]
+        all: bool,
+        /// Don't prompt for confirmation.
+        #[arg(long, alias = "yes")]
+        force: bool,
+    },
+    /// Delete every state (an alias of `clear --all` that never prompts: needs --yes or
+    /// --force).
     ClearAll {
         /// Really delete every state.
-        #[arg(long)]
+        #[arg(long, alias = "force")]
         yes: bool,
     },
-    /// Copy a state to another id (overwriting it).
+    /// Copy a state to another id: the destination's completed part becomes the source's
+    /// merged state (Meltano `copy`).
     Copy {
         /// Source id.
         src: String,
         /// Destination id.
         dst: String,
+        /// Skip validation of the source state's structure.
+        #[arg(long)]
+        no_validate: bool,
+        /// Don't prompt for confirmation.
+        #[arg(long, alias = "yes")]
+        force: bool,
     },
-    /// Move a state to another id (overwriting it), removing the source.
+    /// Move a state to another id (as `copy`), then clear the source.
     Move {
         /// Source id.
         src: String,
         /// Destination id.
         dst: String,
+        /// Skip validation of the source state's structure.
+        #[arg(long)]
+        no_validate: bool,
+        /// Don't prompt for confirmation.
+        #[arg(long, alias = "yes")]
+        force: bool,
     },
-    /// Print states as NDJSON lines {"id", "partial", "completed"}.
+    /// Export states to JSON on stdout: one object {"<id>": {"completed": {...}, "partial":
+    /// {...}}} (for `state import`), or NDJSON lines with --format ndjson.
     Export {
-        /// fnmatch pattern.
+        /// Only the ids matching this fnmatch pattern.
         pattern: Option<String>,
+        /// json: one object (Meltano's, default); ndjson: {"id","partial","completed"} lines.
+        #[arg(long, value_enum, default_value_t = ExportFormat::Json, ignore_case = true)]
+        format: ExportFormat,
     },
-    /// Write states from NDJSON lines (or a JSON array) of {"id", "partial", "completed"}, in
-    /// one insert; FILE may be - for stdin. Everything is validated before anything is written.
+    /// Import states (overwriting each id present) from what `export` prints: one JSON object
+    /// {"<id>": {"completed", "partial"}} (Meltano's), or NDJSON lines / a JSON array of
+    /// {"id", "partial", "completed"}. Validated first, written in one insert.
     Import {
-        /// File to read, or -.
+        /// File to read; - (the default) for stdin.
+        #[arg(default_value = "-")]
         file: PathBuf,
     },
 }
 
-fn not_found(id: &str) -> Error {
-    Error::new(
-        ErrorKind::NotFound,
-        format!("no state for id '{}'", id.escape_debug()),
-    )
+/// A failure before connecting: ours (exit code of its kind), or one Meltano reports with
+/// its own exit code (1: invalid JSON, `InvalidJobStateError`, mutually exclusive options,
+/// an unreadable import; 2: a usage error), which a drop-in must keep.
+enum Failure {
+    Ours(Error),
+    Meltano(Error, i32),
+}
+
+impl From<Error> for Failure {
+    fn from(e: Error) -> Self {
+        Failure::Ours(e)
+    }
+}
+
+/// An error Meltano answers with exit 1 (a `ClickException` or an uncaught one).
+fn meltano1(e: Error) -> Failure {
+    Failure::Meltano(e, 1)
+}
+
+/// Prints `e` as every error is printed (stderr, or JSON on stdout with --json), exiting with
+/// Meltano's `code` instead of the kind's.
+fn meltano_failure<T, P>(
+    global: &GlobalArgs,
+    runner: &mut Runner<'_, T, P>,
+    e: Error,
+    code: i32,
+) -> Output {
+    if !global.json {
+        super::output::error(false, &e, &mut std::io::sink(), runner.stderr);
+    }
+    Output {
+        text: String::new(),
+        json: super::output::error_json(&e),
+        code,
+    }
 }
 
 fn state_json(state: &State) -> Value {
@@ -99,9 +220,191 @@ fn state_json(state: &State) -> Value {
     })
 }
 
-fn pretty(map: Map<String, Value>) -> String {
-    serde_json::to_string_pretty(&Value::Object(map)).unwrap_or_default()
+/// JSON text as Python's `json.dumps` writes it (`ensure_ascii`): every character outside
+/// printable ASCII escaped as `\uXXXX` (lowercase hex, surrogate pairs above U+FFFF), so the
+/// output is byte for byte Meltano's for the same state (numbers keep their stored text).
+/// Compact (`separators=(",", ":")`) or indented by two spaces (`indent=2`).
+pub fn python_json(value: &Value, pretty: bool) -> String {
+    let text = if pretty {
+        serde_json::to_string_pretty(value)
+    } else {
+        serde_json::to_string(value)
+    }
+    .unwrap_or_default();
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        if c.is_ascii() && c != '\u{7f}' {
+            out.push(c);
+        } else {
+            let mut units = [0u16; 2];
+            for unit in c.encode_utf16(&mut units) {
+                out.push_str(&format!("\\u{unit:04x}"));
+            }
+        }
+    }
+    out
 }
+
+/// Meltano's `StateService.validate_state`: `InvalidJobStateError` unless the state has
+/// `singer_state` at its top level (its message; ours is `invalid-input`).
+pub fn validate_state(state: &Map<String, Value>) -> Result<(), Error> {
+    if state.contains_key(SINGER_STATE_KEY) {
+        Ok(())
+    } else {
+        Err(Error::invalid(format!(
+            "Invalid state format: {SINGER_STATE_KEY} not found in top level of provided state. \
+             State must be valid JSON with a top-level '{SINGER_STATE_KEY}' key. \
+             Use --no-validate to bypass this check."
+        )))
+    }
+}
+
+/// Where a `set` / `merge` takes its state from: exactly one of them (Meltano's
+/// `MutuallyExclusiveOptionsError`; an empty STATE counts as not given, as in Meltano).
+#[derive(Debug, PartialEq, Eq)]
+enum Source<'a> {
+    Text(&'a str),
+    File(&'a Path),
+    StateId(&'a str),
+}
+
+fn source<'a>(
+    state: Option<&'a str>,
+    input_file: Option<&'a Path>,
+    from_state_id: Option<&'a str>,
+    names: &str,
+) -> Result<Source<'a>, Error> {
+    let given: Vec<Source<'a>> = [
+        input_file
+            .filter(|p| !p.as_os_str().is_empty())
+            .map(Source::File),
+        state.filter(|s| !s.is_empty()).map(Source::Text),
+        from_state_id.filter(|s| !s.is_empty()).map(Source::StateId),
+    ]
+    .into_iter()
+    .flatten()
+    .collect();
+    match <[Source; 1]>::try_from(given) {
+        Ok([one]) => Ok(one),
+        Err(_) => Err(Error::invalid(format!(
+            "Must provide exactly one of: {names}"
+        ))),
+    }
+}
+
+/// Reads a file, `-` being the runner's stdin. A component has no filesystem: the reference
+/// host passes the file as stdin.
+fn read_input<T, P>(file: &Path, runner: &mut Runner<'_, T, P>) -> Result<String, Error> {
+    let mut text = String::new();
+    if file.as_os_str() == "-" {
+        runner
+            .stdin
+            .read_to_string(&mut text)
+            .map_err(|e| Error::invalid(format!("reading stdin: {e}")))?;
+        return Ok(text);
+    }
+    std::fs::read_to_string(file).map_err(|e| {
+        let hint = if cfg!(target_arch = "wasm32") {
+            " (a WebAssembly component sees no files: give - and the file on stdin)"
+        } else {
+            ""
+        };
+        Error::invalid(format!("reading {}: {e}{hint}", file.display()))
+    })
+}
+
+/// A state given on the command line or in a file: a JSON object (Meltano: "Invalid JSON
+/// provided"), validated unless `no_validate`.
+fn parse_given(text: &str, no_validate: bool) -> Result<Map<String, Value>, Error> {
+    if text.trim().is_empty() {
+        // json.loads("") fails in Meltano; parse_part would read it as {}.
+        return Err(Error::invalid(
+            "Invalid JSON provided: Expecting value: line 1 column 1 (char 0)",
+        ));
+    }
+    let state = parts::parse_part(text, "the state")
+        .map_err(|e| Error::invalid(format!("Invalid JSON provided: {}", e.message)))?;
+    if !no_validate {
+        validate_state(&state)?;
+    }
+    Ok(state)
+}
+
+/// What a confirmation prompt decided.
+enum Confirmed {
+    Yes,
+    /// Stop with this output (exit 1, as Meltano's `ctx.exit(1)` / click's `Abort`).
+    No(Output),
+}
+
+/// Meltano's `--force` option: unless given, asks `PROMPT [y/N]: ` (on stderr; click writes
+/// it on stdout) and reads one line of stdin, as `click.confirm` does whether or not stdin is
+/// a terminal: `y`/`yes` go on; `n`/`no`/an empty line stop with exit 1 and no message; at
+/// the end of stdin (no answer at all) `Aborted!`, exit 1; anything else asks again.
+fn confirm<T, P>(force: bool, prompt: &str, runner: &mut Runner<'_, T, P>) -> Confirmed {
+    if force {
+        return Confirmed::Yes;
+    }
+    let stop = || Output {
+        text: String::new(),
+        json: json!({"ok": false, "confirmed": false}),
+        code: 1,
+    };
+    loop {
+        let _ = write!(runner.stderr, "{prompt} [y/N]: ");
+        let _ = runner.stderr.flush();
+        let Some(line) = read_line(&mut runner.stdin) else {
+            let _ = writeln!(runner.stderr, "\nAborted!");
+            return Confirmed::No(stop());
+        };
+        match line.trim().to_lowercase().as_str() {
+            "y" | "yes" => return Confirmed::Yes,
+            "n" | "no" | "" => return Confirmed::No(stop()),
+            _ => {
+                let _ = writeln!(runner.stderr, "Error: invalid input");
+            }
+        }
+    }
+}
+
+/// One line of `input` (without its newline), read byte by byte (nothing after it is
+/// consumed); `None` at the end of the input before any byte.
+fn read_line(input: &mut dyn Read) -> Option<String> {
+    let mut bytes = Vec::new();
+    let mut byte = [0u8; 1];
+    loop {
+        match input.read(&mut byte) {
+            Ok(0) | Err(_) => break,
+            Ok(_) if byte[0] == b'\n' => return Some(String::from_utf8_lossy(&bytes).into()),
+            Ok(_) => bytes.push(byte[0]),
+        }
+    }
+    if bytes.is_empty() {
+        None
+    } else {
+        Some(String::from_utf8_lossy(&bytes).into())
+    }
+}
+
+/// What a write prints: nothing on stdout (Meltano logs it), `message` on stderr; with
+/// --json, `json` on stdout.
+fn done<T, P>(
+    global: &GlobalArgs,
+    runner: &mut Runner<'_, T, P>,
+    message: String,
+    json: Value,
+) -> Output {
+    if !global.json {
+        let _ = writeln!(runner.stderr, "{}", super::output::sanitize(&message));
+    }
+    Output::new(String::new(), json)
+}
+
+fn quoted(id: &str) -> String {
+    id.escape_debug().to_string()
+}
+
+const EDIT_UNSUPPORTED: &str = "state edit opens $VISUAL / $EDITOR, which a WebAssembly component cannot start: run it through the reference host, or edit by hand: state get --format pretty ID > state.json; $EDITOR state.json; state set --force --input-file - ID < state.json";
 
 /// Runs a state command.
 pub fn run<T: Transport + Clone, P: Platform + Clone>(
@@ -110,188 +413,456 @@ pub fn run<T: Transport + Clone, P: Platform + Clone>(
     command: &StateCommand,
     runner: &mut Runner<'_, T, P>,
 ) -> Result<Output, Error> {
-    // Validate (and parse, once) what can be checked before connecting.
+    // Validate (and parse, once) what can be checked before connecting, then confirm.
     let mut import = None;
     let mut given = Map::new();
-    match command {
-        StateCommand::Import { file } => import = Some(read_import(file, runner)?),
-        StateCommand::ClearAll { yes: false } => {
-            return Err(Error::invalid(
-                "clear-all deletes every state: run again with --yes",
-            ))
+    let prepared = (|| -> Result<Option<(bool, &'static str)>, Failure> {
+        Ok(match command {
+            StateCommand::Import { file } => {
+                let text = read_input(file, runner)?;
+                import = Some(parse_import(&text).map_err(meltano1)?);
+                None
+            }
+            StateCommand::ClearAll { yes: false } => {
+                return Err(Error::invalid(
+                    "clear-all deletes every state: run again with --yes (or use clear --all)",
+                )
+                .into())
+            }
+            StateCommand::Clear { id, all, force } => {
+                if id.as_deref().is_some_and(|s| !s.is_empty()) == *all {
+                    return Err(Failure::Meltano(
+                        Error::invalid(
+                            "A state ID or the --all flag must be provided, but not both",
+                        ),
+                        2,
+                    ));
+                }
+                if let Some(id) = id {
+                    crate::state::check_id(id)?;
+                }
+                Some((*force, "This will clear state for the job(s). Continue?"))
+            }
+            StateCommand::Set {
+                id,
+                state,
+                input_file,
+                no_validate,
+                force,
+                ..
+            } => {
+                crate::state::check_id(id)?;
+                let text = match source(
+                    state.as_deref(),
+                    input_file.as_deref(),
+                    None,
+                    "--input-file,STATE",
+                )
+                .map_err(meltano1)?
+                {
+                    Source::Text(text) => text.to_string(),
+                    Source::File(file) => {
+                        if file.as_os_str() == "-" && !*force {
+                            return Err(Error::invalid(
+                            "--input-file - reads the state from stdin, where the confirmation would be read: add --force",
+                        )
+                        .into());
+                        }
+                        read_input(file, runner)?
+                    }
+                    Source::StateId(_) => unreachable!("set has no --from-state-id"),
+                };
+                given = parse_given(&text, *no_validate).map_err(meltano1)?;
+                Some((
+                    *force,
+                    "This will overwrite the state's current value. Continue?",
+                ))
+            }
+            StateCommand::Merge {
+                id,
+                state,
+                input_file,
+                from_state_id,
+                no_validate,
+            } => {
+                crate::state::check_id(id)?;
+                match source(
+                    state.as_deref(),
+                    input_file.as_deref(),
+                    from_state_id.as_deref(),
+                    "--input-file,STATE,--from-state-id",
+                )
+                .map_err(meltano1)?
+                {
+                    Source::Text(text) => {
+                        given = parse_given(text, *no_validate).map_err(meltano1)?
+                    }
+                    Source::File(file) => {
+                        let text = read_input(file, runner)?;
+                        given = parse_given(&text, *no_validate).map_err(meltano1)?;
+                    }
+                    Source::StateId(src) => crate::state::check_id(src)?,
+                }
+                None
+            }
+            StateCommand::Copy {
+                src, dst, force, ..
+            } => {
+                crate::state::check_id(src)?;
+                crate::state::check_id(dst)?;
+                Some((
+                    *force,
+                    "This will overwrite state for the destination. Continue?",
+                ))
+            }
+            StateCommand::Move {
+                src, dst, force, ..
+            } => {
+                crate::state::check_id(src)?;
+                crate::state::check_id(dst)?;
+                Some((
+                    *force,
+                    "This will clear the source state and overwrite destination state. Continue?",
+                ))
+            }
+            StateCommand::Edit { id, .. } => {
+                crate::state::check_id(id)?;
+                return Err(Error::new(ErrorKind::Misconfigured, EDIT_UNSUPPORTED).into());
+            }
+            _ => None,
+        })
+    })();
+    let confirmation = match prepared {
+        Ok(confirmation) => confirmation,
+        Err(Failure::Ours(e)) => return Err(e),
+        Err(Failure::Meltano(e, code)) => return Ok(meltano_failure(global, runner, e, code)),
+    };
+    if let Some((force, prompt)) = confirmation {
+        if let Confirmed::No(output) = confirm(force, prompt, runner) {
+            return Ok(output);
         }
-        StateCommand::Set { id, state, .. } | StateCommand::Merge { id, state } => {
-            crate::state::check_id(id)?;
-            given = parts::parse_part(state, "the state")?;
-        }
-        _ => {}
     }
     let options = store.options()?;
     let held = |id: &str| store.held_lock(id);
     let client = Client::new(&global.connection()?, runner.transport.clone())?;
     let store = StateStore::open(client, runner.platform.clone(), &options)?;
+    // Meltano `update` (what its `set` and `merge` call), through a held lock if there is one.
+    let update = |state: &State| match held(&state.id) {
+        Some(handle) => store.update_held(state, &handle),
+        None => store.update(state),
+    };
     match command {
-        StateCommand::List { pattern } => {
-            let ids = store.ids(pattern.as_deref())?;
+        StateCommand::List {
+            pattern_option,
+            pattern,
+        } => {
+            let ids = store.ids(pattern_option.as_deref().or(pattern.as_deref()))?;
+            if ids.is_empty() && !global.json {
+                let _ = writeln!(runner.stderr, "No state IDs found.");
+            }
             let text: String = ids.iter().map(|id| format!("{id}\n")).collect();
             Ok(Output::new(text, json!(ids)))
         }
-        StateCommand::Get { id } => {
-            let state = store.get(id)?.ok_or_else(|| not_found(id))?;
-            Ok(Output::new(pretty(state.merged()), state_json(&state)))
+        StateCommand::Get { id, format } => {
+            let state = store.get(id)?.unwrap_or_else(|| State {
+                id: id.clone(),
+                ..State::default()
+            });
+            let text = python_json(&Value::Object(state.merged()), *format == GetFormat::Pretty);
+            Ok(Output::new(text, state_json(&state)))
         }
-        StateCommand::Set { id, state, partial } => {
-            let body = parts::parse_part(state, "the state")?;
-            let new = if *partial {
-                State {
+        StateCommand::Set { id, partial, .. } => {
+            if *partial {
+                let new = State {
                     id: id.clone(),
-                    partial: body,
+                    partial: given,
                     completed: Map::new(),
+                };
+                match held(id) {
+                    Some(handle) => store.set_held(&new, &handle)?,
+                    None => store.set_locked(&new)?,
                 }
             } else {
-                State {
+                update(&State {
                     id: id.clone(),
                     partial: Map::new(),
-                    completed: body,
-                }
-            };
-            match held(id) {
-                Some(handle) => store.set_held(&new, &handle)?,
-                None => store.set(&new)?,
+                    completed: given,
+                })?;
             }
-            Ok(Output::new(
-                format!("set state '{}'", id.escape_debug()),
+            Ok(done(
+                global,
+                runner,
+                format!("State for {} was successfully set.", quoted(id)),
                 json!({"ok": true, "id": id}),
             ))
         }
-        StateCommand::Merge { id, .. } => {
-            let update = State {
+        StateCommand::Merge {
+            id,
+            from_state_id,
+            no_validate,
+            ..
+        } => {
+            let partial = match from_state_id.as_deref().filter(|s| !s.is_empty()) {
+                Some(src) => {
+                    let merged = store.get(src)?.map(|s| s.merged()).unwrap_or_default();
+                    if !*no_validate {
+                        if let Err(e) = validate_state(&merged) {
+                            return Ok(meltano_failure(global, runner, e, 1));
+                        }
+                    }
+                    merged
+                }
+                None => given,
+            };
+            let stored = update(&State {
                 id: id.clone(),
-                partial: given,
+                partial,
                 completed: Map::new(),
-            };
-            let stored = match held(id) {
-                Some(handle) => store.update_held(&update, &handle)?,
-                None => store.update(&update)?,
-            };
-            Ok(Output::new(pretty(stored.merged()), state_json(&stored)))
+            })?;
+            Ok(done(
+                global,
+                runner,
+                format!("State for {} was successfully merged.", quoted(id)),
+                state_json(&stored),
+            ))
         }
-        StateCommand::Clear { id } => {
+        StateCommand::Clear { id: Some(id), .. } if !id.is_empty() => {
             let n = match held(id) {
                 Some(handle) => store.delete_held(id, &handle)?,
                 None => store.delete(id)?,
             };
-            if n == 0 {
-                return Err(not_found(id));
-            }
+            // Meltano says nothing here (whether or not there was a state).
             Ok(Output::new(
-                format!("cleared state '{}'", id.escape_debug()),
+                String::new(),
                 json!({"ok": true, "cleared": n}),
             ))
         }
-        StateCommand::ClearAll { .. } => {
+        StateCommand::Clear { .. } | StateCommand::ClearAll { .. } => {
             let n = store.clear_all()?;
-            Ok(Output::new(
-                format!("cleared {n} states"),
+            Ok(done(
+                global,
+                runner,
+                format!("{n} state(s) were successfully cleared"),
                 json!({"ok": true, "cleared": n}),
             ))
         }
-        StateCommand::Copy { src, dst } | StateCommand::Move { src, dst } => {
-            let mut state = store.get(src)?.ok_or_else(|| not_found(src))?;
-            state.id = dst.clone();
-            // Under the destination's lock (and the source's, for the delete of a move).
-            match held(dst) {
-                Some(handle) => store.set_held(&state, &handle)?,
-                None => store.set_locked(&state)?,
+        StateCommand::Copy {
+            src,
+            dst,
+            no_validate,
+            ..
+        }
+        | StateCommand::Move {
+            src,
+            dst,
+            no_validate,
+            ..
+        } => {
+            // Meltano: set(dst, get(src)): the merged view becomes dst's completed part.
+            // A missing source reads as {}, which fails validation (as in Meltano).
+            let merged = store.get(src)?.map(|s| s.merged()).unwrap_or_default();
+            if !*no_validate {
+                if let Err(e) = validate_state(&merged) {
+                    return Ok(meltano_failure(global, runner, e, 1));
+                }
             }
+            update(&State {
+                id: dst.clone(),
+                partial: Map::new(),
+                completed: merged,
+            })?;
             let moved = matches!(command, StateCommand::Move { .. });
+            // (Meltano would clear a state moved onto itself; we keep it.)
             if moved && src != dst {
                 match held(src) {
                     Some(handle) => store.delete_held(src, &handle)?,
                     None => store.delete(src)?,
                 };
             }
-            let verb = if moved { "moved" } else { "copied" };
-            Ok(Output::new(
+            let message = if moved {
                 format!(
-                    "{verb} '{}' to '{}'",
-                    src.escape_debug(),
-                    dst.escape_debug()
-                ),
+                    "State for {} was successfully moved to {}.",
+                    quoted(src),
+                    quoted(dst)
+                )
+            } else {
+                format!(
+                    "State for {} was successfully copied from {}.",
+                    quoted(dst),
+                    quoted(src)
+                )
+            };
+            Ok(done(
+                global,
+                runner,
+                message,
                 json!({"ok": true, "from": src, "to": dst}),
             ))
         }
-        StateCommand::Export { pattern } => {
+        StateCommand::Export { pattern, format } => {
             let states = store.get_all(pattern.as_deref())?;
-            let lines: String = states
-                .iter()
-                .map(|s| format!("{}\n", state_json(s)))
-                .collect();
-            Ok(Output::raw(lines))
+            Ok(Output::raw(export_text(&states, *format)))
         }
         StateCommand::Import { .. } => {
             let states = import.unwrap_or_default();
             let n = states.len();
             store.set_all(&states)?;
-            Ok(Output::new(
-                format!("imported {n} states"),
+            Ok(done(
+                global,
+                runner,
+                format!("Successfully imported {n} state(s)."),
                 json!({"ok": true, "imported": n}),
             ))
         }
+        StateCommand::Edit { .. } => Err(Error::new(ErrorKind::Misconfigured, EDIT_UNSUPPORTED)),
     }
 }
 
-/// Reads and validates an import: NDJSON lines or one JSON array of objects with `id`, and
-/// optional `partial` / `completed` objects.
-fn read_import<T, P>(file: &PathBuf, runner: &mut Runner<'_, T, P>) -> Result<Vec<State>, Error> {
-    let mut text = String::new();
-    if file.as_os_str() == "-" {
-        runner
-            .stdin
-            .read_to_string(&mut text)
-            .map_err(|e| Error::invalid(format!("reading stdin: {e}")))?;
-    } else {
-        text = std::fs::read_to_string(file)
-            .map_err(|e| Error::invalid(format!("reading {}: {e}", file.display())))?;
+/// What `export` prints.
+fn export_text(states: &[State], format: ExportFormat) -> String {
+    match format {
+        ExportFormat::Json => {
+            let object: Map<String, Value> = states
+                .iter()
+                .map(|s| {
+                    (
+                        s.id.clone(),
+                        json!({
+                            "completed": Value::Object(s.completed.clone()),
+                            "partial": Value::Object(s.partial.clone()),
+                        }),
+                    )
+                })
+                .collect();
+            format!("{}\n", python_json(&Value::Object(object), false))
+        }
+        ExportFormat::Ndjson => states
+            .iter()
+            .map(|s| format!("{}\n", state_json(s)))
+            .collect(),
     }
-    // Each item is parsed once, strictly (duplicate keys rejected at any depth, as the store
-    // does for every part).
-    let mut items: Vec<(usize, Map<String, Value>)> = Vec::new();
-    if text.trim_start().starts_with('[') {
-        let elements: Vec<&RawValue> = serde_json::from_str(&text)
+}
+
+/// The entries of a JSON object, in order, each value's text kept (duplicate keys are seen).
+struct Entries(Vec<(String, Box<RawValue>)>);
+
+impl<'de> Deserialize<'de> for Entries {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = Entries;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a JSON object")
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Entries, A::Error> {
+                let mut entries = Vec::new();
+                while let Some(entry) = map.next_entry::<String, Box<RawValue>>()? {
+                    entries.push(entry);
+                }
+                Ok(Entries(entries))
+            }
+        }
+        deserializer.deserialize_map(V)
+    }
+}
+
+/// Parses an import: Meltano's export (one object {"<id>": {"completed", "partial"}}), or
+/// ours with --format ndjson (lines of {"id", "partial", "completed"}), or a JSON array of
+/// the same. NDJSON is recognised by its first line: an object with a string "id" (a
+/// Meltano entry is an object, never a string). Everything is validated strictly
+/// (duplicate keys rejected at any depth, parts must be objects or null).
+fn parse_import(text: &str) -> Result<Vec<State>, Error> {
+    let trimmed = text.trim_start();
+    let mut items: Vec<(String, Map<String, Value>)> = Vec::new();
+    let first_line = trimmed.lines().next().unwrap_or_default();
+    let ndjson = first_line.len() <= parts::MAX_PART_BYTES
+        && matches!(
+            // Leniently here (the strict parse below names what is wrong with it).
+            serde_json::from_str::<Map<String, Value>>(first_line).map(|m| m.get("id").cloned()),
+            Ok(Some(Value::String(_)))
+        );
+    if trimmed.starts_with('[') {
+        let elements: Vec<&RawValue> = serde_json::from_str(text)
             .map_err(|e| Error::invalid(format!("the import is not a valid JSON array: {e}")))?;
         for (i, element) in elements.into_iter().enumerate() {
-            items.push((
-                i + 1,
-                parts::parse_part(element.get(), &format!("item {}", i + 1))?,
-            ));
+            let what = format!("item {}", i + 1);
+            items.push((what.clone(), parts::parse_part(element.get(), &what)?));
         }
-    } else {
+    } else if ndjson {
         for (n, line) in text.lines().enumerate() {
             if !line.trim().is_empty() {
-                items.push((n + 1, parts::parse_part(line, &format!("line {}", n + 1))?));
+                let what = format!("line {}", n + 1);
+                items.push((what.clone(), parts::parse_part(line, &what)?));
             }
         }
+    } else {
+        return parse_meltano_import(text);
     }
     let mut states = Vec::with_capacity(items.len());
-    for (n, mut item) in items {
+    for (what, mut item) in items {
         let id = match item.remove("id") {
             Some(Value::String(id)) => id,
-            _ => return Err(Error::invalid(format!("item {n}: \"id\" must be a string"))),
+            _ => return Err(Error::invalid(format!("{what}: \"id\" must be a string"))),
         };
         crate::state::check_id(&id)
-            .map_err(|e| Error::invalid(format!("item {n}: {}", e.message)))?;
-        let mut part = |key: &str| -> Result<Map<String, Value>, Error> {
-            match item.remove(key) {
-                None | Some(Value::Null) => Ok(Map::new()),
-                Some(Value::Object(map)) => Ok(map),
-                Some(_) => Err(Error::invalid(format!(
-                    "item {n}: \"{key}\" must be an object"
-                ))),
-            }
-        };
-        let partial = part("partial")?;
-        let completed = part("completed")?;
+            .map_err(|e| Error::invalid(format!("{what}: {}", e.message)))?;
+        let partial = import_part(&mut item, "partial", &what)?;
+        let completed = import_part(&mut item, "completed", &what)?;
+        states.push(State {
+            id,
+            partial,
+            completed,
+        });
+    }
+    Ok(states)
+}
+
+fn import_part(
+    item: &mut Map<String, Value>,
+    key: &str,
+    what: &str,
+) -> Result<Map<String, Value>, Error> {
+    match item.remove(key) {
+        None | Some(Value::Null) => Ok(Map::new()),
+        Some(Value::Object(map)) => Ok(map),
+        Some(_) => Err(Error::invalid(format!(
+            "{what}: \"{key}\" must be an object"
+        ))),
+    }
+}
+
+/// Meltano's import format: `{"<id>": {"completed": {...}|null, "partial": {...}|null}}`
+/// (other keys of an entry ignored, as Meltano does).
+fn parse_meltano_import(text: &str) -> Result<Vec<State>, Error> {
+    if text.trim().is_empty() {
+        return Err(Error::invalid(
+            "Invalid JSON: Expecting value: line 1 column 1 (char 0)",
+        ));
+    }
+    let Entries(entries) = serde_json::from_str(text).map_err(|e| {
+        Error::invalid(format!(
+            "the import must be one JSON object {{\"<state id>\": {{\"completed\": ..., \"partial\": ...}}}} (as export prints), or NDJSON: {e}"
+        ))
+    })?;
+    let mut seen = std::collections::HashSet::new();
+    let mut states = Vec::with_capacity(entries.len());
+    for (id, raw) in entries {
+        let what = format!("state '{}'", id.escape_debug());
+        if !seen.insert(id.clone()) {
+            return Err(Error::invalid(format!(
+                "{what} appears twice (duplicate key)"
+            )));
+        }
+        crate::state::check_id(&id)
+            .map_err(|e| Error::invalid(format!("{what}: {}", e.message)))?;
+        if !raw.get().trim_start().starts_with('{') {
+            return Err(Error::invalid(format!(
+                "{what}: expected an object {{\"completed\": ..., \"partial\": ...}}"
+            )));
+        }
+        let mut entry = parts::parse_part(raw.get(), &what)?;
+        let completed = import_part(&mut entry, "completed", &what)?;
+        let partial = import_part(&mut entry, "partial", &what)?;
         states.push(State {
             id,
             partial,
@@ -304,40 +875,402 @@ fn read_import<T, P>(file: &PathBuf, runner: &mut Runner<'_, T, P>) -> Result<Ve
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::client::transport::Transport;
+    use clap::Parser;
 
+    use crate::cli::{Cli, Command};
+
+    #[derive(Clone)]
     struct NoNetwork;
     impl Transport for NoNetwork {
         fn send(
             &self,
             _: &crate::client::HttpRequest,
         ) -> Result<crate::client::HttpResponse, crate::client::error::TransportError> {
-            panic!("an import is validated before any request")
+            panic!("nothing is sent before the input is validated and confirmed")
         }
     }
 
-    fn import(text: &'static str) -> Result<Vec<State>, Error> {
+    /// Runs a state command line with `stdin`, without a server (the URL points nowhere and
+    /// the transport panics): for what is decided before connecting.
+    fn run_offline(args: &[&str], stdin: &'static str) -> (i32, String, String) {
+        let mut argv = vec!["clickhouse-component", "--url", "http://nowhere:1", "state"];
+        argv.extend_from_slice(args);
+        let cli = Cli::try_parse_from(argv).unwrap();
         let mut stderr = Vec::new();
-        let mut runner = Runner {
-            transport: NoNetwork,
-            platform: crate::platform::std_platform::StdPlatform::default(),
-            stdin: Box::new(text.as_bytes()),
-            stderr: &mut stderr,
-            progress: false,
+        let mut stdout = Vec::new();
+        let platform = crate::platform::std_platform::StdPlatform::default();
+        let code = {
+            let mut runner = Runner {
+                transport: NoNetwork,
+                platform: &platform,
+                stdin: Box::new(stdin.as_bytes()),
+                stderr: &mut stderr,
+                progress: false,
+            };
+            crate::cli::run(&cli, &mut runner, &mut stdout)
         };
-        read_import(&PathBuf::from("-"), &mut runner)
+        (
+            code,
+            String::from_utf8(stdout).unwrap(),
+            String::from_utf8(stderr).unwrap(),
+        )
+    }
+
+    fn parse(args: &[&str]) -> Result<StateCommand, clap::Error> {
+        let mut argv = vec!["clickhouse-component", "state"];
+        argv.extend_from_slice(args);
+        Cli::try_parse_from(argv).map(|cli| match cli.command {
+            Command::State { command, .. } => command,
+            other => panic!("{other:?}"),
+        })
     }
 
     #[test]
-    fn imports_are_parsed_strictly() {
+    fn the_command_line_is_meltanos() {
+        assert!(matches!(
+            parse(&["get", "a"]).unwrap(),
+            StateCommand::Get {
+                format: GetFormat::Json,
+                ..
+            }
+        ));
+        assert!(matches!(
+            parse(&["get", "a", "--format", "PRETTY"]).unwrap(),
+            StateCommand::Get {
+                format: GetFormat::Pretty,
+                ..
+            }
+        ));
+        assert!(parse(&["get", "a", "--format", "yaml"]).is_err());
+        match parse(&["list", "--pattern", "tap-*"]).unwrap() {
+            StateCommand::List {
+                pattern_option,
+                pattern,
+            } => {
+                assert_eq!((pattern_option.as_deref(), pattern), (Some("tap-*"), None))
+            }
+            other => panic!("{other:?}"),
+        }
+        assert!(matches!(
+            parse(&["list", "tap-*"]).unwrap(),
+            StateCommand::List {
+                pattern: Some(_),
+                pattern_option: None
+            }
+        ));
+        assert!(parse(&["list", "a", "--pattern", "b"]).is_err());
+        match parse(&[
+            "set",
+            "--force",
+            "a",
+            "--input-file",
+            "f.json",
+            "--no-validate",
+        ])
+        .unwrap()
+        {
+            StateCommand::Set {
+                id,
+                state,
+                input_file,
+                no_validate,
+                force,
+                partial,
+            } => {
+                assert_eq!(id, "a");
+                assert_eq!(state, None);
+                assert_eq!(input_file, Some(PathBuf::from("f.json")));
+                assert!(no_validate && force && !partial);
+            }
+            other => panic!("{other:?}"),
+        }
+        assert!(matches!(
+            parse(&["merge", "a", "--from-state-id", "b"]).unwrap(),
+            StateCommand::Merge {
+                from_state_id: Some(_),
+                state: None,
+                ..
+            }
+        ));
+        assert!(matches!(
+            parse(&["clear", "--all", "--force"]).unwrap(),
+            StateCommand::Clear {
+                id: None,
+                all: true,
+                force: true
+            }
+        ));
+        assert!(matches!(
+            parse(&["clear", "a", "--yes"]).unwrap(),
+            StateCommand::Clear { force: true, .. }
+        ));
+        assert!(matches!(
+            parse(&["clear-all", "--force"]).unwrap(),
+            StateCommand::ClearAll { yes: true }
+        ));
+        assert!(matches!(
+            parse(&["copy", "a", "b", "--force"]).unwrap(),
+            StateCommand::Copy { force: true, .. }
+        ));
+        assert!(matches!(
+            parse(&["move", "a", "b"]).unwrap(),
+            StateCommand::Move { force: false, .. }
+        ));
+        assert!(matches!(
+            parse(&["edit", "a"]).unwrap(),
+            StateCommand::Edit { .. }
+        ));
+        match parse(&["import"]).unwrap() {
+            StateCommand::Import { file } => assert_eq!(file, PathBuf::from("-")),
+            other => panic!("{other:?}"),
+        }
+        assert!(matches!(
+            parse(&["export", "--format", "ndjson"]).unwrap(),
+            StateCommand::Export {
+                format: ExportFormat::Ndjson,
+                pattern: None
+            }
+        ));
+        assert!(matches!(
+            parse(&["export"]).unwrap(),
+            StateCommand::Export {
+                format: ExportFormat::Json,
+                ..
+            }
+        ));
+    }
+
+    #[test]
+    fn json_is_printed_as_python_prints_it() {
+        let v: Value = serde_json::from_str(
+            r#"{"singer_state":{"b":{"é":"ü😀\u007f\n"},"a":[1,{}],"n":18446744073709551616}}"#,
+        )
+        .unwrap();
+        assert_eq!(
+            python_json(&v, false),
+            r#"{"singer_state":{"b":{"\u00e9":"\u00fc\ud83d\ude00\u007f\n"},"a":[1,{}],"n":18446744073709551616}}"#
+        );
+        assert_eq!(
+            python_json(&json!({"a": {"b": 1}, "c": []}), true),
+            "{\n  \"a\": {\n    \"b\": 1\n  },\n  \"c\": []\n}"
+        );
+        assert_eq!(python_json(&json!({}), false), "{}");
+        assert_eq!(python_json(&json!({}), true), "{}");
+    }
+
+    #[test]
+    fn states_need_singer_state_unless_not_validated() {
+        let e = parse_given(r#"{"bookmarks":{}}"#, false).unwrap_err();
+        assert_eq!(e.kind, ErrorKind::InvalidInput);
+        assert!(
+            e.message
+                .contains("singer_state not found in top level of provided state"),
+            "{}",
+            e.message
+        );
+        assert!(e.message.contains("--no-validate"));
+        assert!(parse_given(r#"{"bookmarks":{}}"#, true).is_ok());
+        assert!(parse_given(r#"{"singer_state":null}"#, false).is_ok());
+        // Nested is not enough: the key must be at the top level.
+        assert!(parse_given(r#"{"x":{"singer_state":{}}}"#, false).is_err());
+        for bad in [
+            "",
+            "  ",
+            "[1]",
+            "{",
+            r#"{"singer_state":1,"singer_state":2}"#,
+        ] {
+            let e = parse_given(bad, true).unwrap_err();
+            assert!(
+                e.message.starts_with("Invalid JSON provided"),
+                "{bad}: {}",
+                e.message
+            );
+        }
+    }
+
+    #[test]
+    fn exactly_one_source_of_state() {
+        let names = "--input-file,STATE,--from-state-id";
+        assert_eq!(
+            source(Some("{}"), None, None, names).unwrap(),
+            Source::Text("{}")
+        );
+        assert_eq!(
+            source(None, Some(Path::new("f")), None, names).unwrap(),
+            Source::File(Path::new("f"))
+        );
+        assert_eq!(
+            source(None, None, Some("b"), names).unwrap(),
+            Source::StateId("b")
+        );
+        for (s, f, i) in [
+            (None, None, None),
+            (Some(""), None, None),
+            (Some("{}"), Some(Path::new("f")), None),
+            (Some("{}"), None, Some("b")),
+            (Some("{}"), Some(Path::new("f")), Some("b")),
+        ] {
+            let e = source(s, f, i, names).unwrap_err();
+            assert_eq!(
+                e.message,
+                "Must provide exactly one of: --input-file,STATE,--from-state-id"
+            );
+        }
+    }
+
+    #[test]
+    fn destructive_commands_confirm_as_click_does() {
+        // No answer (stdin at its end, as when not interactive): Aborted!, exit 1.
+        let (code, out, err) = run_offline(&["set", "a", r#"{"singer_state":{}}"#], "");
+        assert_eq!((code, out.as_str()), (1, ""));
+        assert!(
+            err.starts_with("This will overwrite the state's current value. Continue? [y/N]: "),
+            "{err}"
+        );
+        assert!(err.ends_with("\nAborted!\n"), "{err}");
+        // No, or an empty line (the default): exit 1, nothing more said.
+        for answer in ["n\n", "NO\n", "\n", "  \n"] {
+            let (code, _, err) = run_offline(&["clear", "a"], answer);
+            assert_eq!(code, 1, "{answer:?}");
+            assert_eq!(
+                err,
+                "This will clear state for the job(s). Continue? [y/N]: "
+            );
+        }
+        // Anything else asks again.
+        let (code, _, err) = run_offline(&["copy", "a", "b"], "maybe\nn\n");
+        assert_eq!(code, 1);
+        assert_eq!(err.matches("Continue? [y/N]: ").count(), 2);
+        assert!(err.contains("Error: invalid input\n"));
+        let (code, out, _) = run_offline(&["--json", "move", "a", "b"], "");
+        assert_eq!(code, 1);
+        assert_eq!(out, "{\"ok\":false,\"confirmed\":false}\n");
+        // Invalid input is refused before asking.
+        // ... with Meltano's exit codes: 1 for a state it refuses, 2 for a usage error.
+        let (code, _, err) = run_offline(&["set", "a", "{}"], "");
+        assert_eq!(code, 1);
+        assert!(err.contains("singer_state not found"), "{err}");
+        assert!(!err.contains("Continue?"));
+        let (code, _, err) = run_offline(&["clear"], "");
+        assert_eq!(code, 2);
+        assert!(err.contains("A state ID or the --all flag must be provided, but not both"));
+        assert_eq!(run_offline(&["clear", "a", "--all", "--force"], "").0, 2);
+        assert_eq!(run_offline(&["set", "a"], "").0, 1, "no state given");
+        assert_eq!(run_offline(&["set", "a", "[1]"], "").0, 1);
+        assert_eq!(run_offline(&["merge", "a", "{", "--no-validate"], "").0, 1);
+        assert_eq!(
+            run_offline(&["merge", "a", "{}", "--from-state-id", "b"], "").0,
+            1
+        );
+        let (code, out, _) = run_offline(&["--json", "import"], "not json");
+        assert_eq!(code, 1);
+        assert!(out.contains("\"kind\":\"invalid-input\""), "{out}");
+        let (code, _, err) = run_offline(&["set", "a", "--input-file", "-"], "{}");
+        assert_eq!(code, 2);
+        assert!(err.contains("add --force"), "{err}");
+        // clear-all (our alias) never prompts: it needs --yes / --force.
+        let (code, _, err) = run_offline(&["clear-all"], "y\n");
+        assert_eq!(code, 2);
+        assert!(!err.contains("Continue?"));
+    }
+
+    #[test]
+    fn read_line_stops_at_the_newline() {
+        let mut input: &[u8] = b"yes\nrest";
+        assert_eq!(read_line(&mut input).as_deref(), Some("yes"));
+        assert_eq!(input, b"rest");
+        assert_eq!(read_line(&mut input).as_deref(), Some("rest"));
+        assert_eq!(read_line(&mut input), None);
+    }
+
+    #[test]
+    fn edit_needs_a_runner_with_an_editor() {
+        let (code, _, err) = run_offline(&["edit", "a", "--force"], "");
+        assert_eq!(code, ErrorKind::Misconfigured.exit_code());
+        assert!(err.contains("$EDITOR"), "{err}");
+    }
+
+    #[test]
+    fn export_prints_meltanos_object_or_ndjson() {
+        let states = vec![
+            State {
+                id: "b".into(),
+                partial: Map::new(),
+                completed: json!({"singer_state": {"ü": 1}})
+                    .as_object()
+                    .unwrap()
+                    .clone(),
+            },
+            State {
+                id: "a".into(),
+                partial: json!({"singer_state": {}}).as_object().unwrap().clone(),
+                completed: Map::new(),
+            },
+        ];
+        assert_eq!(
+            export_text(&states, ExportFormat::Json),
+            "{\"b\":{\"completed\":{\"singer_state\":{\"\\u00fc\":1}},\"partial\":{}},\"a\":{\"completed\":{},\"partial\":{\"singer_state\":{}}}}\n"
+        );
+        assert_eq!(
+            export_text(&states, ExportFormat::Ndjson),
+            "{\"id\":\"b\",\"partial\":{},\"completed\":{\"singer_state\":{\"ü\":1}}}\n{\"id\":\"a\",\"partial\":{\"singer_state\":{}},\"completed\":{}}\n"
+        );
+        assert_eq!(export_text(&[], ExportFormat::Json), "{}\n");
+        // What export prints, import reads back, in both formats.
+        for format in [ExportFormat::Json, ExportFormat::Ndjson] {
+            assert_eq!(parse_import(&export_text(&states, format)).unwrap(), states);
+        }
+    }
+
+    #[test]
+    fn imports_read_meltanos_object() {
+        let states = parse_import(
+            "{\n  \"x\": {\"completed\": {\"n\": 18446744073709551616}, \"partial\": null},\n  \"id\": {\"partial\": {\"p\": 1}, \"other\": 1}\n}\n",
+        )
+        .unwrap();
+        assert_eq!(states.len(), 2);
+        assert_eq!(states[0].id, "x");
+        assert_eq!(
+            Value::Object(states[0].completed.clone()).to_string(),
+            "{\"n\":18446744073709551616}"
+        );
+        assert!(states[0].partial.is_empty());
+        assert_eq!(
+            states[1].id, "id",
+            "an object under \"id\" is a state called id"
+        );
+        assert_eq!(states[1].partial, *json!({"p": 1}).as_object().unwrap());
+        assert!(parse_import("{}").unwrap().is_empty());
+        for (text, want) in [
+            ("", "Invalid JSON"),
+            ("{\"a\":{},\"a\":{}}", "appears twice"),
+            ("{\"a\":1}", "expected an object"),
+            (
+                "{\"a\":{\"completed\":[1]}}",
+                "\"completed\" must be an object",
+            ),
+            ("{\"a\":{\"completed\":{\"k\":1,\"k\":2}}}", "duplicate key"),
+            ("{\"\":{}}", "must not be empty"),
+            ("\"text\"", "one JSON object"),
+            ("{\"a\":{}", "one JSON object"),
+        ] {
+            let e = parse_import(text).unwrap_err();
+            assert_eq!(e.kind, ErrorKind::InvalidInput);
+            assert!(e.message.contains(want), "{text}: {}", e.message);
+        }
+    }
+
+    #[test]
+    fn imports_still_read_ndjson_and_arrays() {
         let states =
-            import("{\"id\":\"a\",\"completed\":{\"n\":18446744073709551616}}\n\n").unwrap();
+            parse_import("{\"id\":\"a\",\"completed\":{\"n\":18446744073709551616}}\n\n").unwrap();
         assert_eq!(states[0].id, "a");
         assert_eq!(
             Value::Object(states[0].completed.clone()).to_string(),
             "{\"n\":18446744073709551616}"
         );
-        let states = import("[{\"id\":\"a\"},{\"id\":\"b\",\"partial\":{\"x\":1}}]").unwrap();
+        let states = parse_import("[{\"id\":\"a\"},{\"id\":\"b\",\"partial\":{\"x\":1}}]").unwrap();
         assert_eq!(states.len(), 2);
         for (text, want) in [
             (
@@ -346,15 +1279,15 @@ mod tests {
             ),
             ("[{\"id\":\"a\",\"id\":\"b\"}]", "duplicate key"),
             ("{\"id\":\"a\"}\nnot json", "line 2"),
-            ("{\"id\":1}", "\"id\" must be a string"),
-            ("{\"id\":\"\"}", "must not be empty"),
+            ("{\"id\":\"a\"}\n{\"id\":1}", "\"id\" must be a string"),
+            ("{\"id\":\"a\"}\n{\"id\":\"\"}", "must not be empty"),
             (
                 "{\"id\":\"a\",\"partial\":[1]}",
                 "\"partial\" must be an object",
             ),
             ("[1]", "item 1"),
         ] {
-            let e = import(text).unwrap_err();
+            let e = parse_import(text).unwrap_err();
             assert!(e.message.contains(want), "{text}: {}", e.message);
         }
     }

@@ -201,21 +201,26 @@ pub fn acquire_and_read<T: Transport, P: Platform>(
 ) -> Result<(LockHandle, Option<serde_json::Value>), Error> {
     let started = s.platform.now();
     let token = s.platform.random_uuid();
-    let handle = LockHandle {
-        id: id.to_string(),
-        token: token.clone(),
-    };
-    // Whether a write of ours may have given us the row (then a failure must end its lease).
+    let handle = LockHandle::held_elsewhere(id, token.clone());
+    // Whether a write of ours may have given us the row: it reached the server, whatever the
+    // answer (a Keeper error can hide an applied write). Then giving up must end its lease
+    // (a conditional no-op if the row is not ours).
     let maybe_ours = Cell::new(false);
     let wrote = |result: Result<(), Error>| {
-        if result.as_ref().is_ok()
-            || result
-                .as_ref()
-                .is_err_and(|e| e.kind == ErrorKind::Uncertain)
+        if result
+            .as_ref()
+            .map_or_else(|e| e.kind != ErrorKind::Disconnected, |()| true)
         {
             maybe_ours.set(true);
         }
         result
+    };
+    let give_up = |e: Error| -> Error {
+        if maybe_ours.get() {
+            // Keep the first error; the release repeats until the lease has ended.
+            let _ = release(s, tables, &handle);
+        }
+        e
     };
     let attempt = || -> Result<Option<Option<serde_json::Value>>, Error> {
         wrote(take_over_stale(s, tables, id, &token, options.stale_after))?;
@@ -233,17 +238,14 @@ pub fn acquire_and_read<T: Transport, P: Platform>(
     };
     loop {
         match attempt() {
-            Ok(Some(read)) => return Ok((handle, read)),
-            Ok(None) => {}
-            Err(e) => {
-                if maybe_ours.get() {
-                    // Our takeover or insert may have been applied: give the lease back.
-                    release(s, tables, &handle)?;
-                }
-                return Err(e);
+            Ok(Some(read)) => {
+                handle.lease_ends_by(s.platform.now() + options.stale_after);
+                return Ok((handle, read));
             }
+            Ok(None) => {}
+            Err(e) => return Err(give_up(e)),
         }
-        super::lock::pause_or_give_up(s.platform, id, options, started)?;
+        super::lock::pause_or_give_up(s.platform, id, options, started).map_err(give_up)?;
     }
 }
 
@@ -255,6 +257,10 @@ pub fn release<T: Transport, P: Platform>(
     tables: &Tables,
     handle: &LockHandle,
 ) -> Result<(), Error> {
+    // One deadline for every attempt, conflicts included.
+    let until = handle
+        .lease_ends()
+        .unwrap_or_else(|| s.platform.now() + s.lease);
     let mut conflicts = 0;
     loop {
         let query = Step::Release
@@ -264,9 +270,10 @@ pub fn release<T: Transport, P: Platform>(
                  WHERE state_id = {id:String} AND token = {token:String}",
             )
             .param("token", &handle.token);
-        match s.send_unless(
+        match s.send_until(
             Step::Release,
             &strict(query, tables, &handle.id),
+            until,
             is_conflict,
         ) {
             Err(e) if is_conflict(&e) && conflicts < 3 => conflicts += 1,
@@ -311,6 +318,7 @@ pub fn renew<T: Transport, P: Platform>(
         .format("TabSeparated");
     let response = s.execute(Step::ConfirmRenew, &check)?;
     if String::from_utf8_lossy(&response.body).trim() == "1" {
+        handle.lease_ends_by(s.platform.now() + options.stale_after);
         Ok(())
     } else {
         Err(Error::new(

@@ -36,6 +36,7 @@ use crate::platform::Platform;
 use super::keeper_lock;
 use super::schema::Tables;
 use super::steps::{Session, Step};
+use crate::client::retry;
 
 /// The lock implementation a store uses (decided at open, see [`LockEngineChoice`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -126,13 +127,74 @@ impl Default for LockOptions {
 }
 
 /// A held lock.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Debug)]
 pub struct LockHandle {
     /// The locked state id.
     pub id: String,
     /// This holder's token.
     pub token: String,
+    /// Platform time (ns) by which the lease has certainly ended: when the request that last
+    /// set it was sent, plus the lease; 0 when unknown (a lock held by another process).
+    lease_ends_ns: std::sync::atomic::AtomicU64,
 }
+
+impl LockHandle {
+    /// A handle for a lock held elsewhere (e.g. by an enclosing `lock ID -- COMMAND`): its
+    /// lease end is unknown.
+    pub fn held_elsewhere(id: impl Into<String>, token: impl Into<String>) -> LockHandle {
+        LockHandle {
+            id: id.into(),
+            token: token.into(),
+            lease_ends_ns: Default::default(),
+        }
+    }
+
+    fn new(id: &str, token: String, lease_ends: Duration) -> LockHandle {
+        let handle = LockHandle::held_elsewhere(id, token);
+        handle.lease_ends_by(lease_ends);
+        handle
+    }
+
+    /// The lease has certainly ended by then (platform time), if known.
+    pub fn lease_ends(&self) -> Option<Duration> {
+        match self
+            .lease_ends_ns
+            .load(std::sync::atomic::Ordering::Relaxed)
+        {
+            0 => None,
+            ns => Some(Duration::from_nanos(ns)),
+        }
+    }
+
+    /// Records a later lease end (after a renewal).
+    pub(crate) fn lease_ends_by(&self, at: Duration) {
+        let ns = u64::try_from(at.as_nanos()).unwrap_or(u64::MAX).max(1);
+        self.lease_ends_ns
+            .fetch_max(ns, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
+impl Clone for LockHandle {
+    fn clone(&self) -> Self {
+        LockHandle {
+            id: self.id.clone(),
+            token: self.token.clone(),
+            lease_ends_ns: self
+                .lease_ends_ns
+                .load(std::sync::atomic::Ordering::Relaxed)
+                .into(),
+        }
+    }
+}
+
+/// Handles are the same lock when they name the same id and token.
+impl PartialEq for LockHandle {
+    fn eq(&self, other: &Self) -> bool {
+        self.id == other.id && self.token == other.token
+    }
+}
+
+impl Eq for LockHandle {}
 
 const INSERT_ACQUIRE: &str = "INSERT INTO {db:Identifier}.{lt:Identifier} (state_id, token, kind, expires_at)
     SELECT {id:String}, {token:String}, 'acquire', now64(3) + toIntervalMillisecond({lease_ms:UInt64})";
@@ -194,11 +256,16 @@ pub fn execute_fenced<T: Transport, P: Platform>(
     step: Step,
     query: Query,
     handle: &LockHandle,
+    repeat_lost_answers: bool,
 ) -> Result<(), Error> {
-    let sent = s.send(step, &write_settings(query))?;
+    let sent = s.send_unless(step, &write_settings(query), |e| {
+        !repeat_lost_answers && e.kind == ErrorKind::Uncertain
+    })?;
     match sent.value.summary {
         Some(summary) if summary.written_rows > 0 => Ok(()),
-        Some(_) if sent.after_uncertain => Err(Error::new(
+        // A renewal fenced out proves the lease is gone (a lost earlier renewal that landed
+        // would have let this one through): `locked`.
+        Some(_) if sent.after_uncertain && step != Step::Renew => Err(Error::new(
             ErrorKind::Uncertain,
             format!(
                 "the lock on state id '{}' is no longer held by this holder, and an earlier attempt of this write whose answer was lost may have been applied",
@@ -229,9 +296,10 @@ pub struct AlsoRead {
     pub params: Vec<(String, String)>,
 }
 
-/// Writes a contender's `acquire` row (lease: `stale_after`), repeated with the same token while
-/// its outcome is unknown (a repeat keeps the first row's place). An `uncertain` error means the
-/// row may exist.
+/// Writes a contender's `acquire` row (lease: `stale_after`), once: an acquire is never
+/// repeated with the same token (a repeat landing after the first row's lease ended would bring
+/// the token back at its old place, ahead of a holder that came meanwhile). An `uncertain`
+/// error means the row may exist.
 fn insert_acquire<T: Transport, P: Platform>(
     s: &Session<'_, T, P>,
     tables: &Tables,
@@ -242,7 +310,7 @@ fn insert_acquire<T: Transport, P: Platform>(
     let query = Step::Acquire
         .query(INSERT_ACQUIRE)
         .param("lease_ms", lease.as_millis().to_string());
-    s.send(
+    s.send_once(
         Step::Acquire,
         &write_settings(bind(query, tables, id, token)),
     )
@@ -250,19 +318,22 @@ fn insert_acquire<T: Transport, P: Platform>(
 }
 
 /// Writes the `release` row of a token (release by the holder, or withdrawal by a contender),
-/// repeated until it lands or the lease has certainly ended.
+/// repeated until it lands or `lease_ends` (platform time) has passed.
 fn insert_release<T: Transport, P: Platform>(
     s: &Session<'_, T, P>,
     tables: &Tables,
     id: &str,
     token: &str,
+    lease_ends: Duration,
 ) -> Result<(), Error> {
     let query = Step::Release
         .query(INSERT_RELEASE)
         .param("keep_ms", MAX_STALE_AFTER.as_millis().to_string());
-    s.send(
+    s.send_until(
         Step::Release,
         &write_settings(bind(query, tables, id, token)),
+        lease_ends,
+        |_| false,
     )
     .map(|_| ())
 }
@@ -354,30 +425,43 @@ pub fn acquire_and_read<T: Transport, P: Platform>(
             .map_err(|e| not_acquired(e, id));
     }
     let started = s.platform.now();
+    // Failed attempts (a fault, not someone else holding the lock), each with its own token.
+    let mut faults = 0;
     loop {
         let token = s.platform.random_uuid();
-        if let Err(e) = insert_acquire(s, tables, id, &token, options.stale_after) {
-            if e.kind == ErrorKind::Uncertain {
-                // The row may have landed: withdraw it so it cannot block anyone.
-                insert_release(s, tables, id, &token).map_err(|e| not_acquired(e, id))?;
+        let attempt = match insert_acquire(s, tables, id, &token, options.stale_after) {
+            Ok(()) => holder_and(s, tables, id, also).map(Some),
+            Err(e) => Err(e),
+        };
+        let error = match attempt {
+            Ok(Some((Some(winner), read))) if winner == token => {
+                // The lease was set before now: it has certainly ended a lease from now.
+                let lease_ends = s.platform.now() + options.stale_after;
+                return Ok((LockHandle::new(id, token, lease_ends), read));
             }
-            return Err(not_acquired(e, id));
+            // Someone else holds it.
+            Ok(_) => None,
+            Err(e) => Some(e),
+        };
+        // Our row may exist (written, or its answer lost): withdraw it, for good (a release
+        // row outlives every acquire row of its token).
+        let wrote = error
+            .as_ref()
+            .is_none_or(|e| e.kind != ErrorKind::Disconnected);
+        if wrote {
+            let lease_ends = s.platform.now() + options.stale_after;
+            insert_release(s, tables, id, &token, lease_ends).map_err(|e| not_acquired(e, id))?;
         }
-        match holder_and(s, tables, id, also) {
-            Ok((Some(winner), read)) if winner == token => {
-                return Ok((
-                    LockHandle {
-                        id: id.to_string(),
-                        token,
-                    },
-                    read,
-                ))
-            }
-            Ok(_) => insert_release(s, tables, id, &token).map_err(|e| not_acquired(e, id))?,
-            Err(e) => {
-                insert_release(s, tables, id, &token).map_err(|e| not_acquired(e, id))?;
+        if let Some(e) = error {
+            faults += 1;
+            if faults > s.retry.retries || !retry::is_worth_retrying(e.kind) {
                 return Err(not_acquired(e, id));
             }
+            // Try again with a new token after a pause (within the lock timeout).
+            if !s.pause(faults, started + options.timeout) {
+                return Err(not_acquired(e, id));
+            }
+            continue;
         }
         // Someone else holds it: wait until nobody does, then try again.
         loop {
@@ -449,7 +533,10 @@ pub fn release<T: Transport, P: Platform>(
     if tables.lock_engine == LockEngine::KeeperMap {
         return keeper_lock::release(s, tables, handle);
     }
-    insert_release(s, tables, &handle.id, &handle.token)
+    let lease_ends = handle
+        .lease_ends()
+        .unwrap_or_else(|| s.platform.now() + s.lease);
+    insert_release(s, tables, &handle.id, &handle.token, lease_ends)
 }
 
 /// Extends the lease of a held lock by a full stale window, in one statement that writes only
@@ -478,7 +565,10 @@ pub fn renew<T: Transport, P: Platform>(
         Step::Renew,
         fence(query, tables, handle, options),
         handle,
-    )
+        true,
+    )?;
+    handle.lease_ends_by(s.platform.now() + options.stale_after);
+    Ok(())
 }
 
 /// An id short enough for a message.
@@ -536,10 +626,7 @@ mod tests {
             &t,
         )
         .unwrap();
-        let handle = LockHandle {
-            id: "job".into(),
-            token: "tok".into(),
-        };
+        let handle = LockHandle::held_elsewhere("job", "tok");
         let platform = FakePlatform::default();
         renew(
             &session(&client, &platform, 0),
@@ -556,14 +643,9 @@ mod tests {
         assert!(url.contains("wait_for_async_insert=0"), "{url}");
     }
 
-    /// The token of the first request that carries one.
-    fn first_token(sent: &[HttpRequest]) -> String {
-        sent.iter().find_map(|r| param(r, "token")).unwrap()
-    }
-
     #[test]
-    fn a_lost_acquire_answer_is_repeated_with_the_same_token_and_resolved() {
-        // The holder query carries no token: it is answered with the one the inserts carried.
+    fn a_lost_acquire_answer_is_withdrawn_and_tried_again_with_a_new_token() {
+        // The holder query carries no token: it is answered with the last one sent.
         let token_seen = std::cell::RefCell::new(String::new());
         let t = Answering::new(|request: &HttpRequest, n| {
             if let Some(token) = param(request, "token") {
@@ -571,7 +653,7 @@ mod tests {
             }
             match n {
                 0 => fail(TransportFailure::Reset),
-                1 => written(1),
+                1 | 2 => written(1),
                 _ => holder_is(&token_seen.borrow()),
             }
         });
@@ -579,10 +661,16 @@ mod tests {
         let platform = FakePlatform::default();
         let s = session(&client, &platform, 5);
         let handle = acquire(&s, &tables(), "job", &LockOptions::default()).unwrap();
-        assert_eq!(t.operations(), ["lock", "lock", "lock-holder"]);
+        assert_eq!(t.operations(), ["lock", "unlock", "lock", "lock-holder"]);
         let sent = t.sent.borrow();
-        assert_eq!(param(&sent[0], "token"), param(&sent[1], "token"));
-        assert_eq!(handle.token, first_token(&sent));
+        // The lost token is withdrawn for good, never inserted again: a repeat landing after
+        // its first row's lease ended would bring it back at its old place, ahead of a holder
+        // that came meanwhile.
+        let first = param(&sent[0], "token");
+        assert_eq!(param(&sent[1], "token"), first);
+        assert_ne!(param(&sent[2], "token"), first);
+        assert_eq!(Some(handle.token.clone()), param(&sent[2], "token"));
+        assert!(handle.lease_ends().is_some());
     }
 
     #[test]
@@ -603,7 +691,7 @@ mod tests {
         .unwrap_err();
         // Nothing of this call stands, so the outcome is certain: not `uncertain`.
         assert_eq!(e.kind, ErrorKind::Transient, "{e}");
-        // The withdrawal is repeated until it lands, whatever the retries.
+        // The withdrawal is repeated until it lands, whatever the retries (0 here).
         assert_eq!(t.operations(), ["lock", "unlock", "unlock"]);
         let sent = t.sent.borrow();
         assert_eq!(param(&sent[0], "token"), param(&sent[2], "token"));
@@ -622,7 +710,10 @@ mod tests {
         )
         .unwrap_err();
         assert_eq!(e.kind, ErrorKind::Disconnected, "{e}");
+        // Nothing reached the server: nothing to withdraw, a new token each time.
         assert_eq!(t.operations(), ["lock", "lock", "lock"]);
+        let sent = t.sent.borrow();
+        assert_ne!(param(&sent[0], "token"), param(&sent[1], "token"));
     }
 
     #[test]
@@ -662,10 +753,7 @@ mod tests {
         let t = Answering::new(|_: &HttpRequest, _| fail(TransportFailure::Refused));
         let client = Client::new(&ConnectionOptions::from_url("http://h"), &t).unwrap();
         let platform = FakePlatform::default();
-        let handle = LockHandle {
-            id: "job".into(),
-            token: "tok".into(),
-        };
+        let handle = LockHandle::held_elsewhere("job", "tok");
         let mut s = session(&client, &platform, 0);
         s.lease = Duration::from_secs(10);
         let e = release(&s, &tables(), &handle).unwrap_err();
@@ -686,10 +774,7 @@ mod tests {
 
     #[test]
     fn a_fenced_write_fenced_out_after_a_lost_answer_is_uncertain() {
-        let handle = LockHandle {
-            id: "job".into(),
-            token: "tok".into(),
-        };
+        let handle = LockHandle::held_elsewhere("job", "tok");
         let platform = FakePlatform::default();
         let t = Scripted::new(vec![fail(TransportFailure::Timeout), written(0)]);
         let client = Client::new(&ConnectionOptions::from_url("http://h"), &t).unwrap();
@@ -698,6 +783,7 @@ mod tests {
             Step::Set,
             Step::Set.query("INSERT"),
             &handle,
+            true,
         )
         .unwrap_err();
         assert_eq!(e.kind, ErrorKind::Uncertain, "{e}");
@@ -709,6 +795,7 @@ mod tests {
             Step::Set,
             Step::Set.query("INSERT"),
             &handle,
+            true,
         )
         .unwrap_err();
         assert_eq!(e.kind, ErrorKind::Locked, "{e}");
@@ -720,8 +807,44 @@ mod tests {
             Step::Set,
             Step::Set.query("INSERT"),
             &handle,
+            true,
         )
         .unwrap();
+    }
+
+    #[test]
+    fn a_held_lock_write_whose_answer_was_lost_is_uncertain_and_not_repeated() {
+        let handle = LockHandle::held_elsewhere("job", "tok");
+        let platform = FakePlatform::default();
+        let t = Scripted::new(vec![fail(TransportFailure::Timeout)]);
+        let client = Client::new(&ConnectionOptions::from_url("http://h"), &t).unwrap();
+        let e = execute_fenced(
+            &session(&client, &platform, 5),
+            Step::Set,
+            Step::Set.query("INSERT"),
+            &handle,
+            false,
+        )
+        .unwrap_err();
+        assert_eq!(e.kind, ErrorKind::Uncertain, "{e}");
+        assert_eq!(t.sent.borrow().len(), 1);
+    }
+
+    #[test]
+    fn a_release_stops_trying_when_the_known_lease_has_ended() {
+        let t = Answering::new(|_: &HttpRequest, _| fail(TransportFailure::Refused));
+        let client = Client::new(&ConnectionOptions::from_url("http://h"), &t).unwrap();
+        let platform = FakePlatform::default();
+        // Configured lease 12 h, but this handle's lease ends 3 s from now.
+        let mut s = session(&client, &platform, 0);
+        s.lease = MAX_STALE_AFTER;
+        let handle = LockHandle::new("job", "tok".into(), Duration::from_secs(3));
+        release(&s, &tables(), &handle).unwrap_err();
+        assert!(
+            platform.now() <= Duration::from_secs(3),
+            "{:?}",
+            platform.now()
+        );
     }
 
     #[test]

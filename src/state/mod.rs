@@ -32,6 +32,10 @@ pub const MAX_ID_BYTES: usize = 1024;
 pub const DEFAULT_DATABASE: &str = "meltano";
 /// Default state table.
 pub const DEFAULT_TABLE: &str = "state";
+/// The default lock table is the state table's name with this suffix (`state_component_lock`):
+/// not `<table>_lock`, which is meltano-state-backend-clickhouse's lock table (another layout),
+/// so both can run beside each other on one state table.
+pub const DEFAULT_LOCK_TABLE_SUFFIX: &str = "_component_lock";
 
 /// How to open a store.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -40,7 +44,7 @@ pub struct StoreOptions {
     pub database: String,
     /// State table (default `state`).
     pub table: String,
-    /// Lock table (default `<table>_lock`).
+    /// Lock table (default `<table>_component_lock`: [`DEFAULT_LOCK_TABLE_SUFFIX`]).
     pub lock_table: Option<String>,
     /// Create the database and tables if missing (default true); false never issues DDL and
     /// fails if the tables are missing.
@@ -67,6 +71,15 @@ impl Default for StoreOptions {
             lock_engine: LockEngineChoice::Auto,
             retries: DEFAULT_RETRIES,
         }
+    }
+}
+
+impl StoreOptions {
+    /// The lock table: `lock_table` if set, else `<table>_component_lock`.
+    pub fn lock_table_name(&self) -> String {
+        self.lock_table
+            .clone()
+            .unwrap_or_else(|| format!("{}{DEFAULT_LOCK_TABLE_SUFFIX}", self.table))
     }
 }
 
@@ -133,6 +146,36 @@ fn stored_part(text: Option<&str>, what: &str, id: &str) -> Result<Map<String, V
                 ),
             )
         }),
+    }
+}
+
+/// Whose lock a write runs under, which decides whether an attempt whose answer was lost may
+/// be repeated.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Holding {
+    /// The call's own lock, released when it returns: a late first attempt is fenced out by
+    /// then, so a lost answer may be repeated.
+    OwnLock,
+    /// The caller's lock, held across writes: a late first attempt could land after a later
+    /// write of the same holder and undo it, so a lost answer is `uncertain`.
+    CallersLock,
+}
+
+/// A failure whose write may have been applied (so repeating it is not always safe).
+fn is_lost_answer(e: &Error) -> bool {
+    e.kind == ErrorKind::Uncertain
+}
+
+/// A failed DELETE mutation: the server may have registered it before failing (a timeout, an
+/// overload), so anything but "nothing reached the server" or a refusal of the statement
+/// may still apply it: `uncertain`.
+fn mutation_may_apply(e: Error) -> Error {
+    match e.kind {
+        ErrorKind::Transient | ErrorKind::Throttled => {
+            let message = format!("the delete may still be applied: {}", e.message);
+            e.reclassify(ErrorKind::Uncertain, message)
+        }
+        _ => e,
     }
 }
 
@@ -204,10 +247,7 @@ impl<T: Transport, P: Platform> StateStore<T, P> {
     pub fn open(client: Client<T>, platform: P, options: &StoreOptions) -> Result<Self, Error> {
         check_name("database", &options.database)?;
         check_name("table", &options.table)?;
-        let lock_table = options
-            .lock_table
-            .clone()
-            .unwrap_or_else(|| format!("{}_lock", options.table));
+        let lock_table = options.lock_table_name();
         check_name("lock table", &lock_table)?;
         if lock_table == options.table {
             return Err(Error::invalid(
@@ -347,7 +387,9 @@ impl<T: Transport, P: Platform> StateStore<T, P> {
             body.extend_from_slice(line.as_bytes());
             body.push(b'\n');
         }
-        // Repeating it writes the same rows again: as if this call had come a little later.
+        // Repeated only when nothing reached the server, or the server said it failed: a lost
+        // answer is `uncertain`, because the first attempt could still land after a later
+        // write of the same caller and undo it.
         let query = self
             .query(
                 Step::Set,
@@ -355,7 +397,7 @@ impl<T: Transport, P: Platform> StateStore<T, P> {
             )
             .data(body);
         self.session()
-            .send(Step::Set, &lock::write_settings(query))
+            .send_unless(Step::Set, &lock::write_settings(query), is_lost_answer)
             .map(|_| ())
     }
 
@@ -414,7 +456,7 @@ impl<T: Transport, P: Platform> StateStore<T, P> {
                 stored_part(stored_partial, "partial state", &state.id)?,
                 stored_part(stored_completed, "completed state", &state.id)?,
             )?;
-            self.set_fenced(&new, &handle)?;
+            self.set_fenced(&new, &handle, Holding::OwnLock)?;
             Ok(new)
         })();
         self.finish_locked(result, &handle)
@@ -432,7 +474,12 @@ impl<T: Transport, P: Platform> StateStore<T, P> {
     /// Writes both parts of `state` only while `handle` holds its lock (fenced): `locked` and
     /// nothing written otherwise. The parts travel as query parameters (in the URL, which a
     /// server limits to 1 MiB by default: `http_max_uri_size`).
-    fn set_fenced(&self, state: &State, handle: &LockHandle) -> Result<(), Error> {
+    fn set_fenced(
+        &self,
+        state: &State,
+        handle: &LockHandle,
+        holding: Holding,
+    ) -> Result<(), Error> {
         let partial = json::part_text(&state.partial).unwrap_or_default();
         let completed = json::part_text(&state.completed).unwrap_or_default();
         let url_bytes = encode_component(&partial).len() + encode_component(&completed).len();
@@ -458,6 +505,7 @@ impl<T: Transport, P: Platform> StateStore<T, P> {
             Step::Set,
             lock::fence(query, &self.tables, handle, &self.lock_options),
             handle,
+            holding == Holding::OwnLock,
         )
     }
 
@@ -468,7 +516,7 @@ impl<T: Transport, P: Platform> StateStore<T, P> {
         check_held(&state.id, handle)?;
         let stored = self.get(&state.id)?.unwrap_or_default();
         let new = updated(state, stored.partial, stored.completed)?;
-        self.set_fenced(&new, handle)?;
+        self.set_fenced(&new, handle, Holding::CallersLock)?;
         Ok(new)
     }
 
@@ -476,14 +524,14 @@ impl<T: Transport, P: Platform> StateStore<T, P> {
     /// `handle`: `locked`, nothing written, if the lock was lost).
     pub fn set_held(&self, state: &State, handle: &LockHandle) -> Result<(), Error> {
         check_held(&state.id, handle)?;
-        self.set_fenced(state, handle)
+        self.set_fenced(state, handle, Holding::CallersLock)
     }
 
     /// Deletes a state by a caller that already holds the lock on its id (fenced by
     /// `handle`); returns 1 if there was one, else 0.
     pub fn delete_held(&self, id: &str, handle: &LockHandle) -> Result<u64, Error> {
         check_held(id, handle)?;
-        self.delete_fenced(id, handle)
+        self.delete_fenced(id, handle, Holding::CallersLock)
     }
 
     /// Overwrites both parts of one state under its lock (waits for it like [`Self::lock`]);
@@ -491,7 +539,7 @@ impl<T: Transport, P: Platform> StateStore<T, P> {
     pub fn set_locked(&self, state: &State) -> Result<(), Error> {
         check_id(&state.id)?;
         let handle = self.lock(&state.id)?;
-        let result = self.set_fenced(state, &handle);
+        let result = self.set_fenced(state, &handle, Holding::OwnLock);
         self.finish_locked(result, &handle)
     }
 
@@ -501,12 +549,12 @@ impl<T: Transport, P: Platform> StateStore<T, P> {
     pub fn delete(&self, id: &str) -> Result<u64, Error> {
         check_id(id)?;
         let handle = self.lock(id)?;
-        let result = self.delete_fenced(id, &handle);
+        let result = self.delete_fenced(id, &handle, Holding::OwnLock);
         self.finish_locked(result, &handle)
     }
 
-    fn delete_fenced(&self, id: &str, handle: &LockHandle) -> Result<u64, Error> {
-        let count = self.count_rows(id)?;
+    fn delete_fenced(&self, id: &str, handle: &LockHandle, holding: Holding) -> Result<u64, Error> {
+        let (count, version) = self.count_rows(id)?;
         if count > 0 {
             let query = Step::Delete
                 .query(format!(
@@ -519,25 +567,30 @@ impl<T: Transport, P: Platform> StateStore<T, P> {
                 // the delete applies everywhere or nowhere, and replicated and Cloud tables accept
                 // it (a subquery evaluated per part is "nondeterministic" there).
                 .setting("mutations_execute_subqueries_on_initiator", "1");
-            let sent = self.session().send(
-                Step::Delete,
-                &lock::fence(query, &self.tables, handle, &self.lock_options),
-            )?;
+            let sent = self
+                .session()
+                .send_unless(
+                    Step::Delete,
+                    &lock::fence(query, &self.tables, handle, &self.lock_options),
+                    |e| holding == Holding::CallersLock && is_lost_answer(e),
+                )
+                .map_err(mutation_may_apply)?;
             // A lightweight DELETE reports no row count: check that the fence let it through.
-            let left = self.count_rows(id).map_err(|e| Error {
-                kind: ErrorKind::Uncertain,
-                message: crate::client::error::cap(format!(
+            let (left, now) = self.count_rows(id).map_err(|e| {
+                let message = format!(
                     "the delete was sent, but checking whether it was applied failed: {}",
                     e.message
-                )),
-                ..e
+                );
+                e.reclassify(ErrorKind::Uncertain, message)
             })?;
             if left > 0 {
-                return Err(if sent.after_uncertain {
+                // Another version than the one we meant to delete: someone wrote after our
+                // delete may have applied.
+                return Err(if sent.after_uncertain || now != version {
                     Error::new(
                         ErrorKind::Uncertain,
                         format!(
-                            "the state of '{}' is still there and the lock is no longer held; an earlier attempt of the delete whose answer was lost may have been applied before a new state was written",
+                            "the state of '{}' is still there (written again) and the lock is no longer held; the delete may have been applied before the new state was written",
                             lock::shorten(id)
                         ),
                     )
@@ -555,20 +608,26 @@ impl<T: Transport, P: Platform> StateStore<T, P> {
         Ok(count)
     }
 
-    /// How many rows `id` has (0 or 1, read with `FINAL`).
-    fn count_rows(&self, id: &str) -> Result<u64, Error> {
+    /// How many rows `id` has (0 or 1, read with `FINAL`), and the version (`updated_at`) of
+    /// the newest.
+    fn count_rows(&self, id: &str) -> Result<(u64, String), Error> {
         let query = self
             .query(
                 Step::CountRows,
-                "SELECT count() FROM {db:Identifier}.{t:Identifier} FINAL WHERE state_id = {id:String}",
+                "SELECT count(), toString(max(updated_at)) FROM {db:Identifier}.{t:Identifier} FINAL WHERE state_id = {id:String}",
             )
             .param("id", id)
             .format("TabSeparated");
         let response = self.session().execute(Step::CountRows, &query)?;
-        String::from_utf8_lossy(&response.body)
-            .trim()
+        let text = String::from_utf8_lossy(&response.body);
+        let (count, version) = text
+            .trim_end_matches('\n')
+            .split_once('\t')
+            .unwrap_or(("", ""));
+        let count = count
             .parse()
-            .map_err(|_| Error::new(ErrorKind::Transient, "unexpected answer to count()"))
+            .map_err(|_| Error::new(ErrorKind::Permanent, "unexpected answer to count()"))?;
+        Ok((count, version.to_string()))
     }
 
     /// Deletes every state written before the call; returns how many states that removed.
@@ -594,15 +653,17 @@ impl<T: Transport, P: Platform> StateStore<T, P> {
         })?;
         if count > 0 {
             // The same bound on every attempt: a repeat deletes nothing more.
-            self.session().execute(
-                Step::ClearAll,
-                &self
-                    .query(
-                        Step::ClearAll,
-                        "DELETE FROM {db:Identifier}.{t:Identifier} WHERE toUnixTimestamp64Milli(updated_at) <= {snapshot:Int64}",
-                    )
-                    .param("snapshot", snapshot.to_string()),
-            )?;
+            self.session()
+                .execute(
+                    Step::ClearAll,
+                    &self
+                        .query(
+                            Step::ClearAll,
+                            "DELETE FROM {db:Identifier}.{t:Identifier} WHERE toUnixTimestamp64Milli(updated_at) <= {snapshot:Int64}",
+                        )
+                        .param("snapshot", snapshot.to_string()),
+                )
+                .map_err(mutation_may_apply)?;
         }
         Ok(count)
     }
@@ -697,6 +758,22 @@ impl<T: Transport, P: Platform> StateStore<T, P> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_default_lock_table_is_not_the_python_backends() {
+        let d = StoreOptions::default();
+        assert_eq!(d.lock_table_name(), "state_component_lock");
+        let custom = StoreOptions {
+            table: "jobs".into(),
+            ..StoreOptions::default()
+        };
+        assert_eq!(custom.lock_table_name(), "jobs_component_lock");
+        let explicit = StoreOptions {
+            lock_table: Some("state_lock".into()),
+            ..StoreOptions::default()
+        };
+        assert_eq!(explicit.lock_table_name(), "state_lock");
+    }
 
     #[test]
     fn ids_are_checked() {

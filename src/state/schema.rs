@@ -163,13 +163,15 @@ fn create_keeper_table<T: Transport, P: Platform>(
     s: &Session<'_, T, P>,
     tables: &Tables,
 ) -> Result<(), Error> {
-    s.execute(
+    // A server without KeeperMap says so at once: not worth repeating.
+    s.send_unless(
         Step::CreateSchema,
         &Step::CreateSchema
             .query(keeper_lock::CREATE_TABLE)
             .param("db", &tables.database)
             .param("t", &tables.lock)
             .param("path", keeper_lock::keeper_path(tables)),
+        is_keeper_map_disabled,
     )
     .map(|_| ())
 }
@@ -302,7 +304,7 @@ pub fn verify<T: Transport, P: Platform>(
                         "the {role} table {} has no column `{name} {ty}`; it was not created by this store{}",
                         describe(table),
                         if role == "lock" {
-                            " (meltano-state-backend-clickhouse uses the same default lock table name with another layout: choose another lock table)"
+                            " (it may be meltano-state-backend-clickhouse's lock table, `<table>_lock`, which has another layout: choose another lock table, such as the default `<table>_component_lock`)"
                         } else {
                             ""
                         }

@@ -1,13 +1,17 @@
 //! Every request the state store and its lock send, named and classified in one place, and the
 //! [`Session`] that sends them with retries.
 //!
-//! Each request is safe to repeat by construction: reads; DDL with `IF NOT EXISTS`; writes
-//! that carry the same values and the same lock token on every attempt, so a repeat either
-//! finds its work done or does it (an acquire row with the same token keeps its first place;
-//! a release or withdrawal of a token is final; a renewal or a fenced write only applies while
-//! the token holds). What differs is how long a step keeps trying ([`Repeat`]), and what a
-//! failed attempt means for the next ones: a fenced write that is fenced out after an attempt
-//! whose answer was lost is `uncertain`, not `locked` (the lost attempt may have landed).
+//! Each request can be repeated, in the way its [`Repeat`] says: reads; DDL with `IF NOT
+//! EXISTS`; writes that carry the same values and the same lock token on every attempt, so a
+//! repeat either finds its work done or does it (a release or withdrawal of a token is final;
+//! a renewal or a fenced write only applies while the token holds). Two exceptions: the
+//! merge-tree acquire row is never repeated with the same token (a repeat landing after the
+//! first row's lease ended would revive the token at its old place, ahead of a holder that came
+//! meanwhile): the lock withdraws it and tries again with a new token; and a write whose answer
+//! was lost is not repeated where a late-landing first attempt could overwrite a later write of
+//! the same caller (an unfenced `set`, writes through a held lock): those surface `uncertain`.
+//! A fenced write that is fenced out after an attempt whose answer was lost is `uncertain`, not
+//! `locked` (the lost attempt may have landed).
 
 use std::time::Duration;
 
@@ -15,11 +19,14 @@ use crate::client::retry::{self, Retried, RetryPolicy};
 use crate::client::{Client, Error, Query, Response, Transport};
 use crate::platform::Platform;
 
-/// How long a step keeps trying.
+/// How a step is repeated.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Repeat {
     /// Up to the store's retries (`retries`, default [`retry::DEFAULT_RETRIES`]).
     Retries,
+    /// Never as the same request: the lock withdraws the row and tries again with a new token
+    /// (up to the store's retries).
+    WithNewToken,
     /// Until it succeeds or the lease of its lock has certainly ended, whatever the store's
     /// retries: a release or a withdrawal that is given up early leaves a lock that blocks
     /// everyone until the stale window ends.
@@ -49,9 +56,9 @@ pub enum Step {
     ClearAllSnapshot,
     /// `clear-all`'s DELETE up to the snapshot: the same bound on repeat.
     ClearAll,
-    /// The row that makes a contender (merge-tree: an `acquire` row; keeper-map: the creation
-    /// of the id's row). A repeat with the same token keeps the first one's place, or (keeper)
-    /// fails with "node exists" and the next read decides.
+    /// The row that makes a contender (merge-tree: an `acquire` row, never repeated with its
+    /// token; keeper-map: the creation of the id's row, whose repeat fails with "node exists"
+    /// and the next read decides).
     Acquire,
     /// Keeper-map: taking over a row whose lease ended (conditional; a repeat finds it ours).
     TakeOver,
@@ -106,6 +113,7 @@ impl Step {
     pub fn repeat(self) -> Repeat {
         match self {
             Step::Release => Repeat::UntilLeaseEnds,
+            Step::Acquire => Repeat::WithNewToken,
             _ => Repeat::Retries,
         }
     }
@@ -129,20 +137,30 @@ pub struct Session<'a, T: Transport, P: Platform> {
     pub platform: &'a P,
     /// Retries of [`Repeat::Retries`] steps.
     pub retry: RetryPolicy,
-    /// The lease: how long [`Repeat::UntilLeaseEnds`] steps keep trying; a tenth of it is the
-    /// longest pause between attempts.
+    /// The lease (a tenth of it is the longest pause between attempts; a release whose
+    /// handle does not know its lease end keeps trying this long).
     pub lease: Duration,
 }
 
 impl<T: Transport, P: Platform> Session<'_, T, P> {
-    /// Sends a query built by [`Step::query`], repeating it as its step allows while the error
-    /// is worth retrying.
+    /// The store's policy, its pauses never longer than a tenth of the lease (a renewal or a
+    /// write under the lock must still find the lease when an outage is over).
+    fn policy(&self) -> RetryPolicy {
+        RetryPolicy {
+            max_backoff: self.retry.max_backoff.min(self.lease / 10),
+            ..self.retry
+        }
+    }
+
+    /// Sends a query built by [`Step::query`], repeating it up to the store's retries while
+    /// the error is worth retrying.
     pub fn send(&self, step: Step, query: &Query) -> Result<Retried<Response>, Error> {
         self.send_unless(step, query, |_| false)
     }
 
     /// As [`Session::send`], but an error `stop` accepts is returned at once (e.g. a Keeper
-    /// conflict that a repeat would only meet again).
+    /// conflict that a repeat would only meet again, or a lost answer that must not be
+    /// repeated).
     pub fn send_unless(
         &self,
         step: Step,
@@ -150,27 +168,40 @@ impl<T: Transport, P: Platform> Session<'_, T, P> {
         stop: impl Fn(&Error) -> bool,
     ) -> Result<Retried<Response>, Error> {
         debug_assert_eq!(query.name, step.name());
-        // A pause never takes more than a tenth of the lease: a renewal or a write under the
-        // lock must still find the lease when the outage is over.
-        let retry = RetryPolicy {
-            max_backoff: self.retry.max_backoff.min(self.lease / 10),
-            ..self.retry
-        };
-        let (policy, deadline) = match step.repeat() {
-            Repeat::Retries => (retry, None),
-            // The lease was set by a request sent before now, so it ends before now + lease.
-            Repeat::UntilLeaseEnds => (
-                RetryPolicy {
-                    retries: u32::MAX,
-                    ..retry
-                },
-                Some(self.platform.now() + self.lease),
-            ),
+        retry::run(
+            &self.policy(),
+            self.platform,
+            None,
+            || self.client.execute(query),
+            |e| retry::is_worth_retrying(e.kind) && !stop(e),
+        )
+    }
+
+    /// Sends it once (the caller decides what a failure means).
+    pub fn send_once(&self, step: Step, query: &Query) -> Result<Response, Error> {
+        debug_assert_eq!(query.name, step.name());
+        self.client.execute(query)
+    }
+
+    /// Sends it, repeating it whatever the store's retries say until it succeeds, `stop`
+    /// accepts the error, or the next attempt would start after `until` (platform time: the
+    /// end of a lease).
+    pub fn send_until(
+        &self,
+        step: Step,
+        query: &Query,
+        until: Duration,
+        stop: impl Fn(&Error) -> bool,
+    ) -> Result<Retried<Response>, Error> {
+        debug_assert_eq!(query.name, step.name());
+        let policy = RetryPolicy {
+            retries: u32::MAX,
+            ..self.policy()
         };
         retry::run(
             &policy,
             self.platform,
-            deadline,
+            Some(until),
             || self.client.execute(query),
             |e| retry::is_worth_retrying(e.kind) && !stop(e),
         )
@@ -179,6 +210,17 @@ impl<T: Transport, P: Platform> Session<'_, T, P> {
     /// [`Session::send`], keeping only the answer.
     pub fn execute(&self, step: Step, query: &Query) -> Result<Response, Error> {
         self.send(step, query).map(|r| r.value)
+    }
+
+    /// Pauses before retry number `retry` of a step the caller repeats itself; `false` (and no
+    /// pause) if the pause would end after `deadline` (platform time).
+    pub fn pause(&self, retry: u32, deadline: Duration) -> bool {
+        let pause = self.policy().backoff(retry, self.platform.random_u64());
+        if self.platform.now() + pause >= deadline {
+            return false;
+        }
+        self.platform.sleep(pause);
+        true
     }
 }
 
@@ -214,15 +256,11 @@ mod tests {
     }
 
     #[test]
-    fn only_releases_outlast_the_retries() {
-        for step in ALL {
-            let want = if step == Step::Release {
-                Repeat::UntilLeaseEnds
-            } else {
-                Repeat::Retries
-            };
-            assert_eq!(step.repeat(), want, "{step:?}");
-        }
+    fn releases_outlast_the_retries_and_acquires_change_token() {
+        assert_eq!(Step::Release.repeat(), Repeat::UntilLeaseEnds);
+        assert_eq!(Step::Acquire.repeat(), Repeat::WithNewToken);
+        let retried = ALL.iter().filter(|s| s.repeat() == Repeat::Retries).count();
+        assert_eq!(retried, ALL.len() - 2);
     }
 
     #[test]

@@ -226,7 +226,7 @@ fn leases_are_bounded_and_releases_outlive_acquires() {
     let rows = sql.rows(
         "SELECT toUnixTimestamp64Milli(maxIf(expires_at, kind = 'acquire')) AS acquire,
                 toUnixTimestamp64Milli(minIf(expires_at, kind = 'release')) AS release
-         FROM {db:Identifier}.state_lock WHERE token = {token:String}",
+         FROM {db:Identifier}.state_component_lock WHERE token = {token:String}",
         &[("db", &db), ("token", &h.token)],
     );
     let num = |v: &Value| -> i64 {

@@ -118,16 +118,21 @@ fn errors_and_exit_codes_are_the_same() {
     assert_eq!(timeless(&w.stdout), timeless(&h.stdout));
     assert!(!w.stdout.contains("Not-The-Password"));
     // Usage errors: exit 2 from both.
+    let w = under_wasmtime(server, &["state", "bogus-command"], b"");
+    let h = under_host(server, &["state", "bogus-command"], b"");
+    assert_eq!((w.code, h.code), (2, 2));
+    // A set without a state: Meltano's exit 1 from both, same message.
     let w = under_wasmtime(server, &["state", "set", "only-an-id"], b"");
     let h = under_host(server, &["state", "set", "only-an-id"], b"");
-    assert_eq!((w.code, h.code), (2, 2));
-    // Not found: exit 10 from both, same message.
+    assert_eq!((w.code, h.code), (1, 1), "{}{}", w.stderr, h.stderr);
+    assert_eq!(w.stderr, h.stderr);
+    // A missing id reads as {} (as `meltano state get`), from both.
     let db = unique_name("rt_missing");
     let args = ["state", "--state-database", &db, "get", "nope"];
     let w = under_wasmtime(server, &args, b"");
     let h = under_host(server, &args, b"");
-    assert_eq!((w.code, h.code), (10, 10));
-    assert_eq!(w.stderr, h.stderr);
+    assert_eq!((w.code, h.code), (0, 0), "{}{}", w.stderr, h.stderr);
+    assert_eq!((w.stdout.as_str(), h.stdout.as_str()), ("{}\n", "{}\n"));
 }
 
 fn refs(v: &[String]) -> Vec<&str> {
@@ -143,7 +148,12 @@ fn state_commands_are_the_same_under_wasmtime_and_the_host() {
         v.extend(args.iter().map(|s| s.to_string()));
         v
     };
-    let set = state(&["set", "tap-a--target-b", r#"{"singer_state":{"x":1}}"#]);
+    let set = state(&[
+        "set",
+        "--force",
+        "tap-a--target-b",
+        r#"{"singer_state":{"x":1}}"#,
+    ]);
     let w = under_wasmtime(server, &refs(&set), b"");
     assert_eq!(w.code, 0, "{}", w.stderr);
     let merge = state(&["merge", "tap-a--target-b", r#"{"singer_state":{"y":2}}"#]);

@@ -48,7 +48,7 @@ const LOCK_TIMEOUT_MS: u32 = 10_000;
 
 /// How soon a contender must get a lock nobody holds (a lock left behind would keep it waiting
 /// for the whole lock timeout).
-const PROMPTLY: Duration = Duration::from_secs(1);
+const PROMPTLY: Duration = Duration::from_secs(3);
 
 /// The state id the random-fault runs merge into.
 const ID: &str = "tap-faults--target-x";

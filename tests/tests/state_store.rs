@@ -526,7 +526,7 @@ async fn a_replicated_lock_table_is_refused() {
     let sql = sql();
     sql.exec("CREATE DATABASE {db:Identifier}", &[("db", &db)]);
     sql.exec(
-        "CREATE TABLE {db:Identifier}.state_lock (
+        "CREATE TABLE {db:Identifier}.state_component_lock (
             state_id String, token String, kind Enum8('acquire' = 1, 'release' = 2),
             expires_at DateTime64(3), created_at DateTime64(3) DEFAULT now64(3)
         ) ENGINE = ReplicatedMergeTree ORDER BY (state_id, token)
@@ -560,18 +560,30 @@ async fn a_foreign_lock_table_is_refused_clearly() {
     let db = unique_name("foreignlock");
     let sql = sql();
     sql.exec("CREATE DATABASE {db:Identifier}", &[("db", &db)]);
-    // The lock table meltano-state-backend-clickhouse creates under the same default name.
+    // The lock table meltano-state-backend-clickhouse creates (`<table>_lock`).
     sql.exec(
         "CREATE TABLE {db:Identifier}.state_lock (state_id String, lock_id String, locked_at DateTime DEFAULT now())
          ENGINE = ReplacingMergeTree(locked_at) ORDER BY state_id",
         &[("db", &db)],
     );
     let mut i = instance().await;
+    // Our default lock table has a name of its own: the store opens beside the Python one.
+    i.open_store(
+        &clickhouse().connection(),
+        &StoreOptions {
+            database: Some(db.clone()),
+            ..Default::default()
+        },
+    )
+    .await
+    .unwrap();
+    // Named explicitly, the Python backend's lock table is refused clearly.
     let e = i
         .open_store(
             &clickhouse().connection(),
             &StoreOptions {
-                database: Some(db.clone()),
+                database: Some(db),
+                lock_table: Some("state_lock".into()),
                 ..Default::default()
             },
         )
@@ -584,17 +596,6 @@ async fn a_foreign_lock_table_is_refused_clearly() {
         "{}",
         e.message
     );
-    // With another lock table it opens.
-    i.open_store(
-        &clickhouse().connection(),
-        &StoreOptions {
-            database: Some(db),
-            lock_table: Some("state_lock_v2".into()),
-            ..Default::default()
-        },
-    )
-    .await
-    .unwrap();
 }
 
 /// Both lock engines: every lock test runs on each.
@@ -631,7 +632,7 @@ async fn auto_picks_keeper_map_and_an_existing_table_decides() {
     let db = unique_name("lockengine");
     let (_, _, _) = open(lock_options(&db)).await;
     let engine = sql().rows(
-        "SELECT engine FROM system.tables WHERE database = {db:String} AND name = 'state_lock'",
+        "SELECT engine FROM system.tables WHERE database = {db:String} AND name = 'state_component_lock'",
         &[("db", &db)],
     );
     assert_eq!(engine, vec![json!({"engine": "KeeperMap"})]);
@@ -654,7 +655,7 @@ async fn auto_picks_keeper_map_and_an_existing_table_decides() {
     let db2 = unique_name("lockengine_mt");
     open(lock_options_on(&db2, LockEngine::MergeTree)).await;
     let engine = sql().rows(
-        "SELECT engine FROM system.tables WHERE database = {db:String} AND name = 'state_lock'",
+        "SELECT engine FROM system.tables WHERE database = {db:String} AND name = 'state_component_lock'",
         &[("db", &db2)],
     );
     assert_eq!(engine, vec![json!({"engine": "MergeTree"})]);
@@ -892,56 +893,104 @@ async fn drop_and_renew(engine: LockEngine) {
 fn cli_state_commands_round_trip() {
     let server = clickhouse();
     let db = unique_name("cli_state");
-    let run = |args: &[&str]| {
-        let out = cli(server)
-            .arg("state")
-            .args(["--state-database", &db])
-            .args(args)
-            .output()
-            .unwrap();
+    let run_with = |args: &[&str], stdin: &[u8]| {
+        let mut cmd = cli(server);
+        cmd.arg("state").args(["--state-database", &db]).args(args);
+        let out = clickhouse_component_tests::output_with_stdin(&mut cmd, stdin);
         (
             out.status.code().unwrap(),
             String::from_utf8_lossy(&out.stdout).into_owned(),
             String::from_utf8_lossy(&out.stderr).into_owned(),
         )
     };
-    assert_eq!(run(&["set", "job-a", r#"{"singer_state":{"b":1}}"#]).0, 0);
+    let run = |args: &[&str]| run_with(args, b"");
+    // Not confirmed (no answer on stdin): nothing is written, as `meltano state set`.
+    let (code, out, err) = run(&["set", "job-a", r#"{"singer_state":{"b":1}}"#]);
+    assert_eq!((code, out.as_str()), (1, ""), "{err}");
+    assert!(
+        err.contains("Continue? [y/N]") && err.contains("Aborted!"),
+        "{err}"
+    );
+    assert_eq!(
+        run(&["get", "job-a"]),
+        (0, "{}\n".into(), String::new()),
+        "nothing set"
+    );
+    assert_eq!(
+        run_with(&["set", "job-a", r#"{"singer_state":{"b":1}}"#], b"y\n").0,
+        0
+    );
     assert_eq!(run(&["merge", "job-a", r#"{"singer_state":{"c":2}}"#]).0, 0);
     let (code, out, _) = run(&["get", "job-a"]);
-    assert_eq!(code, 0);
-    let merged: Value = serde_json::from_str(&out).unwrap();
-    assert_eq!(merged, json!({"singer_state": {"b": 1, "c": 2}}));
+    assert_eq!(
+        (code, out.as_str()),
+        (0, "{\"singer_state\":{\"b\":1,\"c\":2}}\n")
+    );
+    let (_, out, _) = run(&["get", "job-a", "--format", "pretty"]);
+    assert_eq!(
+        out,
+        "{\n  \"singer_state\": {\n    \"b\": 1,\n    \"c\": 2\n  }\n}\n"
+    );
     let (_, out, _) = run(&["--json", "get", "job-a"]);
     let v: Value = serde_json::from_str(&out).unwrap();
     assert_eq!(v["partial"], json!({"singer_state": {"c": 2}}));
-    assert_eq!(run(&["copy", "job-a", "job-b"]).0, 0);
-    assert_eq!(run(&["move", "job-b", "job_c"]).0, 0);
-    let (_, out, _) = run(&["list"]);
-    assert_eq!(out, "job-a\njob_c\n");
-    let (_, out, _) = run(&["list", "job?c"]);
-    assert_eq!(out, "job_c\n");
+    assert_eq!(run(&["copy", "--force", "job-a", "job-b"]).0, 0);
+    let (_, out, _) = run(&["--json", "get", "job-b"]);
+    let v: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(
+        (&v["completed"], &v["partial"]),
+        (&json!({"singer_state": {"b": 1, "c": 2}}), &json!({}))
+    );
+    assert_eq!(run(&["move", "--force", "job-b", "job_c"]).0, 0);
+    assert_eq!(run(&["list"]).1, "job-a\njob_c\n");
+    assert_eq!(run(&["list", "--pattern", "job?c"]).1, "job_c\n");
+    assert_eq!(run(&["list", "job?c"]).1, "job_c\n");
     let (_, exported, _) = run(&["export"]);
-    assert_eq!(exported.lines().count(), 2);
-    assert_eq!(run(&["get", "job-b"]).0, 10, "not-found");
-    assert_eq!(run(&["set", "x", "[1]"]).0, 2, "invalid-input");
+    assert_eq!(exported.lines().count(), 1);
+    let v: Value = serde_json::from_str(&exported).unwrap();
+    assert_eq!(
+        v["job_c"],
+        json!({"completed": {"singer_state": {"b": 1, "c": 2}}, "partial": {}})
+    );
+    let (_, lines, _) = run(&["export", "--format", "ndjson"]);
+    assert_eq!(lines.lines().count(), 2);
+    assert_eq!(run(&["get", "job-b"]).1, "{}\n");
+    assert_eq!(run(&["clear", "--force", "job-b"]).0, 0);
+    assert_eq!(run(&["set", "--force", "x", "[1]"]).0, 1);
+    let (code, _, err) = run(&["set", "--force", "x", r#"{"b":1}"#]);
+    assert_eq!(code, 1);
+    assert!(err.contains("singer_state not found in top level"), "{err}");
+    assert_eq!(
+        run(&["set", "--force", "--no-validate", "x", r#"{"b":1}"#]).0,
+        0
+    );
+    assert_eq!(run(&["clear", "--force", "x"]).0, 0);
+    assert_eq!(
+        run(&["copy", "--force", "nope", "y"]).0,
+        1,
+        "a missing source fails validation"
+    );
     assert_eq!(run(&["clear-all"]).0, 2, "needs --yes");
-    let (code, out, _) = run(&["--json", "clear-all", "--yes"]);
+    assert_eq!(run(&["clear", "--all"]).0, 1, "not confirmed");
+    let (code, out, _) = run(&["--json", "clear", "--all", "--force"]);
     assert_eq!(code, 0);
     assert_eq!(serde_json::from_str::<Value>(&out).unwrap()["cleared"], 2);
-    // import what was exported.
-    let file = std::env::temp_dir().join(format!("{db}.ndjson"));
+    let file = std::env::temp_dir().join(format!("{db}.json"));
     std::fs::write(&file, &exported).unwrap();
     let (code, _, err) = run(&["import", file.to_str().unwrap()]);
     assert_eq!(code, 0, "{err}");
-    let (_, out, _) = run(&["list"]);
-    assert_eq!(out, "job-a\njob_c\n");
+    assert_eq!(run(&["list"]).1, "job-a\njob_c\n");
+    assert_eq!(run(&["clear-all", "--yes"]).0, 0);
+    let (code, _, err) = run_with(&["import"], lines.as_bytes());
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(run(&["export"]).1, exported, "the same states either way");
     std::fs::write(&file, "{\"id\":\"ok\"}\nnot json\n").unwrap();
     let (code, _, err) = run(&["import", file.to_str().unwrap()]);
-    assert_eq!(code, 2);
+    assert_eq!(code, 1);
     assert!(err.contains("line 2"), "{err}");
     assert_eq!(
-        run(&["clear", "ok"]).0,
-        10,
+        run(&["list", "ok"]).1,
+        "",
         "nothing of the bad import was written"
     );
     let _ = std::fs::remove_file(file);
@@ -1036,8 +1085,8 @@ fn a_command_under_lock_writes_through_the_held_lock() {
     let bin = clickhouse_component_tests::cli_binary();
     let bin = bin.to_str().unwrap();
     let script = format!(
-        "'{bin}' state --state-database '{db}' --lock-timeout-seconds 1 merge job '{{\"a\":1}}' >/dev/null \
-         && '{bin}' state --state-database '{db}' --lock-timeout-seconds 1 set other '{{\"b\":2}}' >/dev/null"
+        "'{bin}' state --state-database '{db}' --lock-timeout-seconds 1 merge --no-validate job '{{\"a\":1}}' >/dev/null \
+         && '{bin}' state --state-database '{db}' --lock-timeout-seconds 1 set --force --no-validate other '{{\"b\":2}}' >/dev/null"
     );
     let out = cli(clickhouse())
         .args([

@@ -178,7 +178,8 @@ pub async fn run(
         deadline.set(None);
         if let Err(e) = renewed {
             deadline.set(Some(Instant::now() + MIN_RELEASE_TIME));
-            let _ = instance.lock_release(lock).await;
+            // Bounded here too: the component repeats a failing release until the lease ends.
+            let _ = tokio::time::timeout(MIN_RELEASE_TIME * 2, instance.lock_release(lock)).await;
             return Err(e);
         }
         last_ok = attempt;
@@ -208,7 +209,8 @@ pub async fn run(
         Ok(child) => child,
         Err(e) => {
             deadline.set(Some(Instant::now() + MIN_RELEASE_TIME));
-            let _ = instance.lock_release(lock).await;
+            // Bounded here too: the component repeats a failing release until the lease ends.
+            let _ = tokio::time::timeout(MIN_RELEASE_TIME * 2, instance.lock_release(lock)).await;
             eprintln!("lock: cannot run '{}': {e}", args.command[0]);
             return Ok((
                 127,
