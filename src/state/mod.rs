@@ -127,9 +127,10 @@ pub fn check_id(id: &str) -> Result<(), Error> {
     Ok(())
 }
 
-/// The most URL-encoded state bytes a fenced write carries (a server's `http_max_uri_size` is
-/// 1 MiB by default; the rest of the URL needs room too).
-const MAX_FENCED_URL_BYTES: usize = 1_000_000;
+/// The most URL-encoded state bytes a fenced write carries: its whole request target must fit
+/// the HTTP stack's limit of 65,534 bytes (the `http` crate's `Uri`, which wasi:http hosts use;
+/// a server's own `http_max_uri_size` is 1 MiB), with room for the statement and settings.
+const MAX_FENCED_URL_BYTES: usize = 56_000;
 
 /// A stored part's text as an object (`None`: empty); a part that is not a JSON object is
 /// `permanent` (the store never writes one).
@@ -473,7 +474,7 @@ impl<T: Transport, P: Platform> StateStore<T, P> {
 
     /// Writes both parts of `state` only while `handle` holds its lock (fenced): `locked` and
     /// nothing written otherwise. The parts travel as query parameters (in the URL, which a
-    /// server limits to 1 MiB by default: `http_max_uri_size`).
+    /// request target is limited to 64 KiB: [`MAX_FENCED_URL_BYTES`]).
     fn set_fenced(
         &self,
         state: &State,
@@ -485,7 +486,7 @@ impl<T: Transport, P: Platform> StateStore<T, P> {
         let url_bytes = encode_component(&partial).len() + encode_component(&completed).len();
         if url_bytes > MAX_FENCED_URL_BYTES {
             return Err(Error::invalid(format!(
-                "the state of '{}' is {url_bytes} bytes URL-encoded; a write under the lock carries it in the URL, limited to {MAX_FENCED_URL_BYTES} bytes here (ClickHouse's http_max_uri_size is 1 MiB by default)",
+                "the state of '{}' is {url_bytes} bytes URL-encoded; a write under the lock carries it in the URL, limited to {MAX_FENCED_URL_BYTES} bytes (HTTP request targets are limited to 64 KiB)",
                 lock::shorten(&state.id)
             )));
         }

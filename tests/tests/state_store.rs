@@ -1118,3 +1118,29 @@ fn a_command_under_lock_writes_through_the_held_lock() {
     let got: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(got["partial"], json!({"a": 1}), "{got}");
 }
+
+/// A write under the lock carries the state in the URL: up to the documented limit it lands
+/// whole; past it the error is a clear `invalid-input` before anything is sent (not a request
+/// the HTTP stack cannot build).
+#[tokio::test]
+async fn writes_under_the_lock_take_states_up_to_the_url_limit() {
+    let (mut i, s, _) = open(StoreOptions::default()).await;
+    let fits = "x".repeat(50_000);
+    let stored = i
+        .state_update(s, &state("big", json!({ "v": fits }), json!({})))
+        .await
+        .unwrap();
+    assert_eq!(parts(&stored).0["v"].as_str().map(str::len), Some(50_000));
+    let got = i.state_get(s, "big").await.unwrap().unwrap();
+    assert_eq!(parts(&got).0["v"].as_str().map(str::len), Some(50_000));
+    let too_big = "x".repeat(60_000);
+    let e = i
+        .state_update(s, &state("big", json!({ "v": too_big }), json!({})))
+        .await
+        .unwrap_err()
+        .into_component();
+    assert_eq!(e.kind, ErrorKind::InvalidInput, "{}", e.message);
+    assert!(e.message.contains("URL-encoded"), "{}", e.message);
+    let got = i.state_get(s, "big").await.unwrap().unwrap();
+    assert_eq!(parts(&got).0["v"].as_str().map(str::len), Some(50_000));
+}

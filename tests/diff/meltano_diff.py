@@ -1,0 +1,755 @@
+"""Differential test: `meltano state` (Meltano 4.4.1, default systemdb/SQLite state backend, in a
+temporary Meltano project) against our CLI's `state` command (a fresh `--state-database` on the
+ClickHouse named by CLICKHOUSE_URL), driven by one seeded sequence of operations.
+
+Run under scripts/with-clickhouse (it sets CLICKHOUSE_URL, CLICKHOUSE_USER, CLICKHOUSE_PASSWORD):
+
+    scripts/with-clickhouse .venv-meltano/bin/python tests/diff/meltano_diff.py \
+        [--seed N] [--ops N] [--keep-going] [--cli-every K]
+
+Any Python works as the launcher: without Meltano importable it runs scripts/meltano-venv when
+.venv-meltano is missing and re-executes itself with .venv-meltano/bin/python.
+
+Every step runs the same arguments (after `state`) through both tools: Meltano's CLI syntax
+(`set --force ID STATE`, `merge ID STATE`, `merge --from-state-id SRC ID`, `--input-file F`,
+`clear --force ID`, `clear --all --force`, `list --pattern P`, `copy/move --force SRC DST`,
+`get ID`, `export`, `import [FILE|-]`). Ours is `CLI state --state-database DB <args>`.
+
+How Meltano is run: its real click CLI (`meltano.cli.main()`, with sys.argv/stdin/stdout
+swapped) in this process, with the project deactivated before each call so every call finds the
+project afresh, like a new process; Meltano's startup is ~1.9 s per process, the in-process call
+~50 ms (after the first call it skips the per-call "is a migration needed" check of the system
+database, which the first call migrated). Every K-th step (--cli-every, default 25) runs the real `meltano` executable instead; when
+that step does not write (get, list, export) it is run in-process too and the two must agree
+(a mismatch is a harness failure, "in-process runner != meltano executable").
+
+Compared after each step:
+- the exit code, exactly;
+- stdout. Normalised only thus: `get` and `export` output is compared as JSON values when both
+  sides print one JSON document (object key order and whitespace ignored; numbers compared by
+  exact decimal value and kind: 1 != 1.0, -0.0 != 0.0, 1E5 == 100000.0, ints of any size exact,
+  NaN/Infinity as themselves); `list` output is compared as a sorted list of lines (Meltano's
+  order is SQLite's unordered SELECT). Everything else (and JSON that does not parse) is compared
+  byte for byte. stderr is never compared (Meltano logs there). `--strict-text` turns the
+  normalisation off.
+- the full state of both stores: Meltano's from StateService.export_state() in process (what
+  its `export` command prints, without the CLI's startup), ours with its `export` command (read
+  as either one JSON
+  object {id: {completed, partial}} or NDJSON/array of {id, partial, completed}), compared as
+  JSON values as above.
+
+After a step whose stores differ, the ids that differ are cleared in both (Meltano through its
+StateService, ours with `clear --force ID`, falling back to `clear ID`) so that later steps start
+from equal stores and one difference does not fail every later step.
+
+Prints one line per failing step (and, with DIFF_VERBOSE=1, every step), a summary of the
+distinct differences, then `N passed, N failed`; exits 1 on any failure. Without --keep-going it
+stops at the first failing step. DIFF_KEEP=1 keeps the Meltano project and ours' database.
+"""
+
+from __future__ import annotations
+
+import argparse
+import decimal
+import io
+import json
+import os
+import random
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from dataclasses import dataclass, field
+from typing import Any
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+CLI = os.environ.get("DIFF_CLI", os.path.join(ROOT, "target", "debug", "clickhouse-component"))
+VENV = os.environ.get("MELTANO_VENV", os.path.join(ROOT, ".venv-meltano"))
+URL = os.environ.get("CLICKHOUSE_URL", "").rstrip("/")
+USER = os.environ.get("CLICKHOUSE_USER") or "default"
+PASSWORD = os.environ.get("CLICKHOUSE_PASSWORD", "")
+MAX_ID_BYTES = 1024  # ours (src/state/mod.rs); Meltano's SQLite state_id has no limit
+# Meltano runs with Python's default recursion limit (as the `meltano` executable does: it decides
+# how deep a state Meltano can read); the harness' own recursive helpers get more.
+MELTANO_RECURSION_LIMIT = sys.getrecursionlimit()
+HARNESS_RECURSION_LIMIT = 50_000
+MELTANO_ENV = {
+    "MELTANO_SEND_ANONYMOUS_USAGE_STATS": "false",
+    "MELTANO_DISABLE_TRACKING": "true",
+    "MELTANO_CLI_LOG_LEVEL": "info",
+    "NO_COLOR": "1",
+}
+
+
+def ensure_meltano() -> None:
+    """Re-execute with .venv-meltano's Python unless Meltano is importable here."""
+    try:
+        import meltano  # noqa: F401
+        return
+    except ImportError:
+        pass
+    python = os.path.join(VENV, "bin", "python")
+    if not os.path.exists(os.path.join(VENV, ".meltano-4.4.1")):
+        subprocess.run([os.path.join(ROOT, "scripts", "meltano-venv")], check=True)
+    os.execv(python, [python, os.path.abspath(__file__), *sys.argv[1:]])
+
+
+# ---------------------------------------------------------------------------------------------
+# ClickHouse over plain HTTP (setup and teardown only)
+# ---------------------------------------------------------------------------------------------
+
+
+def ch(sql: str, params: dict[str, str] | None = None) -> str:
+    query = {"query": sql}
+    query.update({f"param_{k}": v for k, v in (params or {}).items()})
+    request = urllib.request.Request(
+        f"{URL}/?{urllib.parse.urlencode(query)}", data=b"", method="POST",
+        headers={"X-ClickHouse-User": USER, "X-ClickHouse-Key": PASSWORD})
+    try:
+        with urllib.request.urlopen(request, timeout=30) as response:
+            return response.read().decode()
+    except urllib.error.HTTPError as e:
+        raise RuntimeError(f"HTTP {e.code}: {e.read().decode(errors='replace').strip()}") from None
+
+
+# ---------------------------------------------------------------------------------------------
+# JSON as values: exact numbers, kinds kept apart
+# ---------------------------------------------------------------------------------------------
+
+
+class Const(str):
+    """NaN, Infinity, -Infinity (Python's json reads and writes them; JSON has none)."""
+
+
+def loads(text: str) -> Any:
+    return json.loads(text, parse_float=decimal.Decimal, parse_constant=Const)
+
+
+def same(a: Any, b: Any) -> bool:
+    if type(a) is not type(b):
+        return False
+    if isinstance(a, dict):
+        return a.keys() == b.keys() and all(same(a[k], b[k]) for k in a)
+    if isinstance(a, list):
+        return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b))
+    if isinstance(a, decimal.Decimal):
+        if a.is_nan() or b.is_nan():
+            return a.is_nan() and b.is_nan()
+        return a == b and a.is_signed() == b.is_signed()
+    return a == b
+
+
+def first_diff(a: Any, b: Any, path: str = "") -> str:
+    """Where two JSON values first differ: `path: a vs b`."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        for k in list(a) + [k for k in b if k not in a]:
+            if k not in a or k not in b or not same(a[k], b[k]):
+                if k not in a or k not in b:
+                    return f"{path}/{k}: {'<absent>' if k not in a else short(dump(a[k]), 50)} vs " \
+                           f"{'<absent>' if k not in b else short(dump(b[k]), 50)}"
+                return first_diff(a[k], b[k], f"{path}/{k}")
+    if isinstance(a, list) and isinstance(b, list) and len(a) == len(b):
+        for i, (x, y) in enumerate(zip(a, b)):
+            if not same(x, y):
+                return first_diff(x, y, f"{path}/{i}")
+    return f"{path or '/'}: {short(dump(a), 50)} vs {short(dump(b), 50)}"
+
+
+class Raw(str):
+    """A JSON literal written as is (number spellings, escapes, NaN...)."""
+
+
+def dump(v: Any) -> str:
+    if isinstance(v, Raw):
+        return str(v)
+    if isinstance(v, dict):
+        return "{" + ",".join(f"{dump(k) if isinstance(k, Raw) else json.dumps(k, ensure_ascii=False)}:"
+                              f"{dump(x)}" for k, x in v.items()) + "}"
+    if isinstance(v, list):
+        return "[" + ",".join(dump(x) for x in v) + "]"
+    if isinstance(v, decimal.Decimal):
+        return str(v)
+    if isinstance(v, Const):
+        return str(v)
+    return json.dumps(v, ensure_ascii=False)
+
+
+def parse_export(text: str) -> dict | None:
+    """An export as {id: {"completed", "partial"}}: Meltano's one object, or NDJSON lines / an
+    array of {"id", "partial", "completed"} (ours before the change). None: unreadable."""
+    text = text.strip()
+    if not text:
+        return {}
+    try:
+        doc = loads(text)
+        docs = doc if isinstance(doc, list) else [doc]
+    except json.JSONDecodeError:
+        try:
+            docs = [loads(line) for line in text.splitlines() if line.strip()]
+        except json.JSONDecodeError:
+            return None
+    if len(docs) == 1 and isinstance(docs[0], dict) and not (set(docs[0]) >= {"id", "completed"}):
+        return docs[0]
+    out = {}
+    for d in docs:
+        if not isinstance(d, dict) or "id" not in d:
+            return None
+        out[d["id"]] = {"completed": d.get("completed"), "partial": d.get("partial")}
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# The two tools
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Out:
+    code: int
+    stdout: str
+    stderr: str
+
+
+class Meltano:
+    def __init__(self, project: str):
+        self.project = project
+        os.environ.update(MELTANO_ENV)
+        os.environ["MELTANO_PROJECT_ROOT"] = project
+        import meltano.cli as mcli
+        from meltano.core.project import Project
+        self.mcli, self.Project = mcli, Project
+        self.out, self.err = io.BytesIO(), io.BytesIO()
+        self.outw = io.TextIOWrapper(self.out, encoding="utf-8", write_through=True)
+        self.errw = io.TextIOWrapper(self.err, encoding="utf-8", write_through=True)
+        self.keep: list = []  # stdin wrappers (a collected wrapper closes its buffer)
+        self._project = None
+        self.calls = 0
+
+    def run(self, args: list[str], stdin: str = "") -> Out:
+        """The real click CLI, in this process."""
+        if self.calls == 1:
+            # The first call migrated the new project's system database; later calls skip
+            # Meltano's per-call check that no migration is needed (alembic re-reads its scripts:
+            # ~65 ms of the ~115 ms a call takes). The `meltano` executable steps still check.
+            from meltano.core.migration_service import MigrationService
+            MigrationService.upgrade = lambda self, *, silent=False: None  # type: ignore[method-assign]
+        self.calls += 1
+        self.Project.deactivate()
+        saved = sys.stdout, sys.stderr, sys.stdin, sys.argv
+        sys.setrecursionlimit(MELTANO_RECURSION_LIMIT)
+        o0, e0 = self.out.tell(), self.err.tell()
+        sys.stdout, sys.stderr = self.outw, self.errw
+        sys.stdin = io.TextIOWrapper(io.BytesIO(stdin.encode("utf-8", "surrogatepass")), encoding="utf-8")
+        self.keep.append(sys.stdin)
+        sys.argv = ["meltano", "state", *args]
+        code = 0
+        try:
+            self.mcli.main()
+        except SystemExit as e:
+            code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+        except BaseException as e:  # noqa: BLE001 - report, never crash the harness
+            code = 1
+            self.errw.write(f"harness: uncaught {type(e).__name__}: {e}")
+        finally:
+            self.outw.flush()
+            self.errw.flush()
+            sys.stdout, sys.stderr, sys.stdin, sys.argv = saved
+            sys.setrecursionlimit(HARNESS_RECURSION_LIMIT)
+        return Out(code, self.out.getvalue()[o0:].decode("utf-8", "replace"),
+                   self.err.getvalue()[e0:].decode("utf-8", "replace"))
+
+    def run_process(self, args: list[str], stdin: str = "") -> Out:
+        """The `meltano` executable."""
+        env = {k: v for k, v in os.environ.items() if not k.startswith("CLICKHOUSE_")}
+        env.update(MELTANO_ENV, MELTANO_PROJECT_ROOT=self.project)
+        p = subprocess.run([os.path.join(os.path.dirname(sys.executable), "meltano"), "state", *args],
+                           input=stdin.encode("utf-8", "surrogatepass"), capture_output=True,
+                           env=env, cwd=self.project, timeout=120)
+        return Out(p.returncode, p.stdout.decode("utf-8", "replace"), p.stderr.decode("utf-8", "replace"))
+
+    def service(self, fn):  # noqa: ANN001, ANN201
+        """fn(StateService) on a fresh session (Meltano's own service, no CLI)."""
+        from meltano.core.db import project_engine
+        from meltano.core.state_service import StateService
+        if self._project is None:
+            self.Project.deactivate()
+            self._project = self.Project.find()
+            self.Project.deactivate()
+        _, sessionmaker = project_engine(self._project)
+        session = sessionmaker(future=True)
+        sys.setrecursionlimit(MELTANO_RECURSION_LIMIT)
+        try:
+            with StateService(self._project, session) as service:
+                return fn(service)
+        finally:
+            session.close()
+            sys.setrecursionlimit(HARNESS_RECURSION_LIMIT)
+
+    def export(self) -> Out:
+        """What `meltano state export` prints, from StateService.export_state() (the CLI's
+        own call) without the CLI's ~100 ms of project loading."""
+        try:
+            states = self.service(lambda s: s.export_state())
+            return Out(0, json.dumps(states, separators=(",", ":")) + "\n", "")
+        except Exception as e:  # noqa: BLE001
+            return Out(1, "", f"{type(e).__name__}: {e}")
+
+    def clear_ids(self, ids: list[str]) -> None:
+        self.service(lambda s: [s.clear_state(i) for i in ids])
+
+
+class Ours:
+    def __init__(self, database: str):
+        self.database = database
+        self.env = {k: v for k, v in os.environ.items() if not k.startswith(("CLICKHOUSE_", "MELTANO_"))}
+        self.env.update(CLICKHOUSE_URL=URL, CLICKHOUSE_USER=USER, CLICKHOUSE_PASSWORD=PASSWORD)
+
+    def run(self, args: list[str], stdin: str = "") -> Out:
+        p = subprocess.run([CLI, "state", "--state-database", self.database, *args],
+                           input=stdin.encode("utf-8", "surrogatepass"), capture_output=True,
+                           env=self.env, timeout=120)
+        return Out(p.returncode, p.stdout.decode("utf-8", "replace"), p.stderr.decode("utf-8", "replace"))
+
+    def clear_ids(self, ids: list[str]) -> None:
+        for i in ids:
+            if self.run(["clear", "--force", i]).code != 0:
+                self.run(["clear", i])
+
+
+# ---------------------------------------------------------------------------------------------
+# The generated operations
+# ---------------------------------------------------------------------------------------------
+
+SPECIAL_IDS = [
+    "tap-a", "tap-b", "Tap-A", "TAP-A",
+    "dev:tap-github-to-target-postgres", "dev:tap-x-to-target-y:suffix", "prod:tap-a-to-target-b",
+    "nope:tap-a-to-target-b",
+    "a_b", "axb", "a%b", "a%%b", "a*b", "a?b", "a[b]c", "ab]", "a[!x]b", "it's", 'say "hi"',
+    "back\\slash", "\\%", "a b", "  lead-space", "trail-space ", "ünï-çødé", "日本語の状態",
+    "emoji-🎉", "e\u0301", "שלום", "x" * MAX_ID_BYTES, "x" * (MAX_ID_BYTES + 1),
+    "é" * (MAX_ID_BYTES // 2), "é" * (MAX_ID_BYTES // 2 + 1), "🎉" * (MAX_ID_BYTES // 4),
+    "y" * 5000,
+]
+RARE_IDS = ["", "tab\there"]
+PATTERNS = [
+    "*", "tap*", "tap-?", "*_*", "a_b", "a%b", "%", "_", "a?b", "a[b]c", "[at]*", "[!t]*", "*\\*",
+    "dev:*", "DEV:*", "*tap*", "*é*", "*🎉", "x*", "it's", "*\"*", "back\\slash", "TAP-*", "a*b",
+    "nomatch*", "?",
+]
+NUMBERS = [
+    "0", "1", "-1", "9007199254740993", "9223372036854775807", "9223372036854775808",
+    "18446744073709551615", "18446744073709551616", "-9223372036854775809",
+    "123456789012345678901234567890", "-10000000000000000000000000000000000000000",
+    "1e300", "1E300", "-0.0", "-0", "0.0", "0.1", "1E5", "1e5", "1E+5", "2.5E-3", "1e-7",
+    "1.7976931348623157e308", "5e-324", "1.0000000000000000001", "100.000", "3.14159265358979323846",
+    repr(0.1 + 0.2), repr(1 / 3), repr(2.0 ** 70), "1.5e+10", "123456789012345678901234567890.5",
+]
+RARE_LITERALS = ["1e400", "-1e400", "NaN", "Infinity", '"\\ud800"', '"nul\\u0000char"']
+STRINGS = ["", "x", "2024-01-01T00:00:00Z", "ünïcødé", "日本", "🎉", "quote\"back\\slash",
+           "line\nbreak", "tab\t", "\u2028sep", "<>&'"]
+
+
+@dataclass
+class Step:
+    n: int
+    kind: str  # the label used for grouping
+    args: list[str]
+    stdin: str = ""
+    files: dict[str, str] = field(default_factory=dict)  # name -> content (written before the step)
+    writes: bool = True
+
+
+class Generator:
+    def __init__(self, rng: random.Random, tmp: str):
+        self.rng = rng
+        self.tmp = tmp
+        self.seen: list[str] = []
+        self.file_no = 0
+        self.big_done = False
+        self.history: list[dict[str, str]] = []  # each step's exports (import sources)
+
+    # -- values ------------------------------------------------------------------------------
+    def scalar(self) -> Any:
+        r = self.rng.random()
+        if r < 0.45:
+            return Raw(self.rng.choice(NUMBERS))
+        if r < 0.47:
+            return Raw(self.rng.choice(RARE_LITERALS))
+        if r < 0.75:
+            return self.rng.choice(STRINGS)
+        if r < 0.85:
+            return self.rng.choice([True, False, None])
+        return [Raw(self.rng.choice(NUMBERS)), self.rng.choice(STRINGS)]
+
+    def tree(self, depth: int) -> Any:
+        if depth <= 0 or self.rng.random() < 0.3:
+            return self.scalar()
+        return {self.rng.choice(["a", "b", "c", "replication_key_value", "ü", "x.y", ""]):
+                self.tree(depth - 1) for _ in range(self.rng.randint(0, 3))}
+
+    def bookmarks(self) -> dict:
+        streams = self.rng.sample(["users", "orders", "events", "schema.tbl", "ünï"], self.rng.randint(0, 3))
+        return {s: {"replication_key": "updated_at", "replication_key_value": self.scalar(),
+                    "extra": self.tree(3)} for s in streams}
+
+    def state(self, existing: Any = None) -> str:
+        """A valid (singer_state at the top) state's JSON text; sometimes shaped like `existing`
+        so that merges meet objects with scalars and scalars with objects."""
+        r = self.rng.random()
+        singer: dict = {"bookmarks": self.bookmarks()}
+        if r < 0.06:
+            d = self.rng.choice([50, 127, 128, 129, 300, 600])
+            deep: Any = Raw("1")
+            for _ in range(d):
+                deep = {"d": deep}
+            singer["deep"] = deep
+        elif r < 0.09:
+            singer["big"] = "x" * self.rng.choice([1000, 30000, 100000])
+        elif r < 0.12:
+            singer["list"] = [self.tree(2) for _ in range(50)]
+        doc: dict = {"singer_state": singer}
+        if existing and isinstance(existing, dict) and self.rng.random() < 0.5:
+            doc = self.conflict(existing)
+        if self.rng.random() < 0.15:
+            doc[self.rng.choice(["extra", "completed", "partial", "bookmarks"])] = self.tree(2)
+        text = dump(doc)
+        if self.rng.random() < 0.03:  # a duplicate key
+            text = text.replace('{"singer_state":{', '{"singer_state":{"dup":1,"dup":2,', 1)
+        return text
+
+    def conflict(self, existing: dict) -> dict:
+        """A state over `existing`'s keys with some values swapped between object and scalar."""
+        def walk(v: Any, depth: int) -> Any:
+            if isinstance(v, dict):
+                if depth > 0 and self.rng.random() < 0.2:
+                    return self.scalar()
+                if self.rng.random() < 0.1:
+                    return {}
+                return {k: walk(x, depth + 1) for k, x in v.items() if self.rng.random() < 0.7}
+            if self.rng.random() < 0.3:
+                return {"was_scalar": self.scalar()}
+            return self.scalar()
+        doc = walk(existing, 0)
+        if not isinstance(doc, dict):
+            doc = {}
+        doc.setdefault("singer_state", {"bookmarks": self.bookmarks()})
+        return doc
+
+    def invalid_state(self) -> str:
+        return self.rng.choice([
+            '{"bookmarks":{"s":{"v":1}}}', "{}", '{"Singer_State":{}}', '{"x":{"singer_state":{}}}',
+            "[1]", "5", "null", '"singer_state"', "{", "", '{"singer_state":1,}', "[]",
+            '{"completed":{"singer_state":{}}}', '{"singer_state": {}} trailing',
+        ])
+
+    # -- ids -----------------------------------------------------------------------------------
+    def new_id(self) -> str:
+        r = self.rng.random()
+        if r < 0.5:
+            i = self.rng.choice(SPECIAL_IDS)
+        elif r < 0.52:
+            i = self.rng.choice(RARE_IDS)
+        else:
+            i = f"{self.rng.choice(['dev', 'prod'])}:tap-{self.rng.randint(1, 40)}-to-target-{self.rng.choice('pq')}"
+        return i
+
+    def pick_id(self, existing: list[str]) -> str:
+        if existing and self.rng.random() < 0.65:
+            return self.rng.choice(existing)
+        return self.new_id()
+
+    def file(self, content: str) -> tuple[str, dict[str, str]]:
+        self.file_no += 1
+        path = os.path.join(self.tmp, f"input-{self.file_no}.json")
+        return path, {path: content}
+
+    # -- steps ---------------------------------------------------------------------------------
+    def step(self, n: int, store: dict, exports: dict[str, str]) -> Step:
+        """One operation; `store` is Meltano's current export (the reference), `exports` each
+        tool's last export text (for import steps)."""
+        ids = sorted(store)
+        rng = self.rng
+        kinds = [("set", 18), ("set-file", 3), ("merge", 14), ("merge-from", 4), ("merge-file", 2),
+                 ("get", 14), ("list", 9), ("clear", 5), ("clear-all", 2), ("copy", 6), ("move", 5),
+                 ("export", 5), ("import", 7), ("set-invalid", 3), ("merge-invalid", 2),
+                 ("usage", 2), ("big", 1)]
+        kind = rng.choices([k for k, _ in kinds], [w for _, w in kinds])[0]
+        if kind == "big" and self.big_done:
+            kind = "set-file"
+        merged = lambda i: self.merged_view(store.get(i))  # noqa: E731
+        if kind == "set":
+            i = self.pick_id(ids)
+            return Step(n, "set", ["set", "--force", i, self.state(merged(i))])
+        if kind == "set-file":
+            i = self.pick_id(ids)
+            path, files = self.file(self.state(merged(i)))
+            return Step(n, "set --input-file", ["set", "--force", "--input-file", path, i], files=files)
+        if kind == "big":
+            self.big_done = True
+            size = rng.choice([2 * 1024 * 1024, 11 * 1024 * 1024])
+            path, files = self.file(dump({"singer_state": {"big": "x" * size}}))
+            return Step(n, f"set --input-file ({size >> 20} MiB)", ["set", "--force", "--input-file", path,
+                                                                    self.pick_id(ids)], files=files)
+        if kind == "merge":
+            i = self.pick_id(ids)
+            return Step(n, "merge", ["merge", i, self.state(merged(i))])
+        if kind == "merge-from":
+            return Step(n, "merge --from-state-id", ["merge", "--from-state-id", self.pick_id(ids), self.pick_id(ids)])
+        if kind == "merge-file":
+            i = self.pick_id(ids)
+            path, files = self.file(self.state(merged(i)))
+            return Step(n, "merge --input-file", ["merge", "--input-file", path, i], files=files)
+        if kind == "get":
+            return Step(n, "get", ["get", self.pick_id(ids)], writes=False)
+        if kind == "list":
+            if rng.random() < 0.25:
+                return Step(n, "list", ["list"], writes=False)
+            return Step(n, "list --pattern", ["list", "--pattern", rng.choice(PATTERNS)], writes=False)
+        if kind == "clear":
+            return Step(n, "clear", ["clear", "--force", self.pick_id(ids)])
+        if kind == "clear-all":
+            return Step(n, "clear --all", ["clear", "--all", "--force"])
+        if kind in ("copy", "move"):
+            src = self.pick_id(ids)
+            r = rng.random()
+            dst = src if r < 0.08 else (rng.choice(ids) if ids and r < 0.5 else self.new_id())
+            onto = "itself" if dst == src else ("existing" if dst in store else "new")
+            return Step(n, f"{kind} (onto {onto})", [kind, "--force", src, dst])
+        if kind == "export":
+            return Step(n, "export", ["export"], writes=False)
+        if kind == "import":
+            source = rng.choice(["meltano", "ours", "generated"])  # whose export, of an earlier step
+            if source == "generated":
+                payload = "{" + ",".join(
+                    f"{json.dumps(self.new_id() if rng.random() < 0.7 else f'imp-{rng.randint(1, 9)}', ensure_ascii=False)}:"
+                    f'{{"completed":{self.state()},"partial":{self.state() if rng.random() < 0.4 else "{}"}}}'
+                    for _ in range(rng.randint(1, 4))) + "}"
+            else:  # a snapshot from an earlier step, so the import overwrites something
+                payload = rng.choice(self.history[-40:])[source] if self.history else exports[source]
+            how = rng.choice(["stdin", "-", "file"])
+            label = f"import ({source} export, {how})" if source == "generated" else f"import (earlier {source} export, {how})"
+            if how == "file":
+                path, files = self.file(payload)
+                return Step(n, label, ["import", path], files=files)
+            return Step(n, label, ["import"] + (["-"] if how == "-" else []), stdin=payload)
+        if kind == "set-invalid":
+            return Step(n, "set (no singer_state / not a state)", ["set", "--force", self.pick_id(ids), self.invalid_state()])
+        if kind == "merge-invalid":
+            return Step(n, "merge (no singer_state / not a state)", ["merge", self.pick_id(ids), self.invalid_state()])
+        # usage errors
+        i = self.pick_id(ids)
+        args = rng.choice([
+            ["merge", i], ["merge", "--from-state-id", i, i, self.state()], ["set", "--force", i],
+            ["clear", "--force"], ["clear", "--force", "--all", i], ["get"], ["set", i, self.state()],
+            ["clear", i], ["copy", "--force", i], ["list", "--pattern"],
+        ])
+        return Step(n, "usage: " + " ".join(a if a.startswith("-") or a in ("merge", "set", "clear", "get", "copy", "list") else "X"
+                                             for a in args), args)
+
+    @staticmethod
+    def merged_view(entry: Any) -> Any:
+        if not isinstance(entry, dict):
+            return None
+        out = json.loads(json.dumps(entry.get("completed") or {}, default=str))
+
+        def merge(src: Any, dst: Any) -> None:
+            for k, v in src.items():
+                if isinstance(v, dict) and isinstance(dst.get(k), dict):
+                    merge(v, dst[k])
+                else:
+                    dst[k] = v
+        partial = entry.get("partial")
+        if isinstance(partial, dict):
+            merge(json.loads(json.dumps(partial, default=str)), out)
+        return out
+
+
+# ---------------------------------------------------------------------------------------------
+# Comparing
+# ---------------------------------------------------------------------------------------------
+
+
+def short(text: str, width: int = 90) -> str:
+    text = text.replace("\n", "⏎")
+    return repr(text if len(text) <= width else text[: width - 30] + f"…({len(text)} chars)…" + text[-20:])
+
+
+def compare_stdout(step: Step, m: str, o: str, strict: bool) -> bool:
+    if strict:
+        return m == o
+    op = step.args[0] if step.args else ""
+    if op in ("get", "export"):
+        try:
+            return same(loads(m), loads(o))
+        except (json.JSONDecodeError, ValueError):
+            return m == o
+    if op == "list":
+        return sorted(m.splitlines()) == sorted(o.splitlines())
+    return m == o
+
+
+def state_diff(m: dict | None, o: dict | None) -> list[str]:
+    if m is None or o is None:
+        return ["<unreadable export>"]
+    return sorted(i for i in set(m) | set(o) if i not in m or i not in o or not same(m[i], o[i]))
+
+
+@dataclass
+class Failure:
+    step: Step
+    what: list[str]
+
+
+def describe_args(args: list[str]) -> str:
+    return " ".join(short(a, 40) if (len(a) > 40 or not a or any(c in a for c in " '\"\\\n\t")) else a for a in args)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--ops", type=int, default=300)
+    parser.add_argument("--keep-going", action="store_true", help="report every failing step")
+    parser.add_argument("--cli-every", type=int, default=25,
+                        help="run every K-th step with the real meltano executable (0: never)")
+    parser.add_argument("--strict-text", action="store_true", help="compare stdout byte for byte")
+    opts = parser.parse_args()
+    sys.setrecursionlimit(HARNESS_RECURSION_LIMIT)
+    if not URL:
+        print("CLICKHOUSE_URL is not set (run via scripts/with-clickhouse)", file=sys.stderr)
+        return 2
+    if not os.access(CLI, os.X_OK):
+        print(f"no CLI at {CLI} (cargo build -p clickhouse-component-host)", file=sys.stderr)
+        return 2
+    verbose = bool(os.environ.get("DIFF_VERBOSE"))
+    keep = bool(os.environ.get("DIFF_KEEP"))
+    started = time.monotonic()
+    tmp = tempfile.mkdtemp(prefix="meltano-diff-")
+    project = os.path.join(tmp, "project")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CLICKHOUSE_")}
+    env.update(MELTANO_ENV)
+    subprocess.run([os.path.join(os.path.dirname(sys.executable), "meltano"), "init", project,
+                    "--no-usage-stats"], check=True, capture_output=True, env=env, cwd=tmp, timeout=120)
+    database = f"meltano_diff_{opts.seed}_{os.getpid()}"
+    ch("DROP DATABASE IF EXISTS {db:Identifier} SYNC", {"db": database})
+    meltano, ours = Meltano(project), Ours(database)
+    rng = random.Random(opts.seed)
+    gen = Generator(rng, tmp)
+    print(f"seed {opts.seed}, {opts.ops} ops; Meltano project {project}, ours --state-database {database}",
+          file=sys.stderr)
+
+    failures: list[Failure] = []
+    passed = failed = 0
+    timings = {"meltano in-process": [], "meltano executable": [], "ours": []}
+    m_export = meltano.export()
+    o_export = ours.run(["export"])
+    exports = {"meltano": m_export.stdout, "ours": o_export.stdout}
+    store = parse_export(m_export.stdout) or {}
+    try:
+        for n in range(1, opts.ops + 1):
+            step = gen.step(n, store, exports)
+            for path, content in step.files.items():
+                with open(path, "w", encoding="utf-8", errors="surrogatepass") as f:
+                    f.write(content)
+            use_process = opts.cli_every > 0 and n % opts.cli_every == 0
+            problems: list[str] = []
+            t = time.monotonic()
+            if use_process:
+                m = meltano.run_process(step.args, step.stdin)
+                timings["meltano executable"].append(time.monotonic() - t)
+                if not step.writes:
+                    again = meltano.run(step.args, step.stdin)
+                    if (again.code, again.stdout) != (m.code, m.stdout):
+                        problems.append(f"harness: in-process runner != meltano executable: exit "
+                                        f"{again.code}/{m.code}, stdout {short(again.stdout)} / {short(m.stdout)}")
+            else:
+                m = meltano.run(step.args, step.stdin)
+                timings["meltano in-process"].append(time.monotonic() - t)
+            t = time.monotonic()
+            o = ours.run(step.args, step.stdin)
+            timings["ours"].append(time.monotonic() - t)
+
+            if m.code != o.code:
+                problems.append(f"exit {m.code} vs {o.code}")
+            if not compare_stdout(step, m.stdout, o.stdout, opts.strict_text):
+                problems.append(f"stdout {short(m.stdout)} vs {short(o.stdout)}")
+            m_export = meltano.export()
+            o_export = ours.run(["export"])
+            m_store, o_store = parse_export(m_export.stdout), parse_export(o_export.stdout)
+            if m_export.code != 0 or m_store is None:
+                problems.append(f"harness: Meltano's export failed (exit {m_export.code}): "
+                                f"{short(m_export.stderr.strip().splitlines()[-1] if m_export.stderr.strip() else m_export.stdout)}")
+            if o_export.code != 0 or o_store is None:
+                problems.append(f"ours' export failed (exit {o_export.code}): {short(o_export.stderr.strip() or o_export.stdout)}")
+            differing = state_diff(m_store, o_store)
+            if differing and m_store is not None and o_store is not None:
+                detail = "; ".join(
+                    f"{short(i, 30)}{first_diff(m_store[i], o_store[i])}" if i in m_store and i in o_store
+                    else f"{short(i, 30)}: {'<absent>' if i not in m_store else 'present'} vs "
+                         f"{'<absent>' if i not in o_store else 'present'}" for i in differing[:3])
+                problems.append(f"stores differ in {len(differing)} id(s): {detail}")
+                meltano.clear_ids(differing)
+                ours.clear_ids(differing)
+                m_export, o_export = meltano.export(), ours.run(["export"])
+                m_store, o_store = parse_export(m_export.stdout), parse_export(o_export.stdout)
+                if state_diff(m_store, o_store):
+                    problems.append("harness: clearing the differing ids did not make the stores equal")
+            store = m_store if m_store is not None else store
+            exports = {"meltano": m_export.stdout, "ours": o_export.stdout}
+            if len(exports["meltano"]) + len(exports["ours"]) < 1_000_000:
+                gen.history.append(exports)
+
+            via = " [meltano executable]" if use_process else ""
+            line = f"step {n:>3} {step.kind}{via}: {describe_args(step.args)}"
+            if problems:
+                failed += 1
+                failures.append(Failure(step, problems))
+                print(f"FAIL {line}\n       " + "\n       ".join(problems), flush=True)
+                if verbose:
+                    print(f"       meltano stderr: {short(m.stderr.strip()[-400:], 400)}\n"
+                          f"       ours stderr:    {short(o.stderr.strip(), 400)}", flush=True)
+                if not opts.keep_going:
+                    break
+            else:
+                passed += 1
+                if verbose:
+                    print(f"PASS {line}  (exit {m.code})", flush=True)
+    finally:
+        if not keep:
+            shutil.rmtree(tmp, ignore_errors=True)
+            try:
+                ch("DROP DATABASE IF EXISTS {db:Identifier} SYNC", {"db": database})
+            except RuntimeError as e:
+                print(f"could not drop {database}: {e}", file=sys.stderr)
+
+    if failures:
+        groups: dict[tuple, list[int]] = {}
+        for f in failures:
+            for w in f.what:
+                if w.startswith("exit"):
+                    key = (f.step.kind, w)
+                elif w.startswith("stdout"):
+                    key = (f.step.kind, "stdout differs")
+                elif w.startswith("stores differ"):
+                    key = (f.step.kind, "stores differ")
+                else:
+                    key = (f.step.kind, w.split(":")[0])
+                groups.setdefault(key, []).append(f.step.n)
+        print("\ndistinct differences (operation, what: steps):")
+        for (kind, what), steps in sorted(groups.items()):
+            shown = ", ".join(map(str, steps[:8])) + (", …" if len(steps) > 8 else "")
+            print(f"  {kind}: {what}: {len(steps)} step(s) ({shown})")
+    for name, ts in timings.items():
+        if ts:
+            print(f"{name}: {len(ts)} ops, {1000 * sum(ts) / len(ts):.0f} ms per op", file=sys.stderr)
+    print(f"({time.monotonic() - started:.1f} s)", file=sys.stderr)
+    print(f"{passed} passed, {failed} failed")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    ensure_meltano()
+    sys.exit(main())
