@@ -126,6 +126,7 @@ fn qualified_target<T: Transport, P: Platform>(
 /// Reads and writes one checkpoint in the state store.
 struct Checkpoints<T: Transport, P: Platform> {
     store: StateStore<T, P>,
+    platform: P,
     id: String,
 }
 
@@ -162,11 +163,22 @@ impl<T: Transport, P: Platform> Checkpoints<T, P> {
             CHECKPOINT_KEY.to_string(),
             serde_json::to_value(checkpoint).expect("a checkpoint serializes"),
         );
-        self.store.set(&State {
+        let state = State {
             id: self.id.clone(),
             partial: Map::new(),
             completed,
-        })
+        };
+        // A lost answer is repeated here (a plain `set` does not): this run is the only writer
+        // of its checkpoint and writes it forward, so a late first attempt can at worst bring
+        // back the previous checkpoint, and a rerun then resends one batch that dedup absorbs.
+        crate::client::retry::run(
+            &crate::client::retry::RetryPolicy::default(),
+            &self.platform,
+            None,
+            || self.store.set(&state),
+            |e| crate::client::retry::is_worth_retrying(e.kind),
+        )
+        .map(|_| ())
     }
 }
 
@@ -364,6 +376,7 @@ pub fn run<T: Transport + Clone, P: Platform + Clone>(
             crate::state::check_id(id)?;
             let checkpoints = Checkpoints {
                 store,
+                platform: runner.platform.clone(),
                 id: id.clone(),
             };
             let saved = checkpoints.load()?;
