@@ -126,7 +126,6 @@ fn qualified_target<T: Transport, P: Platform>(
 /// Reads and writes one checkpoint in the state store.
 struct Checkpoints<T: Transport, P: Platform> {
     store: StateStore<T, P>,
-    platform: P,
     id: String,
 }
 
@@ -168,17 +167,8 @@ impl<T: Transport, P: Platform> Checkpoints<T, P> {
             partial: Map::new(),
             completed,
         };
-        // A lost answer is repeated here (a plain `set` does not): this run is the only writer
-        // of its checkpoint and writes it forward, so a late first attempt can at worst bring
-        // back the previous checkpoint, and a rerun then resends one batch that dedup absorbs.
-        crate::client::retry::run(
-            &crate::client::retry::RetryPolicy::default(),
-            &self.platform,
-            None,
-            || self.store.set(&state),
-            |e| crate::client::retry::is_worth_retrying(e.kind),
-        )
-        .map(|_| ())
+        // This run is the checkpoint's only writer, and writes it forward.
+        self.store.set_own(&state)
     }
 }
 
@@ -376,7 +366,6 @@ pub fn run<T: Transport + Clone, P: Platform + Clone>(
             crate::state::check_id(id)?;
             let checkpoints = Checkpoints {
                 store,
-                platform: runner.platform.clone(),
                 id: id.clone(),
             };
             let saved = checkpoints.load()?;

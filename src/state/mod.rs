@@ -360,6 +360,12 @@ impl<T: Transport, P: Platform> StateStore<T, P> {
     /// Writes both parts of each state (overwrite), in one INSERT. Ids must be distinct.
     /// Consistency: once it returns, every reader sees the new versions.
     pub fn set_all(&self, states: &[State]) -> Result<(), Error> {
+        self.write_states(states, false)
+    }
+
+    /// The INSERT of [`Self::set_all`]; `repeat_lost` also repeats an attempt whose answer was
+    /// lost (only for states the caller alone writes, forward: see [`Self::set_own`]).
+    fn write_states(&self, states: &[State], repeat_lost: bool) -> Result<(), Error> {
         if states.is_empty() {
             return Ok(());
         }
@@ -398,13 +404,22 @@ impl<T: Transport, P: Platform> StateStore<T, P> {
             )
             .data(body);
         self.session()
-            .send_unless(Step::Set, &lock::write_settings(query), is_lost_answer)
+            .send_unless(Step::Set, &lock::write_settings(query), |e| {
+                !repeat_lost && is_lost_answer(e)
+            })
             .map(|_| ())
     }
 
     /// Overwrites both parts of one state (Meltano `set`).
     pub fn set(&self, state: &State) -> Result<(), Error> {
         self.set_all(std::slice::from_ref(state))
+    }
+
+    /// As [`Self::set`], for a state only this caller writes, and only forward (e.g. a sink's
+    /// checkpoint): an attempt whose answer was lost is repeated too, since a late first
+    /// attempt can at worst bring back the caller's previous version.
+    pub fn set_own(&self, state: &State) -> Result<(), Error> {
+        self.write_states(std::slice::from_ref(state), true)
     }
 
     /// Meltano `update`, under the lock: a state with a non-empty completed part replaces the

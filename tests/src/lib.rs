@@ -397,6 +397,41 @@ pub fn cli(server: &Server) -> Command {
 pub mod native;
 pub mod proxy;
 
+/// A lock engine's name on the command line (`--lock-engine`).
+pub fn engine_name(engine: clickhouse_component_host::LockEngine) -> &'static str {
+    use clickhouse_component_host::LockEngine;
+    match engine {
+        LockEngine::MergeTree => "merge-tree",
+        LockEngine::KeeperMap => "keeper-map",
+        LockEngine::Auto => "auto",
+    }
+}
+
+/// A misbehaving HTTP server for host tests (never a stand-in for ClickHouse): on a free
+/// loopback port, for each connection it reads the request head, then hands the stream to
+/// `answer` on a thread of its own. Returns its URL.
+pub fn raw_http_server(
+    answer: impl Fn(std::net::TcpStream) + Send + Sync + Clone + 'static,
+) -> String {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(stream) = stream else { return };
+            let answer = answer.clone();
+            std::thread::spawn(move || {
+                let mut reader = BufReader::new(stream.try_clone().unwrap());
+                let mut line = String::new();
+                while reader.read_line(&mut line).is_ok_and(|n| n > 2) {
+                    line.clear();
+                }
+                answer(stream);
+            });
+        }
+    });
+    url
+}
+
 /// Creates the table critical sections record into.
 pub fn create_section_log(sql: &native::Sql, db: &str, table: &str) {
     sql.exec(

@@ -197,6 +197,34 @@ impl Rule {
     }
 }
 
+/// The seed of a run of random faults: the environment variable `var` if set (to repeat a
+/// run), else the clock. Printed, with how to reuse it.
+pub fn fault_seed(var: &str) -> u64 {
+    let seed = std::env::var(var)
+        .ok()
+        .and_then(|s| s.trim().parse().ok())
+        .unwrap_or_else(|| {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .as_nanos() as u64
+        });
+    eprintln!("fault seed: {seed} ({var}={seed} reuses it)");
+    seed
+}
+
+/// A well-mixed 64-bit hash of a seed and a request's sequence number (splitmix64's
+/// finaliser, applied twice): which requests a seeded run faults.
+pub fn seeded_hash(seed: u64, seq: u64) -> u64 {
+    fn mix(mut z: u64) -> u64 {
+        z = z.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+    mix(seed ^ mix(seq))
+}
+
 /// A rule added to a proxy.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct RuleId(u64);

@@ -2,68 +2,41 @@
 //! deadline even when a server keeps every timeout from firing (one byte at a time), and the
 //! guest's memory is capped.
 
-use std::io::{BufRead, BufReader, Write};
-use std::net::TcpListener;
+use std::io::Write;
 use std::time::{Duration, Instant};
 
 use clickhouse_component::client::{ConnectionOptions, ErrorKind};
 use clickhouse_component_host::{default_allow_list, CallError, Limits, SinkOptions};
-use clickhouse_component_tests::{clickhouse, runtime};
+use clickhouse_component_tests::{clickhouse, raw_http_server, runtime};
 
 /// A server that answers every request with a 200 whose body arrives one byte every 200 ms,
 /// forever (so neither a first-byte nor a between-bytes timeout ever fires). Returns its URL.
 fn trickling_server() -> String {
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    let url = format!("http://{}", listener.local_addr().unwrap());
-    std::thread::spawn(move || {
-        for stream in listener.incoming() {
-            let Ok(mut stream) = stream else { return };
-            std::thread::spawn(move || {
-                let mut reader = BufReader::new(stream.try_clone().unwrap());
-                let mut line = String::new();
-                while reader.read_line(&mut line).is_ok_and(|n| n > 2) {
-                    line.clear();
-                }
-                let _ = stream.write_all(
-                    b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 100000000\r\n\r\n",
-                );
-                while stream.write_all(b"x").is_ok() {
-                    std::thread::sleep(Duration::from_millis(200));
-                }
-            });
+    raw_http_server(|mut stream| {
+        let _ = stream.write_all(
+            b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 100000000\r\n\r\n",
+        );
+        while stream.write_all(b"x").is_ok() {
+            std::thread::sleep(Duration::from_millis(200));
         }
-    });
-    url
+    })
 }
 
 /// A server that answers every request with a 500 whose body never ends (as fast as it can).
 fn endless_error_server() -> String {
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    let url = format!("http://{}", listener.local_addr().unwrap());
-    std::thread::spawn(move || {
-        for stream in listener.incoming() {
-            let Ok(mut stream) = stream else { return };
-            std::thread::spawn(move || {
-                let mut reader = BufReader::new(stream.try_clone().unwrap());
-                let mut line = String::new();
-                while reader.read_line(&mut line).is_ok_and(|n| n > 2) {
-                    line.clear();
-                }
-                // Chunked, so no length announces it: only reading it shows how long it is.
-                let text = b"Code: 999. DB::Exception: endless (KEEPER_EXCEPTION) ";
-                let mut head = b"HTTP/1.1 500 Internal Server Error\r\nX-ClickHouse-Exception-Code: 999\r\nTransfer-Encoding: chunked\r\n\r\n".to_vec();
-                head.extend_from_slice(format!("{:x}\r\n", text.len()).as_bytes());
-                head.extend_from_slice(text);
-                head.extend_from_slice(b"\r\n");
-                let _ = stream.write_all(&head);
-                let mut chunk = format!("{:x}\r\n", 64 * 1024).into_bytes();
-                chunk.extend_from_slice(&[b'x'; 64 * 1024]);
-                chunk.extend_from_slice(b"\r\n");
-                while stream.write_all(&chunk).is_ok() {}
-            });
-        }
-    });
-    url
+    raw_http_server(|mut stream| {
+        // Chunked, so no length announces it: only reading it shows how long it is.
+        let text = b"Code: 999. DB::Exception: endless (KEEPER_EXCEPTION) ";
+        let mut head = b"HTTP/1.1 500 Internal Server Error\r\nX-ClickHouse-Exception-Code: 999\r\nTransfer-Encoding: chunked\r\n\r\n".to_vec();
+        head.extend_from_slice(format!("{:x}\r\n", text.len()).as_bytes());
+        head.extend_from_slice(text);
+        head.extend_from_slice(b"\r\n");
+        let _ = stream.write_all(&head);
+        let mut chunk = format!("{:x}\r\n", 64 * 1024).into_bytes();
+        chunk.extend_from_slice(&[b'x'; 64 * 1024]);
+        chunk.extend_from_slice(b"\r\n");
+        while stream.write_all(&chunk).is_ok() {}
+    })
 }
 
 #[tokio::test]

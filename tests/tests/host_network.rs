@@ -2,7 +2,7 @@
 //! addresses over plain HTTP, HTTPS with a custom CA over kept-alive connections, and a cap on
 //! the bytes read from one response.
 
-use std::io::{BufRead, BufReader, Write};
+use std::io::Write;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use clickhouse_component::client::{ConnectionOptions, ErrorKind};
 use clickhouse_component_host::pool::{Network, TlsOptions};
 use clickhouse_component_host::{default_allow_list, CallError, Limits};
-use clickhouse_component_tests::{clickhouse, runtime};
+use clickhouse_component_tests::{clickhouse, raw_http_server, runtime};
 use tokio::net::{TcpListener, TcpStream};
 
 /// The address of the test ClickHouse (its URL must be plain `http://host:port`).
@@ -171,33 +171,20 @@ async fn https_with_a_custom_ca_over_one_kept_alive_connection() {
 /// A server answering every request with a 200 whose chunked body never ends (each connection
 /// stops by itself after 60 s or 4 GiB). Returns its URL.
 fn endless_server() -> String {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let url = format!("http://{}", listener.local_addr().unwrap());
-    std::thread::spawn(move || {
-        for stream in listener.incoming().take(16) {
-            let Ok(mut stream) = stream else { return };
-            std::thread::spawn(move || {
-                let mut reader = BufReader::new(stream.try_clone().unwrap());
-                let mut line = String::new();
-                while reader.read_line(&mut line).is_ok_and(|n| n > 2) {
-                    line.clear();
-                }
-                let _ = stream.write_all(
-                    b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nTransfer-Encoding: chunked\r\n\r\n",
-                );
-                let chunk = format!("10000\r\n{}\r\n", "x".repeat(0x10000));
-                let started = Instant::now();
-                for _ in 0..(1 << 16) {
-                    if started.elapsed() > Duration::from_secs(60)
-                        || stream.write_all(chunk.as_bytes()).is_err()
-                    {
-                        return;
-                    }
-                }
-            });
+    raw_http_server(|mut stream| {
+        let _ = stream.write_all(
+            b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nTransfer-Encoding: chunked\r\n\r\n",
+        );
+        let chunk = format!("10000\r\n{}\r\n", "x".repeat(0x10000));
+        let started = Instant::now();
+        for _ in 0..(1 << 16) {
+            if started.elapsed() > Duration::from_secs(60)
+                || stream.write_all(chunk.as_bytes()).is_err()
+            {
+                return;
+            }
         }
-    });
-    url
+    })
 }
 
 /// This process's resident memory, in bytes.

@@ -40,10 +40,10 @@ use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Output, Stdio};
 use std::thread::JoinHandle;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use clickhouse_component_tests::native::Sql;
-use clickhouse_component_tests::proxy::{Fault, Proxy, Rule, RuleId};
+use clickhouse_component_tests::proxy::{fault_seed, seeded_hash, Fault, Proxy, Rule, RuleId};
 use clickhouse_component_tests::{cli, unique_name, LocalClickHouse, Server};
 use serde_json::{json, Value};
 
@@ -76,29 +76,6 @@ const AT_LEAST_FAULTS: usize = 1_000;
 // ---------------------------------------------------------------------------------------------
 // Seeded faults.
 
-/// The seed of the random faults: `SINK_FAULTS_SEED`, else the clock. Printed.
-fn seed() -> u64 {
-    let seed = std::env::var("SINK_FAULTS_SEED")
-        .ok()
-        .and_then(|s| s.trim().parse().ok())
-        .unwrap_or_else(|| {
-            SystemTime::now()
-                .duration_since(UNIX_EPOCH)
-                .unwrap()
-                .as_nanos() as u64
-        });
-    eprintln!("fault seed: {seed} (SINK_FAULTS_SEED={seed} reuses it)");
-    seed
-}
-
-/// splitmix64's finaliser: a well-mixed 64-bit hash (as in state_faults.rs).
-fn mix(mut z: u64) -> u64 {
-    z = z.wrapping_add(0x9E37_79B9_7F4A_7C15);
-    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    z ^ (z >> 31)
-}
-
 /// The faults and their shares per 200 requests: 12 refused, 12 cut, 13 replies lost, 12
 /// replies cut, 1 reply stalled past the request timeout (each costs a whole timeout, so they
 /// are few): 50 of 200, a quarter.
@@ -114,7 +91,7 @@ fn fault_shares() -> [(Fault, u64); 5] {
 
 /// The fault planned for request number `seq` (1-based, as the proxy counts), if any.
 fn planned_fault(seed: u64, seq: u64) -> Option<Fault> {
-    let mut slot = mix(seed ^ mix(seq)) % 200;
+    let mut slot = seeded_hash(seed, seq) % 200;
     for (fault, share) in fault_shares() {
         if slot < share {
             return Some(fault);
@@ -652,7 +629,7 @@ fn exactly_once(checkpoint: bool, seed: u64, input: &Path, input_len: u64) -> Re
 /// each on its own private ClickHouse and proxy), every row lands exactly once.
 #[test]
 fn every_row_lands_exactly_once_through_faults_a_crash_and_a_restart() {
-    let seed = seed();
+    let seed = fault_seed("SINK_FAULTS_SEED");
     let started = Instant::now();
     let input = RowsFile::new(0..ROWS);
     let input_len = input.len();
@@ -715,7 +692,7 @@ fn every_row_lands_exactly_once_through_faults_a_crash_and_a_restart() {
 fn without_dedup_the_same_faults_duplicate_rows() {
     const ROWS: u64 = 20_000;
     const BATCH: u64 = 250;
-    let seed = seed();
+    let seed = fault_seed("SINK_FAULTS_SEED");
     let started = Instant::now();
     let local = LocalClickHouse::start("none");
     let direct = local.server();

@@ -23,14 +23,14 @@
 
 use std::collections::BTreeMap;
 use std::future::Future;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use clickhouse_component::client::{ConnectionOptions, ErrorKind};
 use clickhouse_component_host::{
     default_allow_list, Instance, LockEngine, State, StoreHandle, StoreOptions,
 };
-use clickhouse_component_tests::proxy::{Fault, Proxy, RequestInfo, Rule};
-use clickhouse_component_tests::{cli, clickhouse, instance, runtime, unique_name};
+use clickhouse_component_tests::proxy::{fault_seed, seeded_hash, Fault, Proxy, RequestInfo, Rule};
+use clickhouse_component_tests::{cli, clickhouse, engine_name, instance, runtime, unique_name};
 use serde_json::{json, Map, Value};
 
 /// Both lock engines: every test runs on each.
@@ -55,14 +55,6 @@ const ID: &str = "tap-faults--target-x";
 
 /// The header naming each request's operation.
 const OPERATION: &str = "x-component-operation";
-
-fn engine_name(engine: LockEngine) -> &'static str {
-    match engine {
-        LockEngine::MergeTree => "merge-tree",
-        LockEngine::KeeperMap => "keeper-map",
-        LockEngine::Auto => "auto",
-    }
-}
 
 /// The options of every store here (default lease: 300 s).
 fn options(db: &str, engine: LockEngine) -> StoreOptions {
@@ -231,29 +223,6 @@ where
 // ---------------------------------------------------------------------------------------------
 // A seeded quarter of the requests faulty.
 
-/// The seed of the random faults: `STATE_FAULTS_SEED`, else the clock. Printed.
-fn seed() -> u64 {
-    let seed = std::env::var("STATE_FAULTS_SEED")
-        .ok()
-        .and_then(|s| s.trim().parse().ok())
-        .unwrap_or_else(|| {
-            SystemTime::now()
-                .duration_since(UNIX_EPOCH)
-                .unwrap()
-                .as_nanos() as u64
-        });
-    eprintln!("fault seed: {seed} (STATE_FAULTS_SEED={seed} reuses it)");
-    seed
-}
-
-/// splitmix64's finaliser: a well-mixed 64-bit hash.
-fn mix(mut z: u64) -> u64 {
-    z = z.wrapping_add(0x9E37_79B9_7F4A_7C15);
-    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    z ^ (z >> 31)
-}
-
 /// The five faults, each given to 1/20 of the requests: a quarter in all.
 fn random_faults() -> [Fault; 5] {
     [
@@ -267,7 +236,7 @@ fn random_faults() -> [Fault; 5] {
 
 /// The fault planned for request number `seq` (1-based, as the proxy counts), if any.
 fn planned_fault(seed: u64, seq: u64) -> Option<Fault> {
-    let slot = mix(seed ^ mix(seq)) % 20;
+    let slot = seeded_hash(seed, seq) % 20;
     random_faults().get(slot as usize).cloned()
 }
 
@@ -463,7 +432,7 @@ async fn merge_under_faults(
 fn merges_survive_a_quarter_of_requests_failing() {
     const MERGES: usize = 200;
     const AT_LEAST: usize = 190;
-    let seed = seed();
+    let seed = fault_seed("STATE_FAULTS_SEED");
     let started = Instant::now();
     on_each_engine_at_once(move |engine| async move {
         let run = merge_under_faults(engine, seed, None, MERGES, MERGES - AT_LEAST).await;
@@ -500,7 +469,7 @@ fn merges_survive_a_quarter_of_requests_failing() {
 #[test]
 fn without_retries_most_merges_fail() {
     const MERGES: usize = 40;
-    let seed = seed();
+    let seed = fault_seed("STATE_FAULTS_SEED");
     on_each_engine_at_once(move |engine| async move {
         let run = merge_under_faults(engine, seed, Some(0), MERGES, usize::MAX).await;
         run.check_stored();

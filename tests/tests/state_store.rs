@@ -11,7 +11,8 @@ use clickhouse_component::client::ErrorKind;
 use clickhouse_component_host::{Instance, LockEngine, State, StoreHandle, StoreOptions};
 use clickhouse_component_tests::native::Sql;
 use clickhouse_component_tests::{
-    check_sections, cli, clickhouse, create_section_log, instance, record_section, unique_name,
+    check_sections, cli, clickhouse, create_section_log, engine_name, instance, record_section,
+    unique_name,
 };
 use serde_json::{json, Value};
 
@@ -600,14 +601,6 @@ async fn a_foreign_lock_table_is_refused_clearly() {
 
 /// Both lock engines: every lock test runs on each.
 const ENGINES: [LockEngine; 2] = [LockEngine::MergeTree, LockEngine::KeeperMap];
-
-fn engine_name(engine: LockEngine) -> &'static str {
-    match engine {
-        LockEngine::MergeTree => "merge-tree",
-        LockEngine::KeeperMap => "keeper-map",
-        LockEngine::Auto => "auto",
-    }
-}
 
 fn lock_options_on(db: &str, engine: LockEngine) -> StoreOptions {
     StoreOptions {
