@@ -208,22 +208,41 @@ pub fn strip_host_flags(args: &[String]) -> Vec<String> {
     out
 }
 
+/// Where an argument's value sits in a command line: `args[index]`, from byte `offset` on
+/// (0 for a value given as an argument of its own, the length of `--name=` for an inline one).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ValuePosition {
+    /// The argument (in argv) holding the value.
+    pub index: usize,
+    /// Where the value starts in that argument.
+    pub offset: usize,
+}
+
+impl ValuePosition {
+    /// `args` with this value replaced by `value` (an inline `--name=` prefix kept).
+    pub fn replace(&self, args: &[String], value: &str) -> Vec<String> {
+        let mut out = args.to_vec();
+        out[self.index] = format!("{}{value}", &args[self.index][..self.offset]);
+        out
+    }
+}
+
 /// Where in `args` (argv: the program name first) the command line gave the value of the
-/// positional argument `id` of the subcommand reached through `path` (e.g. `["state",
-/// "import"]` and `"file"`), by clap's own account: `matches` (parsed from `args` by
-/// `command`) say at which clap index the value is, and this maps that index back to the
-/// argument it came from. `None` when it was not given on the command line (or the arguments
-/// use a form the mapping does not follow: short options).
+/// argument `id` (a positional, or a long option's value) of the subcommand reached through
+/// `path` (e.g. `["state", "import"]` and `"file"`), by clap's own account: `matches` (parsed
+/// from `args` by `command`) say at which clap index the value is, and this maps that index
+/// back to the argument it came from. `None` when it was not given on the command line (or the
+/// arguments use a form the mapping does not follow: short options).
 ///
 /// clap numbers the arguments after each subcommand's name from 1, one number per flag and per
 /// value: `--name=value` counts two, a value split by a delimiter one per part, `--` none.
-pub fn positional_index(
+pub fn value_position(
     command: &Command,
     matches: &ArgMatches,
     args: &[String],
     path: &[&str],
     id: &str,
-) -> Option<usize> {
+) -> Option<ValuePosition> {
     let mut command = command.clone();
     command.build();
     let mut command = &command;
@@ -244,8 +263,15 @@ pub fn positional_index(
         Some(d) => value.split(d).count(),
         None => 1,
     };
+    let here = |level: usize, index: usize| level == path.len() && index == target;
     for (position, arg) in args.iter().enumerate().skip(1) {
         if let Some(option) = pending.take() {
+            if here(level, index + 1) {
+                return Some(ValuePosition {
+                    index: position,
+                    offset: 0,
+                });
+            }
             index += values(arg, option);
             continue;
         }
@@ -269,6 +295,12 @@ pub fn positional_index(
                 if !option.get_action().takes_values() {
                     index += 1;
                 } else if let Some(value) = value {
+                    if here(level, index + 2) {
+                        return Some(ValuePosition {
+                            index: position,
+                            offset: name.len() + 3,
+                        });
+                    }
                     index += 1 + values(value, option);
                 } else {
                     index += 1;
@@ -292,9 +324,55 @@ pub fn positional_index(
             }
         }
         index += 1;
-        if level == path.len() && index == target {
+        if here(level, index) {
+            return Some(ValuePosition {
+                index: position,
+                offset: 0,
+            });
+        }
+    }
+    None
+}
+
+/// Where in `args` the subcommand reached through `path` (e.g. `["state", "edit"]`) is named:
+/// the index of its name's argument. `None` when the walk meets a form it does not follow
+/// (short options) or another subcommand.
+pub fn subcommand_position(command: &Command, args: &[String], path: &[&str]) -> Option<usize> {
+    let mut command = command.clone();
+    command.build();
+    let mut command = &command;
+    let mut level = 0;
+    let mut pending = false;
+    for (position, arg) in args.iter().enumerate().skip(1) {
+        if std::mem::take(&mut pending) {
+            continue;
+        }
+        if arg == "--" {
+            return None;
+        }
+        if let Some(long) = arg.strip_prefix("--") {
+            let option = command.get_arguments().find(|a| {
+                a.get_all_aliases()
+                    .unwrap_or_default()
+                    .into_iter()
+                    .chain(a.get_long())
+                    .any(|n| n == long.split_once('=').map_or(long, |(n, _)| n))
+            })?;
+            pending = option.get_action().takes_values() && !long.contains('=');
+            continue;
+        }
+        if arg.starts_with('-') && arg != "-" {
+            return None;
+        }
+        let sub = command.find_subcommand(arg)?;
+        if sub.get_name() != path[level] {
+            return None;
+        }
+        level += 1;
+        if level == path.len() {
             return Some(position);
         }
+        command = sub;
     }
     None
 }
@@ -499,7 +577,7 @@ mod tests {
         } else {
             &["state", "import"]
         };
-        let at = positional_index(&host_cli(), &matches, &args, path, "file");
+        let at = value_position(&host_cli(), &matches, &args, path, "file").map(|p| p.index);
         if let Some(at) = at {
             let mut m = &matches;
             for name in path {
@@ -509,6 +587,69 @@ mod tests {
             assert_eq!(args[at], file.to_str().unwrap(), "{args:?}");
         }
         at
+    }
+
+    #[test]
+    fn an_option_value_is_found_in_its_own_argument_or_inline() {
+        let at = |args: &[&str], path: &[&str]| {
+            let args = strings(args);
+            let matches = host_cli().try_get_matches_from(&args).unwrap();
+            value_position(&host_cli(), &matches, &args, path, "input_file")
+                .map(|p| (p.index, p.offset, p.replace(&args, "-")[p.index].clone()))
+        };
+        let set = &["state", "set"][..];
+        assert_eq!(
+            at(&["p", "state", "set", "x", "--input-file", "x"], set),
+            Some((5, 0, "-".into()))
+        );
+        assert_eq!(
+            at(
+                &["p", "state", "set", "--input-file=x", "--force", "x"],
+                set
+            ),
+            Some((3, 13, "--input-file=-".into()))
+        );
+        assert_eq!(
+            at(
+                &[
+                    "p",
+                    "--json",
+                    "state",
+                    "--state-database",
+                    "set",
+                    "merge",
+                    "--from-state-id",
+                    "set",
+                    "--input-file",
+                    "set",
+                    "set"
+                ],
+                &["state", "merge"][..]
+            ),
+            Some((9, 0, "-".into()))
+        );
+        assert_eq!(at(&["p", "state", "set", "x", "{}"], set), None);
+    }
+
+    #[test]
+    fn the_subcommand_is_found_past_options_named_like_it() {
+        let at =
+            |args: &[&str]| subcommand_position(&host_cli(), &strings(args), &["state", "edit"]);
+        assert_eq!(at(&["p", "state", "edit", "x"]), Some(2));
+        assert_eq!(
+            at(&[
+                "p",
+                "--database",
+                "edit",
+                "state",
+                "--state-table",
+                "edit",
+                "edit",
+                "edit"
+            ]),
+            Some(6)
+        );
+        assert_eq!(at(&["p", "state", "get", "edit"]), None);
     }
 
     #[test]

@@ -35,6 +35,6 @@ pub use component::{CachePolicy, ComponentSource, LoadKind, LoadReport};
 pub use limits::{CallDeadlineExceeded, Limits};
 pub use pool::{Network, NetworkError, Resolve, SystemResolver, TlsOptions};
 pub use runtime::{
-    default_allow_list, CallError, Instance, LockHandle, RequestDeadline, Runtime, SinkHandle,
-    StoreHandle,
+    default_allow_list, CallError, CapturedOutput, CommandInput, Instance, LockHandle,
+    RequestDeadline, Runtime, SinkHandle, StoreHandle,
 };

@@ -97,23 +97,35 @@ impl Runtime {
     }
 
     /// A fresh instance set up to run as a command ([`Instance::run_command`]): these
-    /// arguments (the first is the program name) and environment, stdin from `stdin` (or the
-    /// host's own stdin), stdout and stderr inherited.
+    /// arguments (the first is the program name) and environment, stdin from `stdin`, stdout
+    /// into `stdout` (or the host's own stdout), stderr inherited.
     pub async fn instantiate_command(
         &self,
         allow: AllowList,
         args: &[String],
         env: &[(String, String)],
-        stdin: Option<std::fs::File>,
+        stdin: CommandInput,
+        stdout: Option<&CapturedOutput>,
     ) -> anyhow::Result<Instance> {
         let mut wasi = WasiCtx::builder();
-        wasi.args(args).envs(env).inherit_stdout().inherit_stderr();
+        wasi.args(args).envs(env).inherit_stderr();
         match stdin {
-            Some(file) => {
+            CommandInput::Inherit => {
+                wasi.inherit_stdin();
+            }
+            CommandInput::File(file) => {
                 wasi.stdin(wasmtime_wasi::cli::InputFile::new(file));
             }
+            CommandInput::Bytes(bytes) => {
+                wasi.stdin(wasmtime_wasi::p2::pipe::MemoryInputPipe::new(bytes));
+            }
+        }
+        match stdout {
+            Some(captured) => {
+                wasi.stdout(captured.0.clone());
+            }
             None => {
-                wasi.inherit_stdin();
+                wasi.inherit_stdout();
             }
         }
         self.instantiate_with(allow, wasi.build()).await
@@ -153,6 +165,34 @@ impl Runtime {
         });
         let connector = self.inner.pre.instantiate_async(&mut store).await?;
         Ok(Instance { store, connector })
+    }
+}
+
+/// Where a command instance's standard input comes from.
+#[derive(Debug)]
+pub enum CommandInput {
+    /// The host's own stdin.
+    Inherit,
+    /// A file (the reference CLI's FILE arguments).
+    File(std::fs::File),
+    /// These bytes, then the end of the input.
+    Bytes(Vec<u8>),
+}
+
+/// A command instance's standard output kept in memory, read after the run. A write past
+/// `limit` bytes fails in the guest (its stdout is closed), never grows the host's memory.
+#[derive(Debug, Clone)]
+pub struct CapturedOutput(wasmtime_wasi::p2::pipe::MemoryOutputPipe);
+
+impl CapturedOutput {
+    /// An empty capture that holds at most `limit` bytes.
+    pub fn new(limit: usize) -> CapturedOutput {
+        CapturedOutput(wasmtime_wasi::p2::pipe::MemoryOutputPipe::new(limit))
+    }
+
+    /// What the command wrote so far.
+    pub fn contents(&self) -> Vec<u8> {
+        self.0.contents().to_vec()
     }
 }
 

@@ -3,7 +3,7 @@
 //! collide (`--json`, writes through a held lock, `export --format ndjson`, `clear-all`, a
 //! positional `list PATTERN`).
 
-use std::io::Read;
+use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 
 use clap::{Subcommand, ValueEnum};
@@ -337,31 +337,44 @@ enum Confirmed {
     No(Output),
 }
 
-/// Meltano's `--force` option: unless given, asks `PROMPT [y/N]: ` (on stderr; click writes
-/// it on stdout) and reads one line of stdin, as `click.confirm` does whether or not stdin is
-/// a terminal: `y`/`yes` go on; `n`/`no`/an empty line stop with exit 1 and no message; at
-/// the end of stdin (no answer at all) `Aborted!`, exit 1; anything else asks again.
+/// Meltano's `--force` option: unless given, asks (see [`ask_to_continue`]); a refusal stops
+/// with [`declined`].
 fn confirm<T, P>(force: bool, prompt: &str, runner: &mut Runner<'_, T, P>) -> Confirmed {
-    if force {
-        return Confirmed::Yes;
+    if force || ask_to_continue(prompt, &mut runner.stdin, &mut runner.stderr) {
+        Confirmed::Yes
+    } else {
+        Confirmed::No(declined())
     }
-    let stop = || Output {
+}
+
+/// What a declined confirmation prints (nothing, or `{"ok": false, "confirmed": false}` with
+/// --json) and its exit code (1).
+pub fn declined() -> Output {
+    Output {
         text: String::new(),
         json: json!({"ok": false, "confirmed": false}),
         code: 1,
-    };
+    }
+}
+
+/// Asks `PROMPT [y/N]: ` on `output` (stderr; click writes it on stdout) and reads one line of
+/// `input`, as `click.confirm` does whether or not stdin is a terminal: `y`/`yes` go on (true);
+/// `n`/`no`/an empty line stop (false) with no message; at the end of the input (no answer at
+/// all) `Aborted!` and false; anything else asks again. The reference host asks with it too
+/// (`state edit`, and `set --input-file FILE`, whose file takes the component's stdin).
+pub fn ask_to_continue(prompt: &str, input: &mut dyn Read, output: &mut dyn Write) -> bool {
     loop {
-        let _ = write!(runner.stderr, "{prompt} [y/N]: ");
-        let _ = runner.stderr.flush();
-        let Some(line) = read_line(&mut runner.stdin) else {
-            let _ = writeln!(runner.stderr, "\nAborted!");
-            return Confirmed::No(stop());
+        let _ = write!(output, "{prompt} [y/N]: ");
+        let _ = output.flush();
+        let Some(line) = read_line(input) else {
+            let _ = writeln!(output, "\nAborted!");
+            return false;
         };
         match line.trim().to_lowercase().as_str() {
-            "y" | "yes" => return Confirmed::Yes,
-            "n" | "no" | "" => return Confirmed::No(stop()),
+            "y" | "yes" => return true,
+            "n" | "no" | "" => return false,
             _ => {
-                let _ = writeln!(runner.stderr, "Error: invalid input");
+                let _ = writeln!(output, "Error: invalid input");
             }
         }
     }
@@ -403,6 +416,9 @@ fn done<T, P>(
 fn quoted(id: &str) -> String {
     id.escape_debug().to_string()
 }
+
+/// Meltano's confirmation prompt of `set` and `edit`.
+pub const OVERWRITE_PROMPT: &str = "This will overwrite the state's current value. Continue?";
 
 const EDIT_UNSUPPORTED: &str = "state edit opens $VISUAL / $EDITOR, which a WebAssembly component cannot start: run it through the reference host, or edit by hand: state get --format pretty ID > state.json; $EDITOR state.json; state set --force --input-file - ID < state.json";
 
@@ -473,10 +489,7 @@ pub fn run<T: Transport + Clone, P: Platform + Clone>(
                     Source::StateId(_) => unreachable!("set has no --from-state-id"),
                 };
                 given = parse_given(&text, *no_validate).map_err(meltano1)?;
-                Some((
-                    *force,
-                    "This will overwrite the state's current value. Continue?",
-                ))
+                Some((*force, OVERWRITE_PROMPT))
             }
             StateCommand::Merge {
                 id,

@@ -309,3 +309,211 @@ fn server_text_cannot_drive_the_terminal() {
         "{stderr:?}"
     );
 }
+
+/// Runs `state --state-database DB ARGS` with `stdin`; (exit code, stdout, stderr).
+fn state(
+    server: &Server,
+    db: &str,
+    args: &[&str],
+    env: &[(&str, &str)],
+    stdin: &str,
+) -> (i32, String, String) {
+    use std::io::Write;
+    let mut cmd = cli(server);
+    cmd.args(["state", "--state-database", db])
+        .args(args)
+        .envs(env.iter().copied())
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    let mut child = cmd.spawn().unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(stdin.as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into(),
+        String::from_utf8_lossy(&out.stderr).into(),
+    )
+}
+
+#[test]
+fn input_file_is_read_by_the_host_and_set_asks_first() {
+    let server = clickhouse();
+    let db = unique_name("host_cli_input_file");
+    let dir = temp_dir("host_cli_input_file");
+    let file = dir.join("state.json");
+    std::fs::write(&file, r#"{"singer_state":{"a":1}}"#).unwrap();
+    let file = file.to_str().unwrap();
+    // set without --force: the host asks (the file is the component's stdin); "n" stops.
+    let (code, _, err) = state(server, &db, &["set", "--input-file", file, "x"], &[], "n\n");
+    assert_eq!(code, 1, "{err}");
+    assert!(
+        err.contains("This will overwrite the state's current value. Continue? [y/N]: "),
+        "{err}"
+    );
+    assert_eq!(state(server, &db, &["get", "x"], &[], "").1, "{}\n");
+    // "y" goes on; the file, not the answer, is the state.
+    let (code, _, err) = state(server, &db, &["set", "--input-file", file, "x"], &[], "y\n");
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(
+        state(server, &db, &["get", "x"], &[], "").1,
+        "{\"singer_state\":{\"a\":1}}\n"
+    );
+    // merge (inline form), and set --force: no question.
+    std::fs::write(dir.join("b.json"), r#"{"singer_state":{"b":2}}"#).unwrap();
+    let b = format!("--input-file={}", dir.join("b.json").display());
+    let (code, _, err) = state(server, &db, &["merge", &b, "x"], &[], "");
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(
+        state(server, &db, &["get", "x"], &[], "").1,
+        "{\"singer_state\":{\"a\":1,\"b\":2}}\n"
+    );
+    // A file named like the id: the option's value is the file, the positional the id.
+    std::fs::write(dir.join("x"), r#"{"singer_state":{"c":3}}"#).unwrap();
+    let out = cli(server)
+        .current_dir(&dir)
+        .args([
+            "state",
+            "--state-database",
+            &db,
+            "set",
+            "--force",
+            "x",
+            "--input-file",
+            "x",
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        state(server, &db, &["get", "x"], &[], "").1,
+        "{\"singer_state\":{\"c\":3}}\n"
+    );
+    // A missing file: a clear error, nothing written.
+    let (code, _, err) = state(
+        server,
+        &db,
+        &["set", "--force", "--input-file", "/nonexistent/f.json", "y"],
+        &[],
+        "",
+    );
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("cannot open /nonexistent/f.json"), "{err}");
+}
+
+#[test]
+fn edit_runs_the_editor_and_writes_only_a_changed_valid_state() {
+    let server = clickhouse();
+    let db = unique_name("host_cli_edit");
+    let dir = temp_dir("host_cli_edit");
+    let (code, _, err) = state(
+        server,
+        &db,
+        &["set", "--force", "x", r#"{"singer_state":{"a":1}}"#],
+        &[],
+        "",
+    );
+    assert_eq!(code, 0, "{err}");
+    let get = |id: &str| state(server, &db, &["get", id], &[], "").1;
+    // The editor sees Meltano's pretty text (with a final newline) and writes a new state.
+    let editor = dir.join("editor.sh");
+    std::fs::write(
+        &editor,
+        format!(
+            "#!/bin/sh\ncp \"$1\" {seen}\nprintf '%s' \"$NEW\" > \"$1\"\n",
+            seen = dir.join("seen.json").display()
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(
+        &editor,
+        <std::fs::Permissions as std::os::unix::fs::PermissionsExt>::from_mode(0o755),
+    )
+    .unwrap();
+    let editor = editor.to_str().unwrap();
+    let with = |new: &'static str| vec![("EDITOR", editor), ("NEW", new)];
+    let (code, _, err) = state(
+        server,
+        &db,
+        &["edit", "--force", "x"],
+        &with(r#"{"singer_state":{"a":2}}"#),
+        "",
+    );
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(
+        std::fs::read_to_string(dir.join("seen.json")).unwrap(),
+        "{\n  \"singer_state\": {\n    \"a\": 1\n  }\n}\n"
+    );
+    assert_eq!(get("x"), "{\"singer_state\":{\"a\":2}}\n");
+    // Declined: nothing runs.
+    let (code, _, err) = state(
+        server,
+        &db,
+        &["edit", "x"],
+        &with(r#"{"singer_state":{"a":3}}"#),
+        "n\n",
+    );
+    assert_eq!(code, 1, "{err}");
+    assert_eq!(get("x"), "{\"singer_state\":{\"a\":2}}\n");
+    // Not saved, empty, the same JSON, an editor that fails: exit 0/0/0/1, nothing written.
+    for (env_editor, new, code_wanted, says) in [
+        ("true", "", 0, "Edit cancelled - no changes made"),
+        (
+            editor,
+            "  \n",
+            0,
+            "Empty content provided - no changes made",
+        ),
+        (
+            editor,
+            r#"{ "singer_state" : { "a" : 2 } }"#,
+            0,
+            "No changes detected",
+        ),
+        ("false", "", 1, "false: Editing failed"),
+    ] {
+        let (code, _, err) = state(
+            server,
+            &db,
+            &["edit", "--force", "x"],
+            &[("EDITOR", env_editor), ("NEW", new)],
+            "",
+        );
+        assert_eq!(
+            (code, err.contains(says)),
+            (code_wanted, true),
+            "{env_editor} {new:?}: {err}"
+        );
+        assert_eq!(get("x"), "{\"singer_state\":{\"a\":2}}\n");
+    }
+    // Invalid JSON and a state without singer_state are refused by set (exit 1, Meltano's).
+    for new in ["{not json", r#"{"a":1}"#] {
+        let (code, _, err) = state(server, &db, &["edit", "--yes", "x"], &with(new), "");
+        assert_eq!(code, 1, "{new}: {err}");
+        assert_eq!(get("x"), "{\"singer_state\":{\"a\":2}}\n");
+    }
+    // A missing id starts from {}; --json prints the set's result.
+    let (code, out, err) = state(
+        server,
+        &db,
+        &["--json", "edit", "--force", "new"],
+        &with(r#"{"singer_state":{}}"#),
+        "",
+    );
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("\"ok\":true"), "{out}");
+    assert_eq!(
+        std::fs::read_to_string(dir.join("seen.json")).unwrap(),
+        "{}\n"
+    );
+    assert_eq!(get("new"), "{\"singer_state\":{}}\n");
+}
