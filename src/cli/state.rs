@@ -854,13 +854,13 @@ fn parse_meltano_import(text: &str) -> Result<Vec<State>, Error> {
     }
     let Entries(entries) = serde_json::from_str(text).map_err(|e| {
         Error::invalid(format!(
-            "the import must be one JSON object {{\"<state id>\": {{\"completed\": ..., \"partial\": ...}}}} (as export prints), or NDJSON: {e}"
+            "the import must be one JSON object {{\"<state id>\": {{\"completed\": ..., \"partial\": ...}}}} (as export prints), or NDJSON: it {}", parts::describe_error(text, &e)
         ))
     })?;
     let mut seen = std::collections::HashSet::new();
     let mut states = Vec::with_capacity(entries.len());
     for (id, raw) in entries {
-        let what = format!("state '{}'", id.escape_debug());
+        let what = format!("state '{}'", crate::state::lock::shorten(&id));
         if !seen.insert(id.clone()) {
             return Err(Error::invalid(format!(
                 "{what} appears twice (duplicate key)"

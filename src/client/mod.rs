@@ -17,7 +17,7 @@ pub mod wasi_http;
 
 pub use dsn::{ConnectionOptions, Endpoint};
 pub use error::{Error, ErrorKind, Operation, Redactor, ServerError};
-pub use request::{HttpRequest, Query};
+pub use request::{escape_param, ExternalTable, HttpRequest, Query};
 pub use response::{HttpResponse, QuerySummary, Response};
 pub use transport::Transport;
 

@@ -60,8 +60,26 @@ pub struct Query {
     pub format: Option<String>,
     /// INSERT data: when present the SQL travels in the URL and this is the body.
     pub data: Option<Vec<u8>>,
+    /// External data (a temporary table the statement reads): when present the SQL travels
+    /// in the URL and the body is `multipart/form-data` holding the table.
+    pub external: Option<ExternalTable>,
     /// Read or write.
     pub operation: Operation,
+}
+
+/// ClickHouse's "external data for query processing" over HTTP: a temporary table `name`,
+/// visible to the statement only, made by the server from rows sent as a file part of a
+/// `multipart/form-data` body (`name_structure` / `name_format` in the URL). Values too large
+/// for the URL (a request target is limited to 64 KiB here, 1 MiB on a server) travel so.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ExternalTable {
+    /// Table name (an identifier: letters, digits, `_`).
+    pub name: String,
+    /// Columns, e.g. `p String, c String`.
+    pub structure: String,
+    /// The rows, in TabSeparated: values escaped with [`escape_param`], a tab between
+    /// columns, a newline after each row.
+    pub rows: Vec<u8>,
 }
 
 impl Query {
@@ -74,6 +92,7 @@ impl Query {
             settings: Vec::new(),
             format: None,
             data: None,
+            external: None,
             operation: Operation::Read,
         }
     }
@@ -107,6 +126,12 @@ impl Query {
     /// Attaches INSERT data (the SQL must end in `FORMAT <name>`).
     pub fn data(mut self, data: Vec<u8>) -> Self {
         self.data = Some(data);
+        self
+    }
+
+    /// Sends `table` with the statement (see [`ExternalTable`]).
+    pub fn external(mut self, table: ExternalTable) -> Self {
+        self.external = Some(table);
         self
     }
 
@@ -154,25 +179,81 @@ impl Query {
             }
             push(&format!("param_{name}"), &escape_param(value));
         }
-        let body = match self.data.take() {
-            Some(data) => {
+        let mut headers = headers(endpoint, self.name);
+        let body = match (self.data.take(), self.external.take()) {
+            (Some(_), Some(_)) => {
+                return Err(Error::invalid(
+                    "a statement cannot carry both INSERT data and an external table",
+                ))
+            }
+            (Some(data), None) => {
                 push("query", &self.sql);
                 data
             }
-            None => self.sql.clone().into_bytes(),
+            (None, Some(table)) => {
+                if table.name.is_empty()
+                    || !table
+                        .name
+                        .chars()
+                        .all(|c| c.is_ascii_alphanumeric() || c == '_')
+                {
+                    return Err(Error::invalid(format!(
+                        "external table name '{}' is not an identifier",
+                        table.name.escape_debug()
+                    )));
+                }
+                push(&format!("{}_structure", table.name), &table.structure);
+                push(&format!("{}_format", table.name), "TabSeparated");
+                push("query", &self.sql);
+                let (content_type, body) = multipart_file(&table.name, &table.rows);
+                headers.push(("content-type".into(), content_type.into_bytes()));
+                body
+            }
+            (None, None) => self.sql.clone().into_bytes(),
         };
         Ok(HttpRequest {
             method: Method::Post,
             tls: endpoint.tls,
             authority: endpoint.authority(),
             path_and_query: url,
-            headers: headers(endpoint, self.name),
+            headers,
             body,
             connect_timeout: endpoint.connect_timeout,
             request_timeout: endpoint.request_timeout,
             operation: self.operation,
         })
     }
+}
+
+/// A `multipart/form-data` body with one file part named `name` holding `content`, and its
+/// Content-Type. The boundary is derived from the content (the same content always makes the
+/// same bytes: a repeated request is byte-identical) and never occurs in it.
+fn multipart_file(name: &str, content: &[u8]) -> (String, Vec<u8>) {
+    // FNV-1a of the content, then a counter until the boundary is absent from it.
+    let hash = content.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+        (h ^ u64::from(*b)).wrapping_mul(0x0100_0000_01b3)
+    });
+    let mut boundary = String::new();
+    for n in 0u32.. {
+        boundary = format!("clickhouse-component-{hash:016x}-{n}");
+        let delimiter = format!("--{boundary}");
+        if !content
+            .windows(delimiter.len())
+            .any(|w| w == delimiter.as_bytes())
+        {
+            break;
+        }
+    }
+    let mut body = Vec::with_capacity(content.len() + 256);
+    body.extend_from_slice(
+        format!(
+            "--{boundary}\r\nContent-Disposition: form-data; name=\"{name}\"; filename=\"{name}\"\r\nContent-Type: application/octet-stream\r\n\r\n"
+        )
+        .as_bytes(),
+    );
+    body.extend_from_slice(content);
+    body.extend_from_slice(format!("\r\n--{boundary}--\r\n").as_bytes());
+    (format!("multipart/form-data; boundary={boundary}"), body)
 }
 
 /// Escapes a parameter value the way the server unescapes it (TabSeparated escaping).
@@ -273,6 +354,70 @@ mod tests {
         assert_eq!(header(&req, "x-clickhouse-key"), Some(&b"pw"[..]));
         assert_eq!(header(&req, OPERATION_HEADER), Some(&b"get"[..]));
         assert_eq!(req.operation, Operation::Read);
+    }
+
+    #[test]
+    fn an_external_table_goes_in_a_multipart_body_and_the_sql_in_the_url() {
+        let ep = endpoint("clickhouse://h:9/db");
+        let rows = b"a\tb\n--clickhouse-component-x\n".to_vec();
+        let q = Query::write("set", "INSERT INTO t SELECT p FROM parts").external(ExternalTable {
+            name: "parts".into(),
+            structure: "p String, c String".into(),
+            rows: rows.clone(),
+        });
+        let req = q.to_http(&ep).unwrap();
+        assert!(req.path_and_query.contains("&parts_structure=p%20String%2C%20c%20String&parts_format=TabSeparated&query=INSERT%20INTO"), "{}", req.path_and_query);
+        let content_type =
+            String::from_utf8(header(&req, "content-type").unwrap().to_vec()).unwrap();
+        let boundary = content_type
+            .strip_prefix("multipart/form-data; boundary=")
+            .unwrap();
+        let body = String::from_utf8(req.body.clone()).unwrap();
+        assert_eq!(
+            body,
+            format!("--{boundary}\r\nContent-Disposition: form-data; name=\"parts\"; filename=\"parts\"\r\nContent-Type: application/octet-stream\r\n\r\na\tb\n--clickhouse-component-x\n\r\n--{boundary}--\r\n")
+        );
+        // The same rows make the same bytes (a repeated request is identical); the boundary
+        // never occurs in the rows, even rows made to contain the first one tried.
+        assert_eq!(q.to_http(&ep).unwrap().body, req.body);
+        let (first, _) = multipart_file("parts", b"");
+        let first = first
+            .strip_prefix("multipart/form-data; boundary=")
+            .unwrap()
+            .to_string();
+        let (_, collide) = multipart_file("parts", format!("x--{first}").as_bytes());
+        assert!(!collide.is_empty());
+        let hostile = format!("--{first}");
+        for n in 0..3 {
+            let rows = format!("{hostile}-{n}").repeat(2).into_bytes();
+            let (ct, body) = multipart_file("parts", &rows);
+            let b = ct.strip_prefix("multipart/form-data; boundary=").unwrap();
+            let inner = &body[..body.len() - b.len() - 8];
+            assert_eq!(
+                String::from_utf8_lossy(inner)
+                    .matches(&format!("--{b}"))
+                    .count(),
+                1
+            );
+        }
+        // Not both kinds of body; the table's name is an identifier.
+        assert!(Query::write("x", "INSERT INTO t FORMAT TSV")
+            .data(vec![])
+            .external(ExternalTable {
+                name: "p".into(),
+                structure: "p String".into(),
+                rows: vec![]
+            })
+            .to_http(&ep)
+            .is_err());
+        assert!(Query::read("x", "SELECT 1")
+            .external(ExternalTable {
+                name: "a&b".into(),
+                structure: "p String".into(),
+                rows: vec![]
+            })
+            .to_http(&ep)
+            .is_err());
     }
 
     #[test]

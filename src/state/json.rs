@@ -11,6 +11,10 @@ use crate::client::Error;
 /// Largest accepted state part, in bytes of JSON text.
 pub const MAX_PART_BYTES: usize = 10 * 1024 * 1024;
 
+/// How many levels of objects and arrays a state may nest (serde_json's recursion limit: a
+/// deeper one is refused, never read by a recursion that could exhaust the stack).
+pub const MAX_DEPTH: usize = 127;
+
 /// Parses a state part: a JSON object, no duplicate keys at any depth, at most
 /// [`MAX_PART_BYTES`]. Empty text means `{}`. `what` names the part in errors.
 pub fn parse_part(text: &str, what: &str) -> Result<Map<String, Value>, Error> {
@@ -27,7 +31,7 @@ pub fn parse_part(text: &str, what: &str) -> Result<Map<String, Value>, Error> {
     let value = StrictValue
         .deserialize(&mut de)
         .and_then(|v| de.end().map(|()| v))
-        .map_err(|e| Error::invalid(format!("{what} is not valid JSON: {e}")))?;
+        .map_err(|e| Error::invalid(format!("{what} {}", describe_error(text, &e))))?;
     match value {
         Value::Object(map) => Ok(map),
         other => Err(Error::invalid(format!(
@@ -35,6 +39,39 @@ pub fn parse_part(text: &str, what: &str) -> Result<Map<String, Value>, Error> {
             kind_name(&other)
         ))),
     }
+}
+
+/// What is wrong with `text`, from serde_json's error `e`, said plainly where serde's words
+/// would puzzle (a predicate, after the subject: "is not valid JSON: ..."): nesting past
+/// [`MAX_DEPTH`], and the NaN / Infinity / -Infinity that Python's json writes but JSON has not.
+pub fn describe_error(text: &str, e: &serde_json::Error) -> String {
+    let (line, column) = (e.line(), e.column());
+    if e.to_string().starts_with("recursion limit exceeded") {
+        return format!(
+            "nests objects and arrays more than {MAX_DEPTH} levels deep (line {line} column {column})"
+        );
+    }
+    // serde's column counts bytes from 1 on its line; the token starts there, or one byte
+    // before (after a '-').
+    let at = text
+        .split_inclusive('\n')
+        .take(line.saturating_sub(1))
+        .map(str::len)
+        .sum::<usize>()
+        + column.saturating_sub(1);
+    let starts_nonfinite = |from: usize| {
+        text.get(from..).is_some_and(|rest| {
+            ["NaN", "Infinity", "-Infinity"]
+                .iter()
+                .any(|t| rest.starts_with(t))
+        })
+    };
+    if e.is_syntax() && (starts_nonfinite(at) || (at > 0 && starts_nonfinite(at - 1))) {
+        return format!(
+            "is not valid JSON: NaN and Infinity are not JSON numbers (line {line} column {column})"
+        );
+    }
+    format!("is not valid JSON: {e}")
 }
 
 /// Compact JSON text of a part; `None` for an empty object (stored as NULL, like
@@ -188,6 +225,39 @@ mod tests {
             assert!(e.message.contains(want), "{text}: {}", e.message);
             assert!(e.message.starts_with("partial state"), "{}", e.message);
         }
+    }
+
+    #[test]
+    fn nan_and_infinity_are_named() {
+        for text in [
+            r#"{"a":NaN}"#,
+            r#"{"a":Infinity}"#,
+            r#"{"a":-Infinity}"#,
+            "{\n \"a\": [1,\n  NaN]}",
+        ] {
+            let e = parse_part(text, "p").unwrap_err();
+            assert!(
+                e.message
+                    .starts_with("p is not valid JSON: NaN and Infinity are not JSON numbers"),
+                "{text}: {}",
+                e.message
+            );
+        }
+        let e = parse_part(r#"{"a":Nope}"#, "p").unwrap_err();
+        assert!(!e.message.contains("NaN"), "{}", e.message);
+    }
+
+    #[test]
+    fn depth_limit() {
+        let nested = |depth: usize| format!("{}1{}", "{\"d\":".repeat(depth), "}".repeat(depth));
+        assert!(parse_part(&nested(MAX_DEPTH), "p").is_ok());
+        let e = parse_part(&nested(MAX_DEPTH + 1), "p").unwrap_err();
+        assert!(
+            e.message
+                .starts_with("p nests objects and arrays more than 127 levels deep"),
+            "{}",
+            e.message
+        );
     }
 
     #[test]

@@ -18,7 +18,7 @@ use serde_json::{Map, Value};
 use crate::client::response::json_rows;
 use crate::client::retry::{RetryPolicy, DEFAULT_RETRIES};
 use crate::client::url::encode_component;
-use crate::client::{Client, Error, ErrorKind, Query, Transport};
+use crate::client::{escape_param, Client, Error, ErrorKind, ExternalTable, Query, Transport};
 use crate::platform::Platform;
 
 use steps::{Session, Step};
@@ -127,7 +127,8 @@ pub fn check_id(id: &str) -> Result<(), Error> {
     Ok(())
 }
 
-/// The most URL-encoded state bytes a fenced write carries: its whole request target must fit
+/// The most URL-encoded state bytes a fenced write carries in its URL (more go in the body, as
+/// an external table): its whole request target must fit
 /// the HTTP stack's limit of 65,534 bytes (the `http` crate's `Uri`, which wasi:http hosts use;
 /// a server's own `http_max_uri_size` is 1 MiB), with room for the statement and settings.
 const MAX_FENCED_URL_BYTES: usize = 56_000;
@@ -488,8 +489,9 @@ impl<T: Transport, P: Platform> StateStore<T, P> {
     }
 
     /// Writes both parts of `state` only while `handle` holds its lock (fenced): `locked` and
-    /// nothing written otherwise. The parts travel as query parameters (in the URL, which a
-    /// request target is limited to 64 KiB: [`MAX_FENCED_URL_BYTES`]).
+    /// nothing written otherwise. The parts travel as query parameters in the URL when they fit
+    /// [`MAX_FENCED_URL_BYTES`], else as an external table (`multipart/form-data` body): a
+    /// request target is limited to 64 KiB.
     fn set_fenced(
         &self,
         state: &State,
@@ -499,23 +501,32 @@ impl<T: Transport, P: Platform> StateStore<T, P> {
         let partial = json::part_text(&state.partial).unwrap_or_default();
         let completed = json::part_text(&state.completed).unwrap_or_default();
         let url_bytes = encode_component(&partial).len() + encode_component(&completed).len();
-        if url_bytes > MAX_FENCED_URL_BYTES {
-            return Err(Error::invalid(format!(
-                "the state of '{}' is {url_bytes} bytes URL-encoded; a write under the lock carries it in the URL, limited to {MAX_FENCED_URL_BYTES} bytes (HTTP request targets are limited to 64 KiB)",
-                lock::shorten(&state.id)
-            )));
-        }
-        let query = Step::Set.query(
-            format!(
-                "INSERT INTO {{db:Identifier}}.{{t:Identifier}} (state_id, partial_state, completed_state)
-                 SELECT {{id:String}}, nullIf({{p:String}}, ''), nullIf({{c:String}}, '')
+        // The two parts, as expressions, and where they come from.
+        let insert = |p: &str, c: &str, from: &str| {
+            Step::Set
+                .query(format!(
+                    "INSERT INTO {{db:Identifier}}.{{t:Identifier}} (state_id, partial_state, completed_state)
+                 SELECT {{id:String}}, nullIf({p}, ''), nullIf({c}, ''){from}
                  WHERE {}",
-                lock::holds(&self.tables)
-            ),
-        )
-        .param("t", &self.tables.state)
-        .param("p", partial)
-        .param("c", completed);
+                    lock::holds(&self.tables)
+                ))
+                .param("t", &self.tables.state)
+        };
+        let query = if url_bytes <= MAX_FENCED_URL_BYTES {
+            insert("{p:String}", "{c:String}", "")
+                .param("p", partial)
+                .param("c", completed)
+        } else {
+            let mut rows = escape_param(&partial).into_bytes();
+            rows.push(b'\t');
+            rows.extend(escape_param(&completed).into_bytes());
+            rows.push(b'\n');
+            insert("p", "c", " FROM state_parts").external(ExternalTable {
+                name: "state_parts".into(),
+                structure: "p String, c String".into(),
+                rows,
+            })
+        };
         lock::execute_fenced(
             &self.session(),
             Step::Set,

@@ -24,6 +24,9 @@ engine on a machine where no ClickHouse server can be installed:
   parameters, checked against the one configured user.
 * Errors: ``Code: N. DB::Exception: ... (NAME)`` body, ``X-ClickHouse-Exception-Code`` header and
   the HTTP status a real server maps that code to.
+* ``multipart/form-data`` bodies: file parts are external data (a temporary table per part, named
+  by its field, from ``name_structure`` or ``name_types`` and ``name_format``, as a server makes
+  them), other fields are parameters like URL ones.
 * ``GET /ping`` answers ``Ok.``; ``X-ClickHouse-Summary`` on every answer.
 * ``--zookeeper start`` (or ``HOST:PORT``): the engine is opened with a ClickHouse config file
   whose ``<zookeeper>`` names a ZooKeeper (``start``: a private one from scripts/zookeeper on a
@@ -310,6 +313,55 @@ class Engine:
         return conn
 
 
+def parse_multipart(content_type: str, body: bytes) -> tuple[dict[str, str], dict[str, bytes]]:
+    """A ``multipart/form-data`` body as a server reads it: fields (parameters, like URL ones)
+    and file parts (external tables, named by their field name)."""
+    match = re.search(r'boundary="?([^";]+)"?', content_type)
+    if not match:
+        raise ServerError(1000, "POCO_EXCEPTION", "Multipart form data without a boundary")
+    delimiter = b"--" + match.group(1).encode()
+    fields: dict[str, str] = {}
+    files: dict[str, bytes] = {}
+    pieces = body.split(delimiter)
+    if len(pieces) < 3 or not pieces[-1].startswith(b"--"):
+        raise ServerError(1000, "POCO_EXCEPTION", "Malformed multipart form data: no closing boundary")
+    for piece in pieces[1:-1]:
+        if not piece.startswith(b"\r\n") or not piece.endswith(b"\r\n"):
+            raise ServerError(1000, "POCO_EXCEPTION", "Malformed multipart form data")
+        head, sep, data = piece[2:-2].partition(b"\r\n\r\n")
+        if not sep:
+            raise ServerError(1000, "POCO_EXCEPTION", "Malformed multipart part: no header end")
+        disposition = next((line.split(b":", 1)[1].decode() for line in head.split(b"\r\n")
+                            if line.lower().startswith(b"content-disposition:")), "")
+        name = re.search(r'(?:^|;)\s*name="([^"]*)"', disposition)
+        if not name:
+            raise ServerError(1000, "POCO_EXCEPTION", "Multipart part without a name")
+        if re.search(r';\s*filename=', disposition):
+            files[name.group(1)] = data
+        else:
+            fields[name.group(1)] = data.decode("utf-8")
+    return fields, files
+
+
+def external_tables(params: dict[str, str], files: dict[str, bytes]) -> dict[str, tuple[str, str, bytes]]:
+    """The external tables of a request: name -> (structure, format, rows); their
+    ``name_structure`` / ``name_types`` / ``name_format`` parameters are taken out of `params`
+    (they are not settings), as a server's HTTP handler does."""
+    tables = {}
+    for name, data in files.items():
+        structure = params.pop(f"{name}_structure", None)
+        types = params.pop(f"{name}_types", None)
+        fmt = params.pop(f"{name}_format", None) or "TabSeparated"
+        if structure is None and types is not None:
+            structure = ", ".join(f"_{i + 1} {t.strip()}" for i, t in enumerate(types.split(",")))
+        if structure is None:
+            raise ServerError(36, "BAD_ARGUMENTS",
+                              f"Neither structure nor types have not been provided for external table "
+                              f"{name}. Use fields {name}_structure or {name}_types to do so.")
+        tables[name] = (structure, fmt, data)
+    return tables
+
+
 class ClientGone(Exception):
     """The client closed the connection before its request was complete."""
 
@@ -446,16 +498,23 @@ class Handler(BaseHTTPRequestHandler):
                     )
                 if body:
                     body = self.engine.decode(body, encoding)
-            self._execute(params, body, query_id, readonly)
+            external = {}
+            if self.headers.get("Content-Type", "").startswith("multipart/form-data"):
+                fields, external = parse_multipart(self.headers["Content-Type"], body)
+                params.update(fields)  # form fields are parameters, as URL ones
+                body = b""
+            self._execute(params, body, query_id, readonly, external)
         except ServerError as e:
             self._error(status_for(e.name), e.body(), query_id)
         except Exception as e:  # chdb's errors carry the engine's code
             status, text = engine_error(e)
             self._error(status, text, query_id)
 
-    def _execute(self, params: dict[str, str], body: bytes, query_id: str, readonly: bool):
+    def _execute(self, params: dict[str, str], body: bytes, query_id: str, readonly: bool,
+                 external: dict[str, bytes]):
         settings = {}
         query_params = {}
+        tables = external_tables(params, external)
         for name, value in params.items():
             if name.startswith("param_"):
                 query_params[name[len("param_"):]] = value
@@ -470,6 +529,8 @@ class Handler(BaseHTTPRequestHandler):
         started = time.monotonic()
         conn = self.engine.session(settings, database, readonly)
         try:
+            for name, (structure, fmt, data) in tables.items():
+                self._load_external(conn, name, structure, fmt, data)
             body_insert = None if url_query else BODY_INSERT_RE.match(body[:65536])
             if url_query and body and INSERT_RE.match(url_query):
                 result = self._insert(conn, url_query, query_params, body)
@@ -508,6 +569,18 @@ class Handler(BaseHTTPRequestHandler):
             "X-ClickHouse-Summary": json.dumps(summary, separators=(",", ":")),
         }
         self._send(200, payload, headers)
+
+    def _load_external(self, conn, name: str, structure: str, fmt: str, data: bytes):
+        """External data: what a server makes of a file part of a multipart body, a temporary
+        table of the request's own (``name_structure`` / ``name_types``, ``name_format``)."""
+        conn.query(f"CREATE TEMPORARY TABLE {backquote(name)} ({structure}) ENGINE = Memory")
+        fd, path = tempfile.mkstemp(dir=self.engine.spool_dir)
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+            conn.query(f"INSERT INTO {backquote(name)} FROM INFILE {sql_string(path)} FORMAT {fmt}")
+        finally:
+            os.unlink(path)
 
     def _insert(self, conn, url_query: str, query_params: dict[str, str], body: bytes):
         """Hand the body to the engine as INSERT data, never as query text.

@@ -997,3 +997,101 @@ fn a_request_cut_short_is_not_run() {
     post_cut_short(&insert, b"{\"n\":2}\n{\"n\":3}\n");
     assert_eq!(s.count(&t), 0);
 }
+
+/// A multipart body: one file part per (name, rows), then the fields.
+fn multipart(files: &[(&str, &[u8])], fields: &[(&str, &str)]) -> (String, Vec<u8>) {
+    let boundary = "conformance-boundary-7f3a";
+    let mut body = Vec::new();
+    for (name, rows) in files {
+        body.extend(format!("--{boundary}\r\nContent-Disposition: form-data; name=\"{name}\"; filename=\"{name}.tsv\"\r\n\r\n").into_bytes());
+        body.extend_from_slice(rows);
+        body.extend(b"\r\n");
+    }
+    for (name, value) in fields {
+        body.extend(format!("--{boundary}\r\nContent-Disposition: form-data; name=\"{name}\"\r\n\r\n{value}\r\n").into_bytes());
+    }
+    body.extend(format!("--{boundary}--\r\n").into_bytes());
+    (format!("multipart/form-data; boundary={boundary}"), body)
+}
+
+/// External data (https://clickhouse.com/docs/engines/table-engines/special/external-data):
+/// each file part of a multipart body is a temporary table named by its field, typed by
+/// `NAME_structure` or `NAME_types`, read in `NAME_format` (TabSeparated by default, escapes
+/// unescaped); an INSERT ... SELECT reads it; other fields are parameters; a table without a
+/// structure is BAD_ARGUMENTS and runs nothing.
+#[test]
+fn external_data_is_a_temporary_table_of_the_request() {
+    let s = Scratch::new("lc_external");
+    let t = s.table("id String, v String");
+    let rows: &[u8] = b"a\tone\\ttab\\nline\nb\t\\\\\n";
+    let (content_type, body) = multipart(&[("ext", rows)], &[("param_suffix", "!")]);
+    let insert = and(
+        query(
+            "INSERT INTO {db:Identifier}.{t:Identifier} SELECT k, concat(v, {suffix:String}) FROM ext",
+            &[("db", &s.db), ("t", &t)],
+        ),
+        &[("ext_structure", "k String, v String")],
+    );
+    let answer = http(
+        "POST",
+        "/",
+        &insert,
+        &with_auth(&[("Content-Type", &content_type)]),
+        Some(&body),
+    );
+    assert_eq!(
+        answer.status,
+        200,
+        "{}",
+        String::from_utf8_lossy(&answer.body)
+    );
+    let got = post(
+        &query(
+            "SELECT id, v FROM {db:Identifier}.{t:Identifier} ORDER BY id FORMAT JSONEachRow",
+            &[("db", &s.db), ("t", &t)],
+        ),
+        b"",
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&got.body),
+        "{\"id\":\"a\",\"v\":\"one\\ttab\\nline!\"}\n{\"id\":\"b\",\"v\":\"\\\\!\"}\n"
+    );
+    // `_types` names the columns _1, _2; a format of the part's own.
+    let (content_type, body) = multipart(&[("nums", b"{\"_1\":2}\n{\"_1\":40}\n")], &[]);
+    let sum = and(
+        query("SELECT sum(_1) FROM nums", &[]),
+        &[("nums_types", "UInt32"), ("nums_format", "JSONEachRow")],
+    );
+    let answer = http(
+        "POST",
+        "/",
+        &sum,
+        &with_auth(&[("Content-Type", &content_type)]),
+        Some(&body),
+    );
+    assert_eq!(
+        (answer.status, String::from_utf8_lossy(&answer.body).trim()),
+        (200, "42")
+    );
+    // No structure: BAD_ARGUMENTS, nothing written.
+    let (content_type, body) = multipart(&[("ext", b"c\tx\n")], &[("param_suffix", "?")]);
+    let bare = query(
+        "INSERT INTO {db:Identifier}.{t:Identifier} SELECT k, v FROM ext",
+        &[("db", &s.db), ("t", &t)],
+    );
+    let answer = http(
+        "POST",
+        "/",
+        &bare,
+        &with_auth(&[("Content-Type", &content_type)]),
+        Some(&body),
+    );
+    assert_eq!(
+        answer.status,
+        400,
+        "{}",
+        String::from_utf8_lossy(&answer.body)
+    );
+    assert!(String::from_utf8_lossy(&answer.body).contains("(BAD_ARGUMENTS)"));
+    assert_eq!(s.count(&t), 2);
+}
