@@ -191,24 +191,85 @@ pub fn classify_server(http_status: u16, code: Option<i32>, op: Operation) -> Er
 
 /// The kind for ClickHouse error codes whose meaning is clear; `None` leaves it to the status.
 pub fn kind_for_code(code: i32) -> Option<ErrorKind> {
+    use super::error_codes::*;
     Some(match code {
         // The server may or may not have committed the insert.
-        319 => ErrorKind::Uncertain, // UNKNOWN_STATUS_OF_INSERT
+        UNKNOWN_STATUS_OF_INSERT => ErrorKind::Uncertain,
         // Configuration: names, credentials, permissions.
-        16 | 47 | 60 | 81 | 115 | 164 | 192 | 193 | 194 | 195 | 291 | 452 | 497 | 516 | 46 | 56
-        | 73 => ErrorKind::Misconfigured,
+        NO_SUCH_COLUMN_IN_TABLE
+        | UNKNOWN_FUNCTION
+        | UNKNOWN_IDENTIFIER
+        | UNKNOWN_STORAGE
+        | UNKNOWN_TABLE
+        | UNKNOWN_FORMAT
+        | UNKNOWN_DATABASE
+        | UNKNOWN_SETTING
+        | READONLY
+        | UNKNOWN_USER
+        | WRONG_PASSWORD
+        | REQUIRED_PASSWORD
+        | IP_ADDRESS_NOT_ALLOWED
+        | DATABASE_ACCESS_DENIED
+        | SETTING_CONSTRAINT_VIOLATION
+        | ACCESS_DENIED
+        | AUTHENTICATION_FAILED => ErrorKind::Misconfigured,
         // Overload.
-        173 | 201 | 202 | 203 | 241 | 252 | 439 => ErrorKind::Throttled,
+        CANNOT_ALLOCATE_MEMORY
+        | QUOTA_EXCEEDED
+        | TOO_MANY_SIMULTANEOUS_QUERIES
+        | NO_FREE_CONNECTION
+        | MEMORY_LIMIT_EXCEEDED
+        | TOO_MANY_PARTS
+        | CANNOT_SCHEDULE_TASK => ErrorKind::Throttled,
         // Passing trouble on the server side.
-        3 | 32 | 159 | 209 | 210 | 225 | 242 | 279 | 285 | 394 | 425 | 473 | 999 | 1000 => {
-            ErrorKind::Transient
-        }
+        UNEXPECTED_END_OF_FILE
+        | ATTEMPT_TO_READ_AFTER_EOF
+        | TIMEOUT_EXCEEDED
+        | SOCKET_TIMEOUT
+        | NETWORK_ERROR
+        | NO_ZOOKEEPER
+        | TABLE_IS_READ_ONLY
+        | ALL_CONNECTION_TRIES_FAILED
+        | TOO_FEW_LIVE_REPLICAS
+        | QUERY_WAS_CANCELLED
+        | SYSTEM_ERROR
+        | DEADLOCK_AVOIDED
+        | KEEPER_EXCEPTION
+        | POCO_EXCEPTION => ErrorKind::Transient,
         // The request or its data is wrong: parse and type errors, constraint violations,
         // undecodable bodies. Repeating the same request fails the same way.
-        6 | 8 | 25 | 26 | 27 | 33 | 36 | 38 | 41 | 43 | 44 | 53 | 62 | 69 | 70 | 72 | 117 | 130
-        | 131 | 190 | 321 | 349 | 354 | 376 | 441 | 456 | 457 | 467 | 469 | 561 | 675 | 676 => {
-            ErrorKind::Permanent
-        }
+        CANNOT_PARSE_TEXT
+        | THERE_IS_NO_COLUMN
+        | CANNOT_PARSE_ESCAPE_SEQUENCE
+        | CANNOT_PARSE_QUOTED_STRING
+        | CANNOT_PARSE_INPUT_ASSERTION_FAILED
+        | CANNOT_READ_ALL_DATA
+        | BAD_ARGUMENTS
+        | CANNOT_PARSE_DATE
+        | CANNOT_PARSE_DATETIME
+        | ILLEGAL_TYPE_OF_ARGUMENT
+        | ILLEGAL_COLUMN
+        | TYPE_MISMATCH
+        | SYNTAX_ERROR
+        | ARGUMENT_OUT_OF_BOUND
+        | CANNOT_CONVERT_TYPE
+        | CANNOT_PARSE_NUMBER
+        | INCORRECT_DATA
+        | CANNOT_READ_ARRAY_FROM_TEXT
+        | TOO_LARGE_STRING_SIZE
+        | SIZES_OF_ARRAYS_DONT_MATCH
+        | VALUE_IS_OUT_OF_RANGE_OF_DATA_TYPE
+        | CANNOT_INSERT_NULL_IN_ORDINARY_COLUMN
+        | ZLIB_INFLATE_FAILED
+        | CANNOT_PARSE_UUID
+        | CANNOT_PARSE_DOMAIN_VALUE_FROM_STRING
+        | UNKNOWN_QUERY_PARAMETER
+        | BAD_QUERY_PARAMETER
+        | CANNOT_PARSE_BOOL
+        | VIOLATED_CONSTRAINT
+        | ZSTD_DECODER_FAILED
+        | CANNOT_PARSE_IPV4
+        | CANNOT_PARSE_IPV6 => ErrorKind::Permanent,
         _ => return None,
     })
 }

@@ -6,6 +6,7 @@
 
 pub mod dsn;
 pub mod error;
+pub mod error_codes;
 pub mod request;
 pub mod response;
 pub mod retry;
@@ -45,11 +46,6 @@ impl<T: Transport> Client<T> {
     /// The resolved endpoint.
     pub fn endpoint(&self) -> &Endpoint {
         &self.endpoint
-    }
-
-    /// The redactor for this endpoint's secrets.
-    pub fn redactor(&self) -> &Redactor {
-        &self.redactor
     }
 
     /// Sends one statement and returns the server's successful answer, or a classified error.

@@ -13,12 +13,11 @@ pub const USER_AGENT: &str = concat!("clickhouse-component/", env!("CARGO_PKG_VE
 /// Header naming the component operation that caused a request (for the host's logs).
 pub const OPERATION_HEADER: &str = "x-component-operation";
 
-/// HTTP method.
+/// HTTP method: every request is a POST (reads too: a GET would make the server read-only,
+/// and the body carries the statement).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Method {
-    /// GET (only the server's `/ping`).
-    Get,
-    /// POST (every query).
+    /// POST.
     Post,
 }
 

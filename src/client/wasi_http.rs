@@ -1,6 +1,7 @@
 //! The [`Transport`] of the component: one `wasi:http/outgoing-handler` request per call, with
 //! `content-length` set, the body written without a trailing flush, and the response future's
-//! error preferred over a secondary body-write error (design.md, "wasi:http pitfalls").
+//! error preferred over a secondary body-write error (a host that fails the request also fails
+//! the body stream; the request's own error says why).
 
 use wasip2::clocks::monotonic_clock;
 use wasip2::http::outgoing_handler;
@@ -43,7 +44,6 @@ impl Transport for WasiHttpTransport {
         let invalid = |what: &str| TransportError::new(TransportFailure::InvalidRequest, what);
         outgoing
             .set_method(&match request.method {
-                Method::Get => WasiMethod::Get,
                 Method::Post => WasiMethod::Post,
             })
             .map_err(|()| invalid("method rejected"))?;

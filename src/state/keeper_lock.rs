@@ -27,6 +27,7 @@ use std::time::Duration;
 
 use std::cell::Cell;
 
+use crate::client::error_codes::KEEPER_EXCEPTION;
 use crate::client::url::encode_component;
 use crate::client::{Error, ErrorKind, Query, Transport};
 use crate::platform::Platform;
@@ -78,12 +79,17 @@ fn strict(query: Query, tables: &Tables, id: &str) -> Query {
 
 /// Whether an error is Keeper's "the key exists" (a strict insert lost the race).
 fn is_node_exists(e: &Error) -> bool {
-    e.server.as_ref().is_some_and(|s| s.code == 999) && e.message.contains("Node exists")
+    e.server
+        .as_ref()
+        .is_some_and(|s| s.code == KEEPER_EXCEPTION)
+        && e.message.contains("Node exists")
 }
 
 /// Whether an error is a strict-mode conflict (someone changed the row meanwhile).
 fn is_conflict(e: &Error) -> bool {
-    e.server.as_ref().is_some_and(|s| s.code == 999)
+    e.server
+        .as_ref()
+        .is_some_and(|s| s.code == KEEPER_EXCEPTION)
         && (e.message.contains("Bad version") || e.message.contains("No node"))
 }
 

@@ -6,6 +6,7 @@
 
 use serde_json::Value;
 
+use crate::client::error_codes::{BAD_ARGUMENTS, NO_ZOOKEEPER};
 use crate::client::response::json_rows;
 use crate::client::{Error, ErrorKind, Transport};
 use crate::platform::Platform;
@@ -180,7 +181,7 @@ fn create_keeper_table<T: Transport, P: Platform>(
 fn is_keeper_map_disabled(e: &Error) -> bool {
     e.server
         .as_ref()
-        .is_some_and(|s| s.code == 36 || s.code == 225)
+        .is_some_and(|s| s.code == BAD_ARGUMENTS || s.code == NO_ZOOKEEPER)
         && (e.message.contains("KeeperMap is disabled")
             || e.message.contains("keeper_map_path_prefix")
             || e.message.contains("ZooKeeper"))
