@@ -5,6 +5,8 @@ use std::fmt;
 use std::time::Duration;
 
 use super::error::Error;
+use super::secrets::is_secret_setting;
+use super::settings::check_setting_name;
 use super::url::{decode_component, DecodeError};
 
 /// Default connect timeout.
@@ -15,44 +17,6 @@ pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(300);
 pub const DEFAULT_HTTP_PORT: u16 = 8123;
 /// Default port of the TLS HTTP interface.
 pub const DEFAULT_HTTPS_PORT: u16 = 8443;
-
-/// URL parameters the client controls itself; a connection string may not set them.
-const RESERVED_KEYS: &[&str] = &[
-    "query",
-    "query_id",
-    "default_format",
-    "database",
-    "user",
-    "password",
-    "session_id",
-    "session_timeout",
-    "session_check",
-    "wait_end_of_query",
-    "compress",
-    "decompress",
-    "buffer_size",
-    "quota_key",
-];
-
-/// Options other clients accept in their DSNs that mean nothing here, with what to do instead.
-const FOREIGN_OPTIONS: &[(&str, &str)] = &[
-    (
-        "secure",
-        "the scheme decides TLS: use clickhouses:// or https://",
-    ),
-    (
-        "ssl",
-        "the scheme decides TLS: use clickhouses:// or https://",
-    ),
-    (
-        "tls",
-        "the scheme decides TLS: use clickhouses:// or https://",
-    ),
-    ("verify", "certificate checks are the host's business"),
-    ("compression", "compression is not supported"),
-    ("connect_timeout", "use connect_timeout_ms"),
-    ("send_receive_timeout", "use request_timeout_ms"),
-];
 
 /// The connection as the caller gives it (the WIT `connection` record).
 #[derive(Clone, Default, PartialEq, Eq)]
@@ -225,46 +189,12 @@ impl Endpoint {
     }
 }
 
-/// Whether a setting's value is treated as a secret (never logged, redacted from messages).
-pub fn is_secret_setting(name: &str) -> bool {
-    let name = name.to_ascii_lowercase();
-    ["password", "secret", "key", "token", "credential"]
-        .iter()
-        .any(|word| name.contains(word))
-}
-
 fn timeout(name: &str, ms: Option<u32>, default: Duration) -> Result<Duration, Error> {
     match ms {
         None => Ok(default),
         Some(0) => Err(Error::invalid(format!("{name} must be greater than 0"))),
         Some(ms) => Ok(Duration::from_millis(u64::from(ms))),
     }
-}
-
-/// Checks that a setting name is a plain ClickHouse identifier and not reserved by the client.
-pub fn check_setting_name(name: &str) -> Result<(), Error> {
-    let valid = !name.is_empty()
-        && name.len() <= 128
-        && name
-            .chars()
-            .next()
-            .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
-        && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
-    if !valid {
-        return Err(Error::invalid(format!(
-            "unknown option '{}': settings are named with letters, digits and '_'",
-            name.escape_debug()
-        )));
-    }
-    if RESERVED_KEYS.contains(&name) || name.starts_with("param_") {
-        return Err(Error::invalid(format!(
-            "'{name}' is set by the client and cannot be given as a setting"
-        )));
-    }
-    if let Some((_, hint)) = FOREIGN_OPTIONS.iter().find(|(key, _)| *key == name) {
-        return Err(Error::invalid(format!("unknown option '{name}': {hint}")));
-    }
-    Ok(())
 }
 
 /// The parts of a connection string.

@@ -10,6 +10,8 @@ pub mod error_codes;
 pub mod request;
 pub mod response;
 pub mod retry;
+pub mod secrets;
+pub mod settings;
 pub mod sql;
 pub mod transport;
 pub mod url;
@@ -17,9 +19,10 @@ pub mod url;
 pub mod wasi_http;
 
 pub use dsn::{ConnectionOptions, Endpoint};
-pub use error::{Error, ErrorKind, Operation, Redactor, ServerError};
+pub use error::{Error, ErrorKind, Operation, ServerError};
 pub use request::{escape_param, ExternalTable, HttpRequest, Query};
 pub use response::{HttpResponse, QuerySummary, Response};
+pub use secrets::Redactor;
 pub use transport::Transport;
 
 use error::classify_transport;

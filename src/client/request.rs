@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use super::dsn::Endpoint;
 use super::error::{Error, Operation};
+use super::settings;
 use super::url::encode_component;
 
 /// Version sent in the `User-Agent` header.
@@ -155,12 +156,12 @@ impl Query {
             url.push_str(&encode_component(value));
         };
         if let Some(db) = &endpoint.database {
-            push("database", db);
+            push(settings::DATABASE, db);
         }
         if let Some(format) = &self.format {
-            push("default_format", format);
+            push(settings::DEFAULT_FORMAT, format);
         }
-        push("wait_end_of_query", "1");
+        push(settings::WAIT_END_OF_QUERY, "1");
         // A statement's own setting replaces the connection's of the same name.
         let overridden = |name: &str| self.settings.iter().any(|(n, _)| n == name);
         for (name, value) in endpoint.settings.iter().filter(|(n, _)| !overridden(n)) {
@@ -176,7 +177,10 @@ impl Query {
                     name.escape_debug()
                 )));
             }
-            push(&format!("param_{name}"), &escape_param(value));
+            push(
+                &format!("{}{name}", settings::PARAM_PREFIX),
+                &escape_param(value),
+            );
         }
         let mut headers = headers(endpoint, self.name);
         let body = match (self.data.take(), self.external.take()) {
@@ -186,7 +190,7 @@ impl Query {
                 ))
             }
             (Some(data), None) => {
-                push("query", &self.sql);
+                push(settings::QUERY, &self.sql);
                 data
             }
             (None, Some(table)) => {
@@ -203,7 +207,7 @@ impl Query {
                 }
                 push(&format!("{}_structure", table.name), &table.structure);
                 push(&format!("{}_format", table.name), "TabSeparated");
-                push("query", &self.sql);
+                push(settings::QUERY, &self.sql);
                 let (content_type, body) = multipart_file(&table.name, &table.rows);
                 headers.push(("content-type".into(), content_type.into_bytes()));
                 body

@@ -1,7 +1,8 @@
 //! Reads ClickHouse's HTTP answers: success with its `X-ClickHouse-Summary`, or an error from
 //! the status, `X-ClickHouse-Exception-Code` and the `Code: N. DB::Exception: ... (NAME)` body.
 
-use super::error::{classify_server, Error, Operation, Redactor, ServerError};
+use super::error::{classify_server, Error, Operation, ServerError};
+use super::secrets::Redactor;
 
 /// The rows of a `JSONEachRow` answer, each read into `T` (blank lines skipped); a row of any
 /// other shape is `permanent`, naming `what` was asked: never a default.
