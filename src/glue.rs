@@ -1,7 +1,6 @@
 //! WIT glue (wasm32 only): converts WIT records to core types and core errors to the WIT
 //! `error` record. No logic lives here.
 
-use std::cell::Cell;
 use std::rc::Rc;
 use std::time::Duration;
 
@@ -9,9 +8,7 @@ use crate::client::wasi_http::WasiHttpTransport;
 use crate::client::{Client, ConnectionOptions, Error, ErrorKind};
 use crate::platform::wasi::WasiPlatform;
 use crate::sink::{self, Sink, SinkOptions};
-use crate::state::{
-    self, json, LockEngineChoice, LockHandle, LockOptions, StateStore, StoreOptions,
-};
+use crate::state::{self, json, HeldLock, LockEngineChoice, LockOptions, StateStore, StoreOptions};
 use std::cell::RefCell;
 
 mod bindings {
@@ -77,7 +74,7 @@ impl GuestSink for SinkResource {
             dedup: options.dedup.unwrap_or(false),
             retries: options.retries.unwrap_or(0),
         };
-        let sink = Sink::open(client(connection)?, WasiPlatform, &options).map_err(to_wit)?;
+        let sink = Sink::open(client(connection)?, WasiPlatform, &options)?;
         Ok(wit_sink::Sink::new(SinkResource {
             sink: RefCell::new(sink),
         }))
@@ -96,7 +93,7 @@ impl GuestSink for SinkResource {
             .borrow()
             .send(&rows)
             .map(to_wit_receipt)
-            .map_err(to_wit)
+            .map_err(WitError::from)
     }
 
     fn send_json(&self, data: Vec<u8>) -> Result<WitReceipt, WitError> {
@@ -104,7 +101,7 @@ impl GuestSink for SinkResource {
             .borrow()
             .send_json(&data)
             .map(to_wit_receipt)
-            .map_err(to_wit)
+            .map_err(WitError::from)
     }
 
     fn close(&self) {
@@ -173,36 +170,35 @@ impl GuestStore for StoreResource {
             },
             retries: options.retries.unwrap_or(defaults.retries),
         };
-        let store =
-            StateStore::open(client(connection)?, WasiPlatform, &options).map_err(to_wit)?;
+        let store = StateStore::open(client(connection)?, WasiPlatform, &options)?;
         Ok(wit_state::Store::new(StoreResource {
             store: Rc::new(store),
         }))
     }
 
     fn get(&self, id: String) -> Result<Option<WitState>, WitError> {
-        Ok(self.store.get(&id).map_err(to_wit)?.map(to_wit_state))
+        Ok(self.store.get(&id)?.map(to_wit_state))
     }
 
     fn set(&self, state: WitState) -> Result<(), WitError> {
-        self.store.set(&from_wit_state(state)?).map_err(to_wit)
+        Ok(self.store.set(&from_wit_state(state)?)?)
     }
 
     fn update(&self, state: WitState) -> Result<WitState, WitError> {
-        let stored = self.store.update(&from_wit_state(state)?).map_err(to_wit)?;
+        let stored = self.store.update(&from_wit_state(state)?)?;
         Ok(to_wit_state(stored))
     }
 
     fn delete(&self, id: String) -> Result<u64, WitError> {
-        self.store.delete(&id).map_err(to_wit)
+        Ok(self.store.delete(&id)?)
     }
 
     fn ids(&self, pattern: Option<String>) -> Result<Vec<String>, WitError> {
-        self.store.ids(pattern.as_deref()).map_err(to_wit)
+        Ok(self.store.ids(pattern.as_deref())?)
     }
 
     fn get_all(&self, pattern: Option<String>) -> Result<Vec<WitState>, WitError> {
-        let states = self.store.get_all(pattern.as_deref()).map_err(to_wit)?;
+        let states = self.store.get_all(pattern.as_deref())?;
         Ok(states.into_iter().map(to_wit_state).collect())
     }
 
@@ -211,98 +207,59 @@ impl GuestStore for StoreResource {
             .into_iter()
             .map(from_wit_state)
             .collect::<Result<Vec<_>, _>>()?;
-        self.store.set_all(&states).map_err(to_wit)
+        Ok(self.store.set_all(&states)?)
     }
 
     fn clear_all(&self) -> Result<u64, WitError> {
-        self.store.clear_all().map_err(to_wit)
+        Ok(self.store.clear_all()?)
     }
 
     fn lock(&self, id: String) -> Result<wit_state::Lock, WitError> {
-        let handle = self.store.lock(&id).map_err(to_wit)?;
-        Ok(wit_state::Lock::new(LockResource {
-            store: self.store.clone(),
-            handle,
-            released: Cell::new(false),
-        }))
+        let held = HeldLock::acquire(self.store.clone(), &id)?;
+        Ok(wit_state::Lock::new(LockResource(held)))
     }
 }
 
-/// The `lock` resource: released on `release` or, best effort, when dropped.
-struct LockResource {
-    store: Rc<CoreStore>,
-    handle: LockHandle,
-    released: Cell<bool>,
-}
+/// The `lock` resource: the core's [`HeldLock`] (released on `release` or, best effort, when
+/// dropped).
+struct LockResource(HeldLock<WasiHttpTransport, WasiPlatform>);
 
 impl GuestLock for LockResource {
     fn id(&self) -> String {
-        self.handle.id.clone()
+        self.0.handle().id.clone()
     }
 
     fn token(&self) -> String {
-        self.handle.token.clone()
+        self.0.handle().token.clone()
     }
 
     fn renew(&self) -> Result<(), WitError> {
-        self.check_held()?;
-        self.store.renew(&self.handle).map_err(to_wit)
+        Ok(self.0.renew()?)
     }
 
     fn release(&self) -> Result<(), WitError> {
-        if self.released.get() {
-            return Ok(());
-        }
-        self.store.release(&self.handle).map_err(to_wit)?;
-        self.released.set(true);
-        Ok(())
+        Ok(self.0.release()?)
     }
 
     fn set(&self, state: WitState) -> Result<(), WitError> {
-        self.check_held()?;
-        self.store
-            .set_held(&from_wit_state(state)?, &self.handle)
-            .map_err(to_wit)
+        Ok(self.0.set(&from_wit_state(state)?)?)
     }
 
     fn update(&self, state: WitState) -> Result<WitState, WitError> {
-        self.check_held()?;
-        self.store
-            .update_held(&from_wit_state(state)?, &self.handle)
-            .map(to_wit_state)
-            .map_err(to_wit)
+        Ok(to_wit_state(self.0.update(&from_wit_state(state)?)?))
     }
 
     fn delete(&self) -> Result<u64, WitError> {
-        self.check_held()?;
-        self.store
-            .delete_held(&self.handle.id, &self.handle)
-            .map_err(to_wit)
-    }
-}
-
-impl LockResource {
-    fn check_held(&self) -> Result<(), WitError> {
-        if self.released.get() {
-            return Err(to_wit(Error::new(
-                ErrorKind::Locked,
-                "the lock was released",
-            )));
-        }
-        Ok(())
-    }
-}
-
-impl Drop for LockResource {
-    fn drop(&mut self) {
-        if !self.released.get() {
-            let _ = self.store.release(&self.handle);
-        }
+        Ok(self.0.delete()?)
     }
 }
 
 fn from_wit_state(state: WitState) -> Result<state::State, WitError> {
-    state::State::from_json(&state.id, &state.partial, &state.completed).map_err(to_wit)
+    Ok(state::State::from_json(
+        &state.id,
+        &state.partial,
+        &state.completed,
+    )?)
 }
 
 fn to_wit_state(state: state::State) -> WitState {
@@ -316,7 +273,7 @@ fn to_wit_state(state: state::State) -> WitState {
 impl ServerGuest for Component {
     fn ping(connection: Connection) -> Result<ServerInfo, WitError> {
         let client = client(connection)?;
-        let info = crate::server::ping(&client).map_err(to_wit)?;
+        let info = crate::server::ping(&client)?;
         Ok(ServerInfo {
             version: info.version,
             timezone: info.timezone,
@@ -338,29 +295,31 @@ fn client(connection: Connection) -> Result<Client<WasiHttpTransport>, WitError>
         connect_timeout_ms: connection.connect_timeout_ms,
         request_timeout_ms: connection.request_timeout_ms,
     };
-    Client::new(&options, WasiHttpTransport).map_err(to_wit)
+    Ok(Client::new(&options, WasiHttpTransport)?)
 }
 
-fn to_wit(error: Error) -> WitError {
-    WitError {
-        kind: match error.kind {
-            ErrorKind::InvalidInput => WitErrorKind::InvalidInput,
-            ErrorKind::Misconfigured => WitErrorKind::Misconfigured,
-            ErrorKind::Disconnected => WitErrorKind::Disconnected,
-            ErrorKind::Transient => WitErrorKind::Transient,
-            ErrorKind::Throttled => WitErrorKind::Throttled,
-            ErrorKind::Permanent => WitErrorKind::Permanent,
-            ErrorKind::Uncertain => WitErrorKind::Uncertain,
-            ErrorKind::Locked => WitErrorKind::Locked,
-            ErrorKind::NotFound => WitErrorKind::NotFound,
-        },
-        message: error.message,
-        server: error.server.map(|s| WitServerError {
-            code: s.code,
-            name: s.name,
-            http_status: s.http_status,
-        }),
-        committed_rows: error.committed_rows,
+impl From<Error> for WitError {
+    fn from(error: Error) -> WitError {
+        WitError {
+            kind: match error.kind {
+                ErrorKind::InvalidInput => WitErrorKind::InvalidInput,
+                ErrorKind::Misconfigured => WitErrorKind::Misconfigured,
+                ErrorKind::Disconnected => WitErrorKind::Disconnected,
+                ErrorKind::Transient => WitErrorKind::Transient,
+                ErrorKind::Throttled => WitErrorKind::Throttled,
+                ErrorKind::Permanent => WitErrorKind::Permanent,
+                ErrorKind::Uncertain => WitErrorKind::Uncertain,
+                ErrorKind::Locked => WitErrorKind::Locked,
+                ErrorKind::NotFound => WitErrorKind::NotFound,
+            },
+            message: error.message,
+            server: error.server.map(|s| WitServerError {
+                code: s.code,
+                name: s.name,
+                http_status: s.http_status,
+            }),
+            committed_rows: error.committed_rows,
+        }
     }
 }
 

@@ -7,6 +7,7 @@
 //! Keeper-backed lock).
 
 pub mod glob;
+pub mod held;
 pub mod json;
 pub mod keeper_lock;
 pub mod lock;
@@ -23,6 +24,7 @@ use crate::platform::Platform;
 
 use steps::{Session, Step};
 
+pub use held::HeldLock;
 pub use lock::{LockEngine, LockEngineChoice, LockHandle, LockOptions};
 pub use schema::Tables;
 

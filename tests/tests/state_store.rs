@@ -1121,13 +1121,19 @@ async fn writes_under_the_lock_take_states_of_any_size() {
     let awkward = "tab\there\nnew line \\ backslash \\t not a tab \u{1F389} ünï\r\0";
     for engine in ENGINES {
         let db = unique_name("bigstate");
+        // A lease long enough for a 9 MiB write on a loaded machine; a short one for the
+        // fenced-out write below.
         let options = StoreOptions {
-            stale_after_ms: Some(1_000),
+            stale_after_ms: Some(60_000),
             lock_timeout_ms: Some(5_000),
             lock_retry_ms: Some(20),
             ..lock_options_on(&db, engine)
         };
-        let (mut i, s, _) = open(options.clone()).await;
+        let short = StoreOptions {
+            stale_after_ms: Some(1_000),
+            ..options.clone()
+        };
+        let (mut i, s, _) = open(options).await;
         for size in [50_000, 60_000, 9 * 1024 * 1024] {
             let value = format!("{awkward}{}", "x".repeat(size));
             let stored = i
@@ -1152,9 +1158,10 @@ async fn writes_under_the_lock_take_states_of_any_size() {
         }
         // The lease ends, another holder takes the lock: a large write through the old
         // handle writes nothing.
+        let (mut i, s, _) = open(short.clone()).await;
         let lock = i.lock(s, "big").await.unwrap();
         tokio::time::sleep(Duration::from_millis(1_200)).await;
-        let (mut b, sb, _) = open(options).await;
+        let (mut b, sb, _) = open(short).await;
         let other = b.lock(sb, "big").await.unwrap();
         let e = i
             .lock_set(
