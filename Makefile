@@ -1,7 +1,7 @@
 # The two commands:
 #   make run    quick start: installs what it needs, starts the local ClickHouse (with a private
 #               ZooKeeper) unless CLICKHOUSE_URL is set, and runs the CLI end to end
-#   make test   installs the same and runs every test (what .ci/run runs): cargo tests, the
+#   make test   installs the same and runs every test (what .ci/run runs): make lint, cargo tests, the
 #               Node tests and the differential tests against onestep-clickhouse (the sink) and
 #               Meltano 4.4.1 (`state`)
 
@@ -15,7 +15,7 @@ CHDB_VERSION := 26.9.0
 run: setup build
 	scripts/with-clickhouse scripts/quickstart
 
-test: setup wasmtime-cli $(VENV)-bench/.onestep-0.1.1 $(VENV)-meltano/.meltano-4.4.1
+test: setup wasmtime-cli $(VENV)-bench/.onestep-0.1.1 $(VENV)-meltano/.meltano-4.4.1 lint
 	cargo build --workspace --bins --examples
 	$(MAKE) js
 	scripts/with-clickhouse bash -c 'cargo test --workspace --all-targets && (cd js && npm test) && $(VENV)-bench/bin/python tests/diff/onestep_diff.py && $(VENV)-meltano/bin/python tests/diff/meltano_diff.py --keep-going'
@@ -35,7 +35,8 @@ zookeeper:
 	@scripts/zookeeper install
 
 # The stock wasmtime CLI, for the tests that run the component under it (~9 min to build once).
-WASMTIME_VERSION := 48.0.8
+# The version the host embeds (Cargo.toml, its one place).
+WASMTIME_VERSION := $(shell sed -n 's/^wasmtime = { version = "=\([0-9.]*\)".*/\1/p' Cargo.toml)
 wasmtime-cli:
 	@wasmtime --version 2>/dev/null | grep -q "wasmtime $(WASMTIME_VERSION)" || \
 		cargo install wasmtime-cli@$(WASMTIME_VERSION) --locked

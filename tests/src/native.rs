@@ -73,6 +73,11 @@ impl Transport for NativeTransport {
     }
 }
 
+/// Plain SQL against the test server ([`crate::clickhouse`]).
+pub fn sql() -> Sql {
+    Sql::new(&crate::clickhouse().connection())
+}
+
 /// Plain SQL against a server, for tests.
 pub struct Sql {
     client: Client<NativeTransport>,

@@ -1,4 +1,4 @@
-//! The same component file under the stock wasmtime CLI (48.0.8, `wasmtime run -S http`):
+//! The same component file under the stock wasmtime CLI (the version the host embeds, `wasmtime run -S http`):
 //! outputs and exit codes compared with the reference host's for the same commands, and one
 //! `--invoke` of a library export. (Node is tested by `js/test`, the Rust example by
 //! `foundation::the_embedding_example_runs`.)
@@ -11,8 +11,19 @@ use clickhouse_component_tests::native::Sql;
 use clickhouse_component_tests::{cli, clickhouse, output_with_stdin, unique_name, Server};
 use serde_json::Value;
 
-/// The wasmtime CLI the test command installed (`cargo install wasmtime-cli@48.0.8 --locked`).
+/// The wasmtime version the host embeds, from the workspace's Cargo.toml (its one place): the
+/// stock CLI of the same version is what `make test` installs.
+fn wasmtime_version() -> &'static str {
+    include_str!("../../Cargo.toml")
+        .lines()
+        .find_map(|l| l.strip_prefix("wasmtime = { version = \"="))
+        .and_then(|rest| rest.split('"').next())
+        .expect("the workspace's Cargo.toml pins wasmtime = { version = \"=X.Y.Z\" ... }")
+}
+
+/// The wasmtime CLI the test command installed (`cargo install wasmtime-cli@VERSION --locked`).
 fn wasmtime() -> PathBuf {
+    let want = wasmtime_version();
     let candidates = std::env::var_os("PATH")
         .map(|p| {
             std::env::split_paths(&p)
@@ -23,12 +34,13 @@ fn wasmtime() -> PathBuf {
     let path = candidates
         .into_iter()
         .find(|p| p.exists())
-        .expect("no wasmtime on PATH: `make test` installs wasmtime-cli 48.0.8");
+        .unwrap_or_else(|| panic!("no wasmtime on PATH: `make test` installs wasmtime-cli {want}"));
     let version = Command::new(&path).arg("--version").output().unwrap();
     let version = String::from_utf8_lossy(&version.stdout);
     assert!(
-        version.contains("48.0.8"),
-        "need wasmtime 48.0.8, found {version}"
+        version.contains(&format!("wasmtime {want} "))
+            || version.trim() == format!("wasmtime {want}"),
+        "need wasmtime {want}, found {version}"
     );
     path
 }

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use clickhouse_component::client::ErrorKind;
 use clickhouse_component_host::{Instance, LockEngine, State, StoreHandle, StoreOptions};
-use clickhouse_component_tests::native::Sql;
+use clickhouse_component_tests::native::{sql, Sql};
 use clickhouse_component_tests::{
     check_sections, cli, clickhouse, create_section_log, engine_name, instance, record_section,
     unique_name,
@@ -49,10 +49,6 @@ fn parts(s: &State) -> (Value, Value) {
         serde_json::from_str(&s.partial).unwrap(),
         serde_json::from_str(&s.completed).unwrap(),
     )
-}
-
-fn sql() -> Sql {
-    Sql::new(&clickhouse().connection())
 }
 
 #[tokio::test]

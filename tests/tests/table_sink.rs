@@ -7,13 +7,9 @@ use std::process::Stdio;
 
 use clickhouse_component::client::ErrorKind;
 use clickhouse_component_host::{Instance, SinkHandle, SinkOptions, Value};
-use clickhouse_component_tests::native::Sql;
+use clickhouse_component_tests::native::sql;
 use clickhouse_component_tests::{cli, clickhouse, instance, output_with_stdin, unique_name};
 use serde_json::{json, Value as Json};
-
-fn sql() -> Sql {
-    Sql::new(&clickhouse().connection())
-}
 
 /// A database of its own with one table; returns `db.table`.
 fn table(ddl_columns: &str, settings: &str) -> String {
