@@ -224,12 +224,59 @@ fn lock_table_engine<T: Transport, P: Platform>(
     Ok(rows.into_iter().next().map(|r| r.engine_full))
 }
 
+/// Which of the store's two tables.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Role {
+    State,
+    Lock,
+}
+
+impl Role {
+    fn name(self) -> &'static str {
+        match self {
+            Role::State => "state",
+            Role::Lock => "lock",
+        }
+    }
+}
+
 /// Checks that both tables exist with the expected columns and engines; `misconfigured`
 /// naming what is missing or different otherwise. One query.
 pub fn verify<T: Transport, P: Platform>(
     s: &Session<'_, T, P>,
     tables: &Tables,
 ) -> Result<(), Error> {
+    let found = read_tables(s, tables)?;
+    let lock_columns = match tables.lock_engine {
+        LockEngine::MergeTree => LOCK_COLUMNS,
+        LockEngine::KeeperMap => keeper_lock::COLUMNS,
+    };
+    for (role, name, columns) in [
+        (Role::State, &tables.state, STATE_COLUMNS),
+        (Role::Lock, &tables.lock, lock_columns),
+    ] {
+        let describe = format!("{}.{name}", tables.database);
+        let Some(table) = found.iter().find(|t| &t.name == name) else {
+            return Err(misconfigured(format!(
+                "the {} table {describe} does not exist (create-schema is off: create it, or open with create-schema on)",
+                role.name()
+            )));
+        };
+        check_columns(role, &describe, table, columns)?;
+        check_engine(role, &describe, &table.engine, tables.lock_engine)?;
+    }
+    Ok(())
+}
+
+fn misconfigured(message: String) -> Error {
+    Error::new(ErrorKind::Misconfigured, message)
+}
+
+/// The store's tables as the server has them: name, engine, columns.
+fn read_tables<T: Transport, P: Platform>(
+    s: &Session<'_, T, P>,
+    tables: &Tables,
+) -> Result<Vec<FoundTable>, Error> {
     let response = s.execute(
         Step::VerifySchema,
         &Step::VerifySchema
@@ -274,90 +321,74 @@ pub fn verify<T: Transport, P: Platform>(
             columns,
         });
     }
-    let describe = |t: &str| format!("{}.{}", tables.database, t);
-    let lock_columns = match tables.lock_engine {
-        LockEngine::MergeTree => LOCK_COLUMNS,
-        LockEngine::KeeperMap => keeper_lock::COLUMNS,
-    };
-    for (table, role, columns) in [
-        (&tables.state, "state", STATE_COLUMNS),
-        (&tables.lock, "lock", lock_columns),
-    ] {
-        let Some(FoundTable {
-            engine,
-            columns: have,
-            ..
-        }) = found.iter().find(|t| &t.name == table)
-        else {
-            return Err(Error::new(
-                ErrorKind::Misconfigured,
-                format!(
-                    "the {role} table {} does not exist (create-schema is off: create it, or open with create-schema on)",
-                    describe(table)
-                ),
-            ));
-        };
-        for (name, ty) in columns {
-            if !have.iter().any(|(n, t)| n == name && t == ty) {
-                return Err(Error::new(
-                    ErrorKind::Misconfigured,
-                    format!(
-                        "the {role} table {} has no column `{name} {ty}`; it was not created by this store{}",
-                        describe(table),
-                        if role == "lock" {
-                            " (it may be meltano-state-backend-clickhouse's lock table, `<table>_lock`, which has another layout: choose another lock table, such as the default `<table>_component_lock`)"
-                        } else {
-                            ""
-                        }
-                    ),
-                ));
+    Ok(found)
+}
+
+/// Every expected column is there with its type.
+fn check_columns(
+    role: Role,
+    describe: &str,
+    table: &FoundTable,
+    columns: &[(&str, &str)],
+) -> Result<(), Error> {
+    for (name, ty) in columns {
+        if !table.columns.iter().any(|(n, t)| n == name && t == ty) {
+            let hint = match role {
+                Role::Lock => " (it may be meltano-state-backend-clickhouse's lock table, `<table>_lock`, which has another layout: choose another lock table, such as the default `<table>_component_lock`)",
+                Role::State => "",
+            };
+            return Err(misconfigured(format!(
+                "the {} table {describe} has no column `{name} {ty}`; it was not created by this store{hint}",
+                role.name()
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// The engine suits the role: a ReplacingMergeTree (any flavour) for states; for the lock,
+/// KeeperMap, or a plain MergeTree with block numbers (the commit-order lock is unsound on
+/// Replicated and Shared MergeTree).
+fn check_engine(
+    role: Role,
+    describe: &str,
+    engine: &str,
+    lock_engine: LockEngine,
+) -> Result<(), Error> {
+    let shown = |n: usize| engine.chars().take(n).collect::<String>();
+    match (role, lock_engine) {
+        (Role::State, _) => {
+            let ok = engine.starts_with("ReplacingMergeTree(updated_at)")
+                || engine.starts_with("ReplicatedReplacingMergeTree(")
+                || engine.starts_with("SharedReplacingMergeTree(");
+            if !ok {
+                return Err(misconfigured(format!(
+                    "the state table {describe} has engine `{}`, expected ReplacingMergeTree(updated_at)",
+                    shown(120)
+                )));
             }
         }
-        if role == "lock" && tables.lock_engine == LockEngine::KeeperMap {
+        (Role::Lock, LockEngine::KeeperMap) => {
             if !engine.starts_with("KeeperMap") {
-                return Err(Error::new(
-                    ErrorKind::Misconfigured,
-                    format!(
-                        "the lock table {} has engine `{}`, expected KeeperMap",
-                        describe(table),
-                        engine.chars().take(60).collect::<String>()
-                    ),
-                ));
+                return Err(misconfigured(format!(
+                    "the lock table {describe} has engine `{}`, expected KeeperMap",
+                    shown(60)
+                )));
             }
-            continue;
         }
-        if role == "lock" && !is_plain_merge_tree(engine) {
-            return Err(Error::new(
-                ErrorKind::Misconfigured,
-                format!(
-                    "the lock table {} has engine `{}`: the commit-order lock is only sound on a plain MergeTree on one server (on Replicated and Shared MergeTree, as on ClickHouse Cloud or in a Replicated database, block numbers are taken from Keeper before the commit, so two contenders can both see themselves first); use a single server with a plain MergeTree lock table, or the Keeper-backed lock (KeeperMap)",
-                    describe(table),
-                    engine.chars().take(60).collect::<String>()
-                ),
-            ));
-        }
-        let engine_ok = match role {
-            "state" => {
-                engine.starts_with("ReplacingMergeTree(updated_at)")
-                    || engine.starts_with("ReplicatedReplacingMergeTree(")
-                    || engine.starts_with("SharedReplacingMergeTree(")
+        (Role::Lock, LockEngine::MergeTree) => {
+            if !is_plain_merge_tree(engine) {
+                return Err(misconfigured(format!(
+                    "the lock table {describe} has engine `{}`: the commit-order lock is only sound on a plain MergeTree on one server (on Replicated and Shared MergeTree, as on ClickHouse Cloud or in a Replicated database, block numbers are taken from Keeper before the commit, so two contenders can both see themselves first); use a single server with a plain MergeTree lock table, or the Keeper-backed lock (KeeperMap)",
+                    shown(60)
+                )));
             }
-            _ => engine.contains("enable_block_number_column = 1"),
-        };
-        if !engine_ok {
-            return Err(Error::new(
-                ErrorKind::Misconfigured,
-                format!(
-                    "the {role} table {} has engine `{}`, expected {}",
-                    describe(table),
-                    engine.chars().take(120).collect::<String>(),
-                    if role == "state" {
-                        "ReplacingMergeTree(updated_at)"
-                    } else {
-                        "a MergeTree with enable_block_number_column = 1"
-                    }
-                ),
-            ));
+            if !engine.contains("enable_block_number_column = 1") {
+                return Err(misconfigured(format!(
+                    "the lock table {describe} has engine `{}`, expected a MergeTree with enable_block_number_column = 1",
+                    shown(120)
+                )));
+            }
         }
     }
     Ok(())
