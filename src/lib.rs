@@ -7,6 +7,7 @@
 
 pub mod cli;
 pub mod client;
+pub mod hex;
 pub mod platform;
 pub mod server;
 pub mod sink;

@@ -20,7 +20,7 @@ pub trait Platform {
         bytes[8..].copy_from_slice(&self.random_u64().to_le_bytes());
         bytes[6] = (bytes[6] & 0x0f) | 0x40;
         bytes[8] = (bytes[8] & 0x3f) | 0x80;
-        let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+        let hex = crate::hex::hex(&bytes);
         format!(
             "{}-{}-{}-{}-{}",
             &hex[0..8],

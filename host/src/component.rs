@@ -188,7 +188,7 @@ pub fn load(
 /// `clickhouse_component-<sha256 of bytes, 16 hex>-<engine hash>-wasmtime-<version>.cwasm`.
 pub fn cache_file_name(engine: &Engine, bytes: &[u8]) -> String {
     let digest = Sha256::digest(bytes);
-    let hex: String = digest[..8].iter().map(|b| format!("{b:02x}")).collect();
+    let hex = clickhouse_component::hex::hex(&digest[..8]);
     let mut hasher = std::collections::hash_map::DefaultHasher::new();
     engine.precompile_compatibility_hash().hash(&mut hasher);
     format!(
@@ -452,7 +452,7 @@ fn write_new(path: &Path, parts: &[&[u8]]) -> std::io::Result<()> {
 /// Writes `parts` to a new file with a random name in `dir` (`.<stem>.<pid>.<random>.tmp`).
 fn write_temp(dir: &Path, stem: &str, parts: &[&[u8]]) -> anyhow::Result<PathBuf> {
     let random: [u8; 8] = random_bytes().context("reading /dev/urandom")?;
-    let hex: String = random.iter().map(|b| format!("{b:02x}")).collect();
+    let hex = clickhouse_component::hex::hex(&random);
     let tmp = dir.join(format!(".{stem}.{}.{hex}.tmp", std::process::id()));
     write_new(&tmp, parts).with_context(|| format!("creating {}", tmp.display()))?;
     Ok(tmp)
@@ -566,7 +566,7 @@ mod tests {
     fn hmac_sha256_matches_rfc_4231() {
         // RFC 4231, test case 2.
         let tag = hmac_sha256(b"Jefe", &[b"what do ya want ", b"for nothing?"]);
-        let hex: String = tag.iter().map(|b| format!("{b:02x}")).collect();
+        let hex = clickhouse_component::hex::hex(&tag);
         assert_eq!(
             hex,
             "5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843"

@@ -19,6 +19,7 @@ use sha2::{Digest, Sha256};
 
 use crate::client::retry::DEFAULT_RETRIES;
 use crate::client::{Client, Error, ErrorKind, Query, Transport};
+use crate::hex::hex;
 use crate::platform::Platform;
 use crate::sink::{Receipt, Sink, SinkOptions};
 use crate::state::{State, StateStore};
@@ -612,10 +613,6 @@ pub fn read_ndjson_from(
         send(&batch, &position(&hash, consumed, rows))?;
     }
     Ok(())
-}
-
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 /// Reads the input and calls `send` with batches of `batch_size` rows: NDJSON lines as they

@@ -1,24 +1,18 @@
 //! Percent-encoding and decoding (RFC 3986) for connection strings and request URLs.
 
-/// Percent-encodes everything except RFC 3986 unreserved characters (`A-Z a-z 0-9 - . _ ~`).
-pub fn encode_component(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    for byte in text.bytes() {
-        if byte.is_ascii_alphanumeric() || matches!(byte, b'-' | b'.' | b'_' | b'~') {
-            out.push(byte as char);
-        } else {
-            out.push('%');
-            out.push(hex_digit(byte >> 4));
-            out.push(hex_digit(byte & 0xf));
-        }
-    }
-    out
-}
+use percent_encoding::{percent_decode_str, utf8_percent_encode, AsciiSet, NON_ALPHANUMERIC};
 
-fn hex_digit(nibble: u8) -> char {
-    char::from_digit(u32::from(nibble), 16)
-        .expect("a nibble is a hex digit")
-        .to_ascii_uppercase()
+/// Everything but RFC 3986's unreserved characters (`A-Z a-z 0-9 - . _ ~`).
+const NOT_UNRESERVED: &AsciiSet = &NON_ALPHANUMERIC
+    .remove(b'-')
+    .remove(b'.')
+    .remove(b'_')
+    .remove(b'~');
+
+/// Percent-encodes everything except RFC 3986 unreserved characters (`A-Z a-z 0-9 - . _ ~`),
+/// with upper-case hex digits.
+pub fn encode_component(text: &str) -> String {
+    utf8_percent_encode(text, NOT_UNRESERVED).to_string()
 }
 
 /// Why percent-decoding failed.
@@ -31,32 +25,28 @@ pub enum DecodeError {
 }
 
 /// Percent-decodes `text`; with `plus_as_space` (query strings), `+` decodes to a space.
+/// Strict where the crate is lenient: a `%` not followed by two hex digits is an error.
 pub fn decode_component(text: &str, plus_as_space: bool) -> Result<String, DecodeError> {
     let bytes = text.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        match bytes[i] {
-            b'%' => {
-                let hi = bytes.get(i + 1).and_then(|b| (*b as char).to_digit(16));
-                let lo = bytes.get(i + 2).and_then(|b| (*b as char).to_digit(16));
-                match (hi, lo) {
-                    (Some(hi), Some(lo)) => out.push((hi * 16 + lo) as u8),
-                    _ => return Err(DecodeError::BadEscape),
-                }
-                i += 3;
-            }
-            b'+' if plus_as_space => {
-                out.push(b' ');
-                i += 1;
-            }
-            b => {
-                out.push(b);
-                i += 1;
-            }
-        }
+    let well_formed = bytes.iter().enumerate().all(|(i, b)| {
+        *b != b'%'
+            || (bytes.get(i + 1).is_some_and(u8::is_ascii_hexdigit)
+                && bytes.get(i + 2).is_some_and(u8::is_ascii_hexdigit))
+    });
+    if !well_formed {
+        return Err(DecodeError::BadEscape);
     }
-    String::from_utf8(out).map_err(|_| DecodeError::NotUtf8)
+    let spaced;
+    let text = if plus_as_space && text.contains('+') {
+        spaced = text.replace('+', " ");
+        &spaced
+    } else {
+        text
+    };
+    percent_decode_str(text)
+        .decode_utf8()
+        .map(|s| s.into_owned())
+        .map_err(|_| DecodeError::NotUtf8)
 }
 
 #[cfg(test)]

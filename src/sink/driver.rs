@@ -295,7 +295,7 @@ impl<T: Transport, P: Platform> Sink<T, P> {
         }
         hash.update(b"\n");
         hash.update(body);
-        hash.finalize().iter().map(|b| format!("{b:02x}")).collect()
+        crate::hex::hex(&hash.finalize())
     }
 }
 
