@@ -650,6 +650,18 @@ mod tests {
             Some(6)
         );
         assert_eq!(at(&["p", "state", "get", "edit"]), None);
+        assert_eq!(
+            at(&[
+                "p",
+                "state",
+                "--state-database",
+                "x",
+                "--json",
+                "edit",
+                "new"
+            ]),
+            Some(5)
+        );
     }
 
     #[test]

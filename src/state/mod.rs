@@ -18,7 +18,6 @@ use serde_json::{Map, Value};
 
 use crate::client::response::json_rows;
 use crate::client::retry::{RetryPolicy, DEFAULT_RETRIES};
-use crate::client::url::encode_component;
 use crate::client::{escape_param, Client, Error, ErrorKind, ExternalTable, Query, Transport};
 use crate::platform::Platform;
 
@@ -129,11 +128,11 @@ pub fn check_id(id: &str) -> Result<(), Error> {
     Ok(())
 }
 
-/// The most URL-encoded state bytes a fenced write carries in its URL (more go in the body, as
-/// an external table): its whole request target must fit
-/// the HTTP stack's limit of 65,534 bytes (the `http` crate's `Uri`, which wasi:http hosts use;
-/// a server's own `http_max_uri_size` is 1 MiB), with room for the statement and settings.
-const MAX_FENCED_URL_BYTES: usize = 56_000;
+/// The longest request target a fenced write sends with the state in the URL (a larger one
+/// sends it in the body, as an external table): under the HTTP stack's limit of 65,534 bytes
+/// (the `http` crate's `Uri`, which wasi:http hosts use; a server's `http_max_uri_size` is
+/// 1 MiB), with room for the scheme and authority.
+const MAX_FENCED_URL_BYTES: usize = 60_000;
 
 /// A stored part's text as an object (`None`: empty); a part that is not a JSON object is
 /// `permanent` (the store never writes one).
@@ -502,7 +501,6 @@ impl<T: Transport, P: Platform> StateStore<T, P> {
     ) -> Result<(), Error> {
         let partial = json::part_text(&state.partial).unwrap_or_default();
         let completed = json::part_text(&state.completed).unwrap_or_default();
-        let url_bytes = encode_component(&partial).len() + encode_component(&completed).len();
         // The two parts, as expressions, and where they come from.
         let insert = |p: &str, c: &str, from: &str| {
             Step::Set
@@ -514,25 +512,37 @@ impl<T: Transport, P: Platform> StateStore<T, P> {
                 ))
                 .param("t", &self.tables.state)
         };
-        let query = if url_bytes <= MAX_FENCED_URL_BYTES {
+        let fenced = |query: Query| {
+            lock::write_settings(lock::fence(query, &self.tables, handle, &self.lock_options))
+        };
+        let in_url = fenced(
             insert("{p:String}", "{c:String}", "")
-                .param("p", partial)
-                .param("c", completed)
+                .param("p", partial.clone())
+                .param("c", completed.clone()),
+        );
+        // The request target as it would be sent (escaped values, the id, the connection's
+        // settings): in the URL if it fits, else the parts go in the body.
+        let query = if in_url.to_http(self.client.endpoint())?.path_and_query.len()
+            <= MAX_FENCED_URL_BYTES
+        {
+            in_url
         } else {
             let mut rows = escape_param(&partial).into_bytes();
             rows.push(b'\t');
             rows.extend(escape_param(&completed).into_bytes());
             rows.push(b'\n');
-            insert("p", "c", " FROM state_parts").external(ExternalTable {
-                name: "state_parts".into(),
-                structure: "p String, c String".into(),
-                rows,
-            })
+            fenced(
+                insert("p", "c", " FROM state_parts").external(ExternalTable {
+                    name: "state_parts".into(),
+                    structure: "p String, c String".into(),
+                    rows,
+                }),
+            )
         };
         lock::execute_fenced(
             &self.session(),
             Step::Set,
-            lock::fence(query, &self.tables, handle, &self.lock_options),
+            query,
             handle,
             holding == Holding::OwnLock,
         )

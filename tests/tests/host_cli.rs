@@ -496,11 +496,30 @@ fn edit_runs_the_editor_and_writes_only_a_changed_valid_state() {
         assert_eq!(get("x"), "{\"singer_state\":{\"a\":2}}\n");
     }
     // Invalid JSON and a state without singer_state are refused by set (exit 1, Meltano's).
+    // The edit is not lost: the file stays, and the message says where.
     for new in ["{not json", r#"{"a":1}"#] {
         let (code, _, err) = state(server, &db, &["edit", "--yes", "x"], &with(new), "");
         assert_eq!(code, 1, "{new}: {err}");
         assert_eq!(get("x"), "{\"singer_state\":{\"a\":2}}\n");
+        let kept = err
+            .lines()
+            .find_map(|l| l.strip_prefix("the edited state is kept in "))
+            .unwrap_or_else(|| panic!("{err}"));
+        assert_eq!(std::fs::read_to_string(kept).unwrap(), new);
+        std::fs::remove_dir_all(std::path::Path::new(kept).parent().unwrap()).unwrap();
     }
+    // With --json a failure is the component's error object; nothing runs the editor.
+    let (code, out, err) = state(
+        server,
+        &db,
+        &["--json", "edit", "--force", ""],
+        &with("{}"),
+        "",
+    );
+    assert_eq!(code, 2, "{err}");
+    let answer: serde_json::Value =
+        serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}"));
+    assert_eq!(answer["error"]["kind"], "invalid-input", "{out}");
     // A missing id starts from {}; --json prints the set's result.
     let (code, out, err) = state(
         server,

@@ -1130,8 +1130,15 @@ async fn writes_under_the_lock_take_states_of_any_size() {
             ..options.clone()
         };
         let (mut i, s, _) = open(options).await;
-        for size in [50_000, 60_000, 9 * 1024 * 1024] {
-            let value = format!("{awkward}{}", "x".repeat(size));
+        // Sizes around the URL's limit, and 8,000 backslashes: 16,000 in the JSON text, 48,000
+        // bytes percent-encoded but 96,000 in the URL (TSV escaping doubles them first).
+        for (size, filler) in [
+            (50_000, "x"),
+            (60_000, "x"),
+            (8_000, "\\"),
+            (9 * 1024 * 1024, "x"),
+        ] {
+            let value = format!("{awkward}{}", filler.repeat(size / filler.len()));
             let stored = i
                 .state_update(
                     s,
