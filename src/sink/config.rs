@@ -1,7 +1,7 @@
 //! Sink options as the caller gives them, and the validated [`SinkConfig`]: table name,
 //! columns, batch size, settings (with the async-insert rule), deduplication.
 
-use crate::client::dsn::check_setting_name;
+use crate::client::settings::check_setting_name;
 use crate::client::{Endpoint, Error};
 
 /// Default rows per INSERT.
