@@ -62,40 +62,9 @@ pub fn parse_bool_setting(value: &str) -> Option<bool> {
 impl SinkConfig {
     /// Checks every option rule; `invalid-input` naming the problem otherwise.
     pub fn new(options: &SinkOptions, endpoint: &Endpoint) -> Result<SinkConfig, Error> {
-        let table = options.table.trim();
-        if table.is_empty() {
-            return Err(Error::invalid("table must not be blank"));
-        }
-        let (database, table) = match table.split_once('.') {
-            Some((db, t)) => {
-                if db.trim().is_empty() || t.trim().is_empty() {
-                    return Err(Error::invalid(format!(
-                        "table '{}' must be 'table' or 'database.table' with both parts non-blank",
-                        table.escape_debug()
-                    )));
-                }
-                (Some(db.to_string()), t.to_string())
-            }
-            None => (None, table.to_string()),
-        };
+        let (database, table) = parse_target(&options.table)?;
         if let Some(columns) = &options.columns {
-            if columns.is_empty() {
-                return Err(Error::invalid(
-                    "columns, when given, must name at least one column",
-                ));
-            }
-            let mut seen = std::collections::HashSet::new();
-            for c in columns {
-                if c.trim().is_empty() {
-                    return Err(Error::invalid("column names must not be blank"));
-                }
-                if !seen.insert(c.as_str()) {
-                    return Err(Error::invalid(format!(
-                        "column '{}' is listed twice",
-                        c.escape_debug()
-                    )));
-                }
-            }
+            check_columns(columns)?;
         }
         let batch_size = options.batch_size.unwrap_or(DEFAULT_BATCH_SIZE);
         if batch_size == 0 {
@@ -104,50 +73,7 @@ impl SinkConfig {
         for (name, _) in &options.settings {
             check_setting_name(name)?;
         }
-        // The effective value of a setting: the sink's, else the connection's.
-        let effective = |name: &str| -> Option<&str> {
-            options
-                .settings
-                .iter()
-                .rev()
-                .chain(endpoint.settings.iter().rev())
-                .find(|(n, _)| n == name)
-                .map(|(_, v)| v.as_str())
-        };
-        let bool_setting = |name: &str| -> Result<Option<bool>, Error> {
-            match effective(name) {
-                None => Ok(None),
-                Some(v) => parse_bool_setting(v).map(Some).ok_or_else(|| {
-                    Error::invalid(format!(
-                        "{name} must be 0, 1, true or false (ClickHouse accepts no other spelling)"
-                    ))
-                }),
-            }
-        };
-        let own_dedup_off = options
-            .settings
-            .iter()
-            .rev()
-            .find(|(n, _)| n == "insert_deduplicate")
-            .and_then(|(_, v)| parse_bool_setting(v))
-            == Some(false);
-        if options.dedup && own_dedup_off {
-            return Err(Error::invalid(
-                "dedup needs insert_deduplicate: it is set to 0 (remove that setting, or turn dedup off)",
-            ));
-        }
-        if options.retries > 0 && !options.dedup {
-            return Err(Error::invalid(
-                "retries need dedup: a chunk resent without its deduplication token could be written twice (turn dedup on, or set retries to 0)",
-            ));
-        }
-        let async_insert = bool_setting("async_insert")?.unwrap_or(false);
-        let wait = bool_setting("wait_for_async_insert")?;
-        if async_insert && wait != Some(true) {
-            return Err(Error::invalid(
-                "async_insert is enabled but wait_for_async_insert is not: fire-and-forget inserts are refused (set wait_for_async_insert=1, or turn async_insert off)",
-            ));
-        }
+        let (async_insert, wait) = check_delivery(options, endpoint)?;
         // The sink's own defaults come first, so the caller's settings override them: exact
         // delivery (a null never silently becomes a default, an unknown key is never dropped),
         // and never fire-and-forget, whatever the server's profile says.
@@ -181,6 +107,100 @@ impl SinkConfig {
             None => self.table.clone(),
         }
     }
+}
+
+/// `table` or `database.table`, both parts non-blank.
+fn parse_target(table: &str) -> Result<(Option<String>, String), Error> {
+    let table = table.trim();
+    if table.is_empty() {
+        return Err(Error::invalid("table must not be blank"));
+    }
+    match table.split_once('.') {
+        Some((db, t)) if db.trim().is_empty() || t.trim().is_empty() => {
+            Err(Error::invalid(format!(
+                "table '{}' must be 'table' or 'database.table' with both parts non-blank",
+                table.escape_debug()
+            )))
+        }
+        Some((db, t)) => Ok((Some(db.to_string()), t.to_string())),
+        None => Ok((None, table.to_string())),
+    }
+}
+
+/// A column list names at least one column, none blank, none twice.
+fn check_columns(columns: &[String]) -> Result<(), Error> {
+    if columns.is_empty() {
+        return Err(Error::invalid(
+            "columns, when given, must name at least one column",
+        ));
+    }
+    let mut seen = std::collections::HashSet::new();
+    for c in columns {
+        if c.trim().is_empty() {
+            return Err(Error::invalid("column names must not be blank"));
+        }
+        if !seen.insert(c.as_str()) {
+            return Err(Error::invalid(format!(
+                "column '{}' is listed twice",
+                c.escape_debug()
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// The delivery rules: dedup needs insert_deduplicate, retries need dedup, and an async insert
+/// must wait for its flush (never fire-and-forget). Returns whether inserts are async and the
+/// effective wait_for_async_insert (the sink's setting, else the connection's).
+fn check_delivery(
+    options: &SinkOptions,
+    endpoint: &Endpoint,
+) -> Result<(bool, Option<bool>), Error> {
+    // The effective value of a setting: the sink's, else the connection's.
+    let effective = |name: &str| -> Option<&str> {
+        options
+            .settings
+            .iter()
+            .rev()
+            .chain(endpoint.settings.iter().rev())
+            .find(|(n, _)| n == name)
+            .map(|(_, v)| v.as_str())
+    };
+    let bool_setting = |name: &str| -> Result<Option<bool>, Error> {
+        match effective(name) {
+            None => Ok(None),
+            Some(v) => parse_bool_setting(v).map(Some).ok_or_else(|| {
+                Error::invalid(format!(
+                    "{name} must be 0, 1, true or false (ClickHouse accepts no other spelling)"
+                ))
+            }),
+        }
+    };
+    let own_dedup_off = options
+        .settings
+        .iter()
+        .rev()
+        .find(|(n, _)| n == "insert_deduplicate")
+        .and_then(|(_, v)| parse_bool_setting(v))
+        == Some(false);
+    if options.dedup && own_dedup_off {
+        return Err(Error::invalid(
+            "dedup needs insert_deduplicate: it is set to 0 (remove that setting, or turn dedup off)",
+        ));
+    }
+    if options.retries > 0 && !options.dedup {
+        return Err(Error::invalid(
+            "retries need dedup: a chunk resent without its deduplication token could be written twice (turn dedup on, or set retries to 0)",
+        ));
+    }
+    let async_insert = bool_setting("async_insert")?.unwrap_or(false);
+    let wait = bool_setting("wait_for_async_insert")?;
+    if async_insert && wait != Some(true) {
+        return Err(Error::invalid(
+            "async_insert is enabled but wait_for_async_insert is not: fire-and-forget inserts are refused (set wait_for_async_insert=1, or turn async_insert off)",
+        ));
+    }
+    Ok((async_insert, wait))
 }
 
 #[cfg(test)]

@@ -322,6 +322,82 @@ impl<'de> Visitor<'de> for KeyVisitor {
     }
 }
 
+/// What [`encode_json`] adds rows from: the input text, where it starts in the input bytes,
+/// and the configured columns and column types.
+struct JsonInput<'t> {
+    text: &'t str,
+    base: usize,
+    columns: Option<&'t [String]>,
+    types: Option<&'t dyn ColumnTypeSource>,
+}
+
+impl JsonInput<'_> {
+    /// Adds row `index` (`item`, a slice of the text): its keys checked against the columns
+    /// (the first row's name them when none are configured), its nulls against the column
+    /// types; kept as the input's own bytes when its keys are in column order on one line,
+    /// else re-encoded in column order.
+    fn add(&self, item: &str, out: &mut Encoded, index: usize) -> Result<(), Error> {
+        let row: RawRow = serde_json::from_str(item).map_err(|e| {
+            if item.trim_start().starts_with('{') {
+                Error::invalid(format!("row index {index} is not valid JSON: {e}"))
+            } else {
+                Error::invalid(format!("row index {index} is not a JSON object"))
+            }
+        })?;
+        if self.columns.is_none() && index == 0 {
+            if row.fields.is_empty() {
+                return Err(Error::invalid(
+                    "row index 0 is empty: without configured columns the first row's keys name the columns",
+                ));
+            }
+            out.columns = row.fields.iter().map(|(k, _)| k.to_string()).collect();
+        }
+        check_keys(
+            index,
+            row.fields.iter().map(|(k, _)| k.as_ref()),
+            &out.columns,
+            self.columns.is_some(),
+        )?;
+        if let Some(types) = self.types {
+            for (key, raw) in &row.fields {
+                if may_hold_null(raw.get()) {
+                    types
+                        .column_types()?
+                        .check_json(key, raw.get())
+                        .map_err(|why| {
+                            Error::invalid(format!(
+                                "row index {index}, column {}: {why}",
+                                shown(key)
+                            ))
+                        })?;
+                }
+            }
+        }
+        let in_order = row
+            .fields
+            .iter()
+            .zip(&out.columns)
+            .all(|((k, _), c)| k == c);
+        let trimmed = item.trim();
+        if in_order && !trimmed.contains('\n') {
+            let start = self.base + (trimmed.as_ptr() as usize - self.text.as_ptr() as usize);
+            out.lines.push(Line::Input(start, start + trimmed.len()));
+        } else {
+            out.push_row(|column, buf| {
+                let raw = row
+                    .fields
+                    .iter()
+                    .find(|(k, _)| k == column)
+                    .expect("checked")
+                    .1;
+                buf.extend_from_slice(raw.get().trim().as_bytes());
+                Ok::<(), Error>(())
+            })?;
+        }
+        Ok(())
+    }
+}
+
 /// Encodes JSON input: NDJSON (one object per line; blank lines skipped) or one JSON array of
 /// objects. With a source of column `types`, a null a column cannot hold is refused (the types
 /// are asked for only when a value holds a null).
@@ -345,69 +421,15 @@ pub fn encode_json<'a>(
     if let Some(c) = columns {
         out.columns = c.to_vec();
     }
-    // Offsets of `text` within `data` (text is `data` minus a leading BOM).
-    let base = data.len() - text.len();
-    let mut index = 0usize;
-    let add = |item: &str, out: &mut Encoded, index: usize| -> Result<(), Error> {
-        let row: RawRow = serde_json::from_str(item).map_err(|e| {
-            if item.trim_start().starts_with('{') {
-                Error::invalid(format!("row index {index} is not valid JSON: {e}"))
-            } else {
-                Error::invalid(format!("row index {index} is not a JSON object"))
-            }
-        })?;
-        if columns.is_none() && index == 0 {
-            if row.fields.is_empty() {
-                return Err(Error::invalid(
-                    "row index 0 is empty: without configured columns the first row's keys name the columns",
-                ));
-            }
-            out.columns = row.fields.iter().map(|(k, _)| k.to_string()).collect();
-        }
-        check_keys(
-            index,
-            row.fields.iter().map(|(k, _)| k.as_ref()),
-            &out.columns,
-            columns.is_some(),
-        )?;
-        if let Some(types) = types {
-            for (key, raw) in &row.fields {
-                if may_hold_null(raw.get()) {
-                    types
-                        .column_types()?
-                        .check_json(key, raw.get())
-                        .map_err(|why| {
-                            Error::invalid(format!(
-                                "row index {index}, column {}: {why}",
-                                shown(key)
-                            ))
-                        })?;
-                }
-            }
-        }
-        let in_order = row
-            .fields
-            .iter()
-            .zip(&out.columns)
-            .all(|((k, _), c)| k == c);
-        let trimmed = item.trim();
-        if in_order && !trimmed.contains('\n') {
-            let start = base + (trimmed.as_ptr() as usize - text.as_ptr() as usize);
-            out.lines.push(Line::Input(start, start + trimmed.len()));
-        } else {
-            out.push_row(|column, buf| {
-                let raw = row
-                    .fields
-                    .iter()
-                    .find(|(k, _)| k == column)
-                    .expect("checked")
-                    .1;
-                buf.extend_from_slice(raw.get().trim().as_bytes());
-                Ok::<(), Error>(())
-            })?;
-        }
-        Ok(())
+    let input = JsonInput {
+        text,
+        // Offset of `text` within `data` (text is `data` minus a leading BOM).
+        base: data.len() - text.len(),
+        columns,
+        types,
     };
+    let mut index = 0usize;
+    let add = |item: &str, out: &mut Encoded, index: usize| input.add(item, out, index);
     if text.trim_start().starts_with('[') {
         let items: Vec<&RawValue> = serde_json::from_str(text)
             .map_err(|e| Error::invalid(format!("the JSON array is not valid JSON: {e}")))?;
