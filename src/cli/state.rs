@@ -422,143 +422,180 @@ pub const OVERWRITE_PROMPT: &str = "This will overwrite the state's current valu
 
 const EDIT_UNSUPPORTED: &str = "state edit opens $VISUAL / $EDITOR, which a WebAssembly component cannot start: run it through the reference host, or edit by hand: state get --format pretty ID > state.json; $EDITOR state.json; state set --force --input-file - ID < state.json";
 
-/// Runs a state command.
+/// Runs a state command: validates (and parses, once) what can be checked before connecting,
+/// asks for confirmation, then connects and runs it.
 pub fn run<T: Transport + Clone, P: Platform + Clone>(
     global: &GlobalArgs,
-    store: &StoreArgs,
+    store_args: &StoreArgs,
     command: &StateCommand,
     runner: &mut Runner<'_, T, P>,
 ) -> Result<Output, Error> {
-    // Validate (and parse, once) what can be checked before connecting, then confirm.
-    let mut import = None;
-    let mut given = Map::new();
-    let prepared = (|| -> Result<Option<(bool, &'static str)>, Failure> {
-        Ok(match command {
-            StateCommand::Import { file } => {
-                let text = read_input(file, runner)?;
-                import = Some(parse_import(&text).map_err(meltano1)?);
-                None
-            }
-            StateCommand::ClearAll { yes: false } => {
-                return Err(Error::invalid(
-                    "clear-all deletes every state: run again with --yes (or use clear --all)",
-                )
-                .into())
-            }
-            StateCommand::Clear { id, all, force } => {
-                if id.as_deref().is_some_and(|s| !s.is_empty()) == *all {
-                    return Err(Failure::Meltano(
-                        Error::invalid(
-                            "A state ID or the --all flag must be provided, but not both",
-                        ),
-                        2,
-                    ));
-                }
-                if let Some(id) = id {
-                    crate::state::check_id(id)?;
-                }
-                Some((*force, "This will clear state for the job(s). Continue?"))
-            }
-            StateCommand::Set {
-                id,
-                state,
-                input_file,
-                no_validate,
-                force,
-                ..
-            } => {
-                crate::state::check_id(id)?;
-                let text = match source(
-                    state.as_deref(),
-                    input_file.as_deref(),
-                    None,
-                    "--input-file,STATE",
-                )
-                .map_err(meltano1)?
-                {
-                    Source::Text(text) => text.to_string(),
-                    Source::File(file) => {
-                        if file.as_os_str() == "-" && !*force {
-                            return Err(Error::invalid(
-                            "--input-file - reads the state from stdin, where the confirmation would be read: add --force",
-                        )
-                        .into());
-                        }
-                        read_input(file, runner)?
-                    }
-                    Source::StateId(_) => unreachable!("set has no --from-state-id"),
-                };
-                given = parse_given(&text, *no_validate).map_err(meltano1)?;
-                Some((*force, OVERWRITE_PROMPT))
-            }
-            StateCommand::Merge {
-                id,
-                state,
-                input_file,
-                from_state_id,
-                no_validate,
-            } => {
-                crate::state::check_id(id)?;
-                match source(
-                    state.as_deref(),
-                    input_file.as_deref(),
-                    from_state_id.as_deref(),
-                    "--input-file,STATE,--from-state-id",
-                )
-                .map_err(meltano1)?
-                {
-                    Source::Text(text) => {
-                        given = parse_given(text, *no_validate).map_err(meltano1)?
-                    }
-                    Source::File(file) => {
-                        let text = read_input(file, runner)?;
-                        given = parse_given(&text, *no_validate).map_err(meltano1)?;
-                    }
-                    Source::StateId(src) => crate::state::check_id(src)?,
-                }
-                None
-            }
-            StateCommand::Copy {
-                src, dst, force, ..
-            } => {
-                crate::state::check_id(src)?;
-                crate::state::check_id(dst)?;
-                Some((
-                    *force,
-                    "This will overwrite state for the destination. Continue?",
-                ))
-            }
-            StateCommand::Move {
-                src, dst, force, ..
-            } => {
-                crate::state::check_id(src)?;
-                crate::state::check_id(dst)?;
-                Some((
-                    *force,
-                    "This will clear the source state and overwrite destination state. Continue?",
-                ))
-            }
-            StateCommand::Edit { id, .. } => {
-                crate::state::check_id(id)?;
-                return Err(Error::new(ErrorKind::Misconfigured, EDIT_UNSUPPORTED).into());
-            }
-            _ => None,
-        })
-    })();
-    let confirmation = match prepared {
-        Ok(confirmation) => confirmation,
+    let prepared = match prepare(command, runner) {
+        Ok(prepared) => prepared,
         Err(Failure::Ours(e)) => return Err(e),
         Err(Failure::Meltano(e, code)) => return Ok(meltano_failure(global, runner, e, code)),
     };
-    if let Some((force, prompt)) = confirmation {
+    if let Some((force, prompt)) = prepared.confirmation {
         if let Confirmed::No(output) = confirm(force, prompt, runner) {
             return Ok(output);
         }
     }
-    let options = store.options()?;
-    let held = |id: &str| store.held_lock(id);
+    let options = store_args.options()?;
     let client = Client::new(&global.connection()?, runner.transport.clone())?;
     let store = StateStore::open(client, runner.platform.clone(), &options)?;
+    execute(global, store_args, &store, command, prepared, runner)
+}
+
+/// What a command brings before it connects.
+#[derive(Default)]
+struct Prepared {
+    /// The states of `import`.
+    import: Option<Vec<State>>,
+    /// The state `set` / `merge` were given (STATE or --input-file).
+    given: Map<String, Value>,
+    /// Whether to ask (`--force` given, the prompt) before going on.
+    confirmation: Option<(bool, &'static str)>,
+}
+
+/// The checks a command passes before it connects: ids, exactly one state source, the state
+/// itself (parsed once), the import; and the confirmation it asks for.
+fn prepare<T, P>(
+    command: &StateCommand,
+    runner: &mut Runner<'_, T, P>,
+) -> Result<Prepared, Failure> {
+    let ask = |force: bool, prompt: &'static str| Prepared {
+        confirmation: Some((force, prompt)),
+        ..Prepared::default()
+    };
+    Ok(match command {
+        StateCommand::Import { file } => {
+            let text = read_input(file, runner)?;
+            Prepared {
+                import: Some(parse_import(&text).map_err(meltano1)?),
+                ..Prepared::default()
+            }
+        }
+        StateCommand::ClearAll { yes: false } => {
+            return Err(Error::invalid(
+                "clear-all deletes every state: run again with --yes (or use clear --all)",
+            )
+            .into())
+        }
+        StateCommand::Clear { id, all, force } => {
+            if id.as_deref().is_some_and(|s| !s.is_empty()) == *all {
+                return Err(Failure::Meltano(
+                    Error::invalid("A state ID or the --all flag must be provided, but not both"),
+                    2,
+                ));
+            }
+            if let Some(id) = id {
+                crate::state::check_id(id)?;
+            }
+            ask(*force, "This will clear state for the job(s). Continue?")
+        }
+        StateCommand::Set {
+            id,
+            state,
+            input_file,
+            no_validate,
+            force,
+            ..
+        } => {
+            crate::state::check_id(id)?;
+            let from = source(
+                state.as_deref(),
+                input_file.as_deref(),
+                None,
+                "--input-file,STATE",
+            )
+            .map_err(meltano1)?;
+            if matches!(from, Source::File(file) if file.as_os_str() == "-") && !*force {
+                return Err(Error::invalid(
+                    "--input-file - reads the state from stdin, where the confirmation would be read: add --force",
+                )
+                .into());
+            }
+            Prepared {
+                given: given_state(from, *no_validate, runner)?,
+                ..ask(*force, OVERWRITE_PROMPT)
+            }
+        }
+        StateCommand::Merge {
+            id,
+            state,
+            input_file,
+            from_state_id,
+            no_validate,
+        } => {
+            crate::state::check_id(id)?;
+            let from = source(
+                state.as_deref(),
+                input_file.as_deref(),
+                from_state_id.as_deref(),
+                "--input-file,STATE,--from-state-id",
+            )
+            .map_err(meltano1)?;
+            Prepared {
+                given: given_state(from, *no_validate, runner)?,
+                ..Prepared::default()
+            }
+        }
+        StateCommand::Copy {
+            src, dst, force, ..
+        } => {
+            crate::state::check_id(src)?;
+            crate::state::check_id(dst)?;
+            ask(
+                *force,
+                "This will overwrite state for the destination. Continue?",
+            )
+        }
+        StateCommand::Move {
+            src, dst, force, ..
+        } => {
+            crate::state::check_id(src)?;
+            crate::state::check_id(dst)?;
+            ask(
+                *force,
+                "This will clear the source state and overwrite destination state. Continue?",
+            )
+        }
+        StateCommand::Edit { id, .. } => {
+            crate::state::check_id(id)?;
+            return Err(Error::new(ErrorKind::Misconfigured, EDIT_UNSUPPORTED).into());
+        }
+        _ => Prepared::default(),
+    })
+}
+
+/// The state a `set` / `merge` was given, parsed and (unless `no_validate`) validated; empty
+/// for `--from-state-id` (read after connecting), whose id is checked here.
+fn given_state<T, P>(
+    from: Source<'_>,
+    no_validate: bool,
+    runner: &mut Runner<'_, T, P>,
+) -> Result<Map<String, Value>, Failure> {
+    let text = match from {
+        Source::Text(text) => text.to_string(),
+        Source::File(file) => read_input(file, runner)?,
+        Source::StateId(src) => {
+            crate::state::check_id(src)?;
+            return Ok(Map::new());
+        }
+    };
+    parse_given(&text, no_validate).map_err(meltano1)
+}
+
+/// Runs a prepared, confirmed command on the store.
+fn execute<T: Transport + Clone, P: Platform + Clone>(
+    global: &GlobalArgs,
+    store_args: &StoreArgs,
+    store: &StateStore<T, P>,
+    command: &StateCommand,
+    prepared: Prepared,
+    runner: &mut Runner<'_, T, P>,
+) -> Result<Output, Error> {
+    let held = |id: &str| store_args.held_lock(id);
     // Meltano `update` (what its `set` and `merge` call), through a held lock if there is one.
     let update = |state: &State| match held(&state.id) {
         Some(handle) => store.update_held(state, &handle),
@@ -588,7 +625,7 @@ pub fn run<T: Transport + Clone, P: Platform + Clone>(
             if *partial {
                 let new = State {
                     id: id.clone(),
-                    partial: given,
+                    partial: prepared.given,
                     completed: Map::new(),
                 };
                 match held(id) {
@@ -599,7 +636,7 @@ pub fn run<T: Transport + Clone, P: Platform + Clone>(
                 update(&State {
                     id: id.clone(),
                     partial: Map::new(),
-                    completed: given,
+                    completed: prepared.given,
                 })?;
             }
             Ok(done(
@@ -625,7 +662,7 @@ pub fn run<T: Transport + Clone, P: Platform + Clone>(
                     }
                     merged
                 }
-                None => given,
+                None => prepared.given,
             };
             let stored = update(&State {
                 id: id.clone(),
@@ -671,53 +708,23 @@ pub fn run<T: Transport + Clone, P: Platform + Clone>(
             no_validate,
             ..
         } => {
-            // Meltano: set(dst, get(src)): the merged view becomes dst's completed part.
-            // A missing source reads as {}, which fails validation (as in Meltano).
-            let merged = store.get(src)?.map(|s| s.merged()).unwrap_or_default();
-            if !*no_validate {
-                if let Err(e) = validate_state(&merged) {
-                    return Ok(meltano_failure(global, runner, e, 1));
-                }
-            }
-            update(&State {
-                id: dst.clone(),
-                partial: Map::new(),
-                completed: merged,
-            })?;
             let moved = matches!(command, StateCommand::Move { .. });
-            // (Meltano would clear a state moved onto itself; we keep it.)
-            if moved && src != dst {
-                match held(src) {
-                    Some(handle) => store.delete_held(src, &handle)?,
-                    None => store.delete(src)?,
-                };
-            }
-            let message = if moved {
-                format!(
-                    "State for {} was successfully moved to {}.",
-                    quoted(src),
-                    quoted(dst)
-                )
-            } else {
-                format!(
-                    "State for {} was successfully copied from {}.",
-                    quoted(dst),
-                    quoted(src)
-                )
-            };
-            Ok(done(
+            copy_or_move(
                 global,
+                store_args,
+                store,
                 runner,
-                message,
-                json!({"ok": true, "from": src, "to": dst}),
-            ))
+                (src, dst),
+                *no_validate,
+                moved,
+            )
         }
         StateCommand::Export { pattern, format } => {
             let states = store.get_all(pattern.as_deref())?;
             Ok(Output::raw(export_text(&states, *format)))
         }
         StateCommand::Import { .. } => {
-            let states = import.unwrap_or_default();
+            let states = prepared.import.unwrap_or_default();
             let n = states.len();
             store.set_all(&states)?;
             Ok(done(
@@ -729,6 +736,62 @@ pub fn run<T: Transport + Clone, P: Platform + Clone>(
         }
         StateCommand::Edit { .. } => Err(Error::new(ErrorKind::Misconfigured, EDIT_UNSUPPORTED)),
     }
+}
+
+/// `copy` / `move` (Meltano: set(dst, get(src))): the source's merged view becomes the
+/// destination's completed part; `move` then deletes the source (not when it is the
+/// destination: Meltano would lose the state, we keep it).
+fn copy_or_move<T: Transport + Clone, P: Platform + Clone>(
+    global: &GlobalArgs,
+    store_args: &StoreArgs,
+    store: &StateStore<T, P>,
+    runner: &mut Runner<'_, T, P>,
+    (src, dst): (&String, &String),
+    no_validate: bool,
+    moved: bool,
+) -> Result<Output, Error> {
+    let held = |id: &str| store_args.held_lock(id);
+    // A missing source reads as {}, which fails validation (as in Meltano).
+    let merged = store.get(src)?.map(|s| s.merged()).unwrap_or_default();
+    if !no_validate {
+        if let Err(e) = validate_state(&merged) {
+            return Ok(meltano_failure(global, runner, e, 1));
+        }
+    }
+    let state = State {
+        id: dst.clone(),
+        partial: Map::new(),
+        completed: merged,
+    };
+    match held(dst) {
+        Some(handle) => store.update_held(&state, &handle)?,
+        None => store.update(&state)?,
+    };
+    if moved && src != dst {
+        match held(src) {
+            Some(handle) => store.delete_held(src, &handle)?,
+            None => store.delete(src)?,
+        };
+    }
+    let message = if moved {
+        format!(
+            "State for {} was successfully moved to {}.",
+            quoted(src),
+            quoted(dst)
+        )
+    } else {
+        format!(
+            "State for {} was successfully copied from {}.",
+            quoted(dst),
+            quoted(src)
+        )
+    };
+    Ok(done(
+        global,
+        runner,
+        message,
+        json!({"ok": true, "from": src, "to": dst}),
+    ))
 }
 
 /// What `export` prints.
