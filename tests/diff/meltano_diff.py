@@ -519,7 +519,7 @@ class Generator:
         kind = rng.choices([k for k, _ in kinds], [w for _, w in kinds])[0]
         if kind == "big" and self.big_done:
             kind = "set-file"
-        merged = lambda i: self.merged_view(store.get(i))  # noqa: E731
+        merged = lambda i: merged_exact(store.get(i))  # noqa: E731
         if kind == "set":
             i = self.pick_id(ids)
             text = self.state(merged(i))
@@ -620,23 +620,6 @@ class Generator:
         ])
         return Step(n, "usage: " + " ".join(a if a.startswith("-") or a in ("merge", "set", "clear", "get", "copy", "list") else "X"
                                              for a in args), args, ids=[i])
-
-    @staticmethod
-    def merged_view(entry: Any) -> Any:
-        if not isinstance(entry, dict):
-            return None
-        out = json.loads(json.dumps(entry.get("completed") or {}, default=str))
-
-        def merge(src: Any, dst: Any) -> None:
-            for k, v in src.items():
-                if isinstance(v, dict) and isinstance(dst.get(k), dict):
-                    merge(v, dst[k])
-                else:
-                    dst[k] = v
-        partial = entry.get("partial")
-        if isinstance(partial, dict):
-            merge(json.loads(json.dumps(partial, default=str)), out)
-        return out
 
 
 # ---------------------------------------------------------------------------------------------
@@ -768,24 +751,25 @@ def meltano_merge(src: dict, dest: Any) -> Any:
     return dest
 
 
-def meltano_view(entry: Any) -> Any:
-    """Meltano's merged view, by its own merge (raises where Meltano crashes)."""
+def merged_view(entry: Any, merge: Any) -> Any:
+    """A state's merged view: its partial part merged over its completed one by `merge(dst,
+    src)`, on copies; {} for no state."""
     if not isinstance(entry, dict):
         return {}
     out = copy.deepcopy(entry.get("completed") or {})
     if isinstance(entry.get("partial"), dict):
-        meltano_merge(copy.deepcopy(entry["partial"]), out)
+        merge(out, copy.deepcopy(entry["partial"]))
     return out
+
+
+def meltano_view(entry: Any) -> Any:
+    """Meltano's merged view, by its own merge (raises where Meltano crashes)."""
+    return merged_view(entry, lambda dst, src: meltano_merge(src, dst))
 
 
 def merged_exact(entry: Any) -> Any:
-    """Meltano's merged view (the partial part deep-merged over the completed one), numbers kept."""
-    if not isinstance(entry, dict):
-        return {}
-    out = copy.deepcopy(entry.get("completed") or {})
-    if isinstance(entry.get("partial"), dict):
-        deep_merge(out, entry["partial"])
-    return out
+    """The merged view as ours makes it (objects merge, anything else replaces), numbers kept."""
+    return merged_view(entry, deep_merge)
 
 
 def bad_id(i: str) -> bool:
