@@ -132,8 +132,11 @@ export class Sink {
   constructor(sink) {
     this.#sink = sink;
   }
-  /** options: { table, columns, batchSize, settings: {name: value}, dedup, retries } */
-  static open(conn, { table, columns, batchSize, settings = {}, dedup, retries } = {}) {
+  /**
+   * options: { table, columns, batchSize, settings: {name: value}, dedup, retries, compression }
+   * (compression: 'none' | 'lz4' | 'zstd' | 'gzip', default 'lz4')
+   */
+  static open(conn, { table, columns, batchSize, settings = {}, dedup, retries, compression } = {}) {
     const options = {
       table,
       columns,
@@ -141,6 +144,7 @@ export class Sink {
       settings: Object.entries(settings).map(([k, v]) => [k, String(v)]),
       dedup,
       retries,
+      compression,
     };
     return new Sink(call(() => tableSink.Sink.open(conn, options)));
   }

@@ -5,7 +5,7 @@ use std::rc::Rc;
 use std::time::Duration;
 
 use crate::client::wasi_http::WasiHttpTransport;
-use crate::client::{Client, ConnectionOptions, Error, ErrorKind};
+use crate::client::{Client, Compression, ConnectionOptions, Error, ErrorKind};
 use crate::platform::wasi::WasiPlatform;
 use crate::sink::{self, Sink, SinkOptions};
 use crate::state::{self, json, HeldLock, LockEngineChoice, LockOptions, StateStore, StoreOptions};
@@ -37,8 +37,8 @@ use bindings::exports::clickhouse::connector::state_store::{
 };
 
 use bindings::exports::clickhouse::connector::table_sink::{
-    self as wit_sink, Guest as SinkGuest, GuestSink, Receipt as WitReceipt,
-    SinkOptions as WitSinkOptions, Value as WitValue,
+    self as wit_sink, Compression as WitCompression, Guest as SinkGuest, GuestSink,
+    Receipt as WitReceipt, SinkOptions as WitSinkOptions, Value as WitValue,
 };
 
 struct Component;
@@ -73,6 +73,10 @@ impl GuestSink for SinkResource {
             settings: options.settings,
             dedup: options.dedup.unwrap_or(false),
             retries: options.retries.unwrap_or(0),
+            compression: options
+                .compression
+                .map(Compression::from)
+                .unwrap_or_default(),
         };
         let sink = Sink::open(client(connection)?, WasiPlatform, &options)?;
         Ok(wit_sink::Sink::new(SinkResource {
@@ -296,6 +300,17 @@ fn client(connection: Connection) -> Result<Client<WasiHttpTransport>, WitError>
         request_timeout_ms: connection.request_timeout_ms,
     };
     Ok(Client::new(&options, WasiHttpTransport)?)
+}
+
+impl From<WitCompression> for Compression {
+    fn from(method: WitCompression) -> Self {
+        match method {
+            WitCompression::None => Compression::None,
+            WitCompression::Lz4 => Compression::Lz4,
+            WitCompression::Zstd => Compression::Zstd,
+            WitCompression::Gzip => Compression::Gzip,
+        }
+    }
 }
 
 impl From<Error> for WitError {

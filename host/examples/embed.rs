@@ -72,6 +72,7 @@ async fn main() -> anyhow::Result<()> {
                             settings: vec![],
                             dedup: None,
                             retries: None,
+                            compression: None,
                         },
                     )
                     .await?;

@@ -30,7 +30,9 @@ pub mod pool;
 pub mod runtime;
 
 pub use allow_list::{AllowList, AllowListError};
-pub use bindings::{LockEngine, Receipt, ServerInfo, SinkOptions, State, StoreOptions, Value};
+pub use bindings::{
+    Compression, LockEngine, Receipt, ServerInfo, SinkOptions, State, StoreOptions, Value,
+};
 pub use component::{CachePolicy, ComponentSource, LoadKind, LoadReport};
 pub use limits::{CallDeadlineExceeded, Limits};
 pub use pool::{Network, NetworkError, Resolve, SystemResolver, TlsOptions};

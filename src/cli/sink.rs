@@ -1,4 +1,4 @@
-//! `sink --table T [--columns a,b] [--batch-size N] [--dedup [--retries N]] [--checkpoint ID]
+//! `sink --table T [--columns a,b] [--batch-size N] [--compression C] [--dedup [--retries N]] [--checkpoint ID]
 //! [FILE|-]`: stream NDJSON (or a JSON array) into a table. Input is read batch by batch (a JSON
 //! array element by element), so memory stays bounded by a batch whatever the input size; each
 //! batch is one `send-json`, so one acknowledged INSERT per batch.
@@ -18,7 +18,7 @@ use serde_json::{json, Map, Value};
 use sha2::{Digest, Sha256};
 
 use crate::client::retry::DEFAULT_RETRIES;
-use crate::client::{Client, Error, ErrorKind, Query, Transport};
+use crate::client::{Client, Compression, Error, ErrorKind, Query, Transport};
 use crate::hex::hex;
 use crate::platform::Platform;
 use crate::sink::{Receipt, Sink, SinkOptions};
@@ -42,6 +42,10 @@ pub struct SinkArgs {
     /// inserts (checked before anything is sent).
     #[arg(long)]
     pub dedup: bool,
+    /// How INSERT bodies are compressed on the wire: none, lz4, zstd or gzip (the server
+    /// decodes them by their Content-Encoding).
+    #[arg(long, env = "CLICKHOUSE_COMPRESSION", default_value = "lz4", value_parser = parse_compression)]
+    pub compression: Compression,
     /// Record progress in the state store under this id after each acknowledged batch; a
     /// later run with the same id continues after what was committed (needs --dedup and
     /// NDJSON input; the store is chosen by the --state-* options).
@@ -53,6 +57,11 @@ pub struct SinkArgs {
     pub store: StoreArgs,
     /// NDJSON or JSON-array file; - or nothing for stdin.
     pub file: Option<PathBuf>,
+}
+
+/// `--compression`'s value (see [`Compression::parse`]).
+fn parse_compression(text: &str) -> Result<Compression, String> {
+    Compression::parse(text).map_err(|e| e.message)
 }
 
 /// The first row's keys, in order (for `--columns` left out).
@@ -253,6 +262,7 @@ impl<T: Transport + Clone, P: Platform + Clone> Stream<'_, '_, T, P> {
                 settings: vec![],
                 dedup: self.args.dedup,
                 retries: self.retries,
+                compression: self.args.compression,
             };
             let client = self.client.take().expect("a client until the sink opens");
             self.sink = Some(Sink::open(client, self.runner.platform.clone(), &options)?);
@@ -861,6 +871,7 @@ mod tests {
             columns,
             batch_size: batch,
             dedup: true,
+            compression: Compression::Lz4,
             checkpoint: Some("c".into()),
             store: StoreArgs::default(),
             file: None,

@@ -1,9 +1,11 @@
 //! ClickHouse HTTP client: connection strings ([`dsn`]), requests ([`request`]), answers
-//! ([`response`]), the error taxonomy ([`error`]), repeating what is safe to repeat
+//! ([`response`]), INSERT body compression ([`compression`]), the error taxonomy ([`error`]),
+//! repeating what is safe to repeat
 //! ([`retry`]), identifiers in SQL text ([`sql`]) and the transport seam ([`transport`]).
 //!
 //! Everything here except [`wasi_http`] is plain Rust with native unit tests.
 
+pub mod compression;
 pub mod dsn;
 pub mod error;
 pub mod error_codes;
@@ -18,6 +20,7 @@ pub mod url;
 #[cfg(target_arch = "wasm32")]
 pub mod wasi_http;
 
+pub use compression::Compression;
 pub use dsn::{ConnectionOptions, Endpoint};
 pub use error::{Error, ErrorKind, Operation, ServerError};
 pub use request::{escape_param, ExternalTable, HttpRequest, Query};

@@ -3,6 +3,7 @@
 
 use std::time::Duration;
 
+use super::compression::Compression;
 use super::dsn::Endpoint;
 use super::error::{Error, Operation};
 use super::settings;
@@ -60,6 +61,8 @@ pub struct Query {
     pub format: Option<String>,
     /// INSERT data: when present the SQL travels in the URL and this is the body.
     pub data: Option<Vec<u8>>,
+    /// How the INSERT data is compressed on the wire (`Content-Encoding`); only `data` is.
+    pub compression: Compression,
     /// External data (a temporary table the statement reads): when present the SQL travels
     /// in the URL and the body is `multipart/form-data` holding the table.
     pub external: Option<ExternalTable>,
@@ -92,6 +95,7 @@ impl Query {
             settings: Vec::new(),
             format: None,
             data: None,
+            compression: Compression::None,
             external: None,
             operation: Operation::Read,
         }
@@ -126,6 +130,12 @@ impl Query {
     /// Attaches INSERT data (the SQL must end in `FORMAT <name>`).
     pub fn data(mut self, data: Vec<u8>) -> Self {
         self.data = Some(data);
+        self
+    }
+
+    /// Compresses the INSERT data with `method` (see [`Compression`]).
+    pub fn compress(mut self, method: Compression) -> Self {
+        self.compression = method;
         self
     }
 
@@ -191,7 +201,10 @@ impl Query {
             }
             (Some(data), None) => {
                 push(settings::QUERY, &self.sql);
-                data
+                if let Some(encoding) = self.compression.content_encoding() {
+                    headers.push(("content-encoding".into(), encoding.as_bytes().to_vec()));
+                }
+                self.compression.encode(data)
             }
             (None, Some(table)) => {
                 if table.name.is_empty()
@@ -423,6 +436,29 @@ mod tests {
             .contains("insert_deduplication_token=abc"));
         assert_eq!(req.body, b"{\"a\":1}\n");
         assert_eq!(req.operation, Operation::Write);
+    }
+
+    #[test]
+    fn compressed_insert_data_carries_its_content_encoding() {
+        let ep = endpoint("http://h");
+        let data = b"{\"a\":1}\n".repeat(100);
+        let plain = Query::write("send", "INSERT INTO t FORMAT JSONEachRow").data(data.clone());
+        assert_eq!(
+            header(&plain.to_http(&ep).unwrap(), "content-encoding"),
+            None
+        );
+        let req = plain
+            .clone()
+            .compress(Compression::Lz4)
+            .to_http(&ep)
+            .unwrap();
+        assert_eq!(header(&req, "content-encoding"), Some(&b"lz4"[..]));
+        assert_eq!(req.body, Compression::Lz4.encode(data));
+        // Only INSERT data is compressed: a statement in the body never is.
+        let select = Query::read("x", "SELECT 1").compress(Compression::Gzip);
+        let req = select.to_http(&ep).unwrap();
+        assert_eq!(header(&req, "content-encoding"), None);
+        assert_eq!(req.body, b"SELECT 1");
     }
 
     #[test]

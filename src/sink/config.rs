@@ -2,7 +2,7 @@
 //! columns, batch size, settings (with the async-insert rule), deduplication.
 
 use crate::client::settings::check_setting_name;
-use crate::client::{Endpoint, Error};
+use crate::client::{Compression, Endpoint, Error};
 
 /// Default rows per INSERT.
 pub const DEFAULT_BATCH_SIZE: u32 = 1000;
@@ -23,6 +23,8 @@ pub struct SinkOptions {
     /// How many times a chunk that failed in a way that may pass is resent with the same
     /// token (default 0); needs `dedup`.
     pub retries: u32,
+    /// How INSERT bodies are compressed on the wire (default LZ4).
+    pub compression: Compression,
 }
 
 /// Validated options.
@@ -44,6 +46,8 @@ pub struct SinkConfig {
     pub retries: u32,
     /// Whether inserts are asynchronous (`async_insert` on); then `written_rows` is not checked.
     pub async_insert: bool,
+    /// How INSERT bodies are compressed on the wire.
+    pub compression: Compression,
 }
 
 /// How ClickHouse reads a boolean setting given as text (a URL parameter): `0`, `1`, or
@@ -97,6 +101,7 @@ impl SinkConfig {
             dedup: options.dedup,
             retries: options.retries,
             async_insert,
+            compression: options.compression,
         })
     }
 

@@ -203,7 +203,7 @@ impl<T: Transport, P: Platform> Sink<T, P> {
         for (name, value) in &self.config.settings {
             query = query.setting(name, value.clone());
         }
-        query
+        query.compress(self.config.compression)
     }
 
     fn deliver(&self, encoded: &Encoded) -> Result<Receipt, Error> {
@@ -388,7 +388,7 @@ mod tests {
     use super::*;
     use crate::client::error::{TransportError, TransportFailure};
     use crate::client::testing::{fail, ok, Scripted};
-    use crate::client::{ConnectionOptions, HttpResponse};
+    use crate::client::{Compression, ConnectionOptions, HttpResponse};
     use crate::platform::testing::FakePlatform;
     use crate::sink::encode::Value;
 
@@ -434,6 +434,8 @@ mod tests {
                 batch_size: Some(batch),
                 dedup,
                 retries,
+                // The bytes on the wire are what these tests read.
+                compression: Compression::None,
                 ..Default::default()
             },
         )
@@ -460,6 +462,53 @@ mod tests {
             .map(|i| format!("{{\"id\":{i}}}\n"))
             .collect::<String>()
             .into_bytes()
+    }
+
+    #[test]
+    fn inserts_are_lz4_compressed_by_default_and_the_token_is_of_the_rows() {
+        let data = ndjson(3);
+        let t = Scripted::new(vec![ack(3)]);
+        let client = Client::new(&ConnectionOptions::from_url("http://h"), &t).unwrap();
+        let options = SinkOptions {
+            table: "db.events".into(),
+            dedup: false,
+            ..Default::default()
+        };
+        Sink::open(client, FakePlatform::default(), &options)
+            .unwrap()
+            .send_json(&data)
+            .unwrap();
+        let sent = t.sent.borrow();
+        let encoding = sent[0]
+            .headers
+            .iter()
+            .find(|(n, _)| n == "content-encoding");
+        assert_eq!(encoding.map(|(_, v)| v.as_slice()), Some(&b"lz4"[..]));
+        assert_eq!(sent[0].body, Compression::Lz4.encode(data.clone()));
+        drop(sent);
+        // The same rows make the same deduplication token whatever the compression: a
+        // resend with another method is still recognised as the same chunk.
+        let token = |compression| {
+            let t = Scripted::new(vec![engine(DEDUPLICATING), ack(3)]);
+            let client = Client::new(&ConnectionOptions::from_url("http://h"), &t).unwrap();
+            let options = SinkOptions {
+                table: "db.events".into(),
+                dedup: true,
+                compression,
+                ..Default::default()
+            };
+            Sink::open(client, FakePlatform::default(), &options)
+                .unwrap()
+                .send_json(&data)
+                .unwrap();
+            let target = t.sent.borrow()[1].path_and_query.clone();
+            target
+                .split('&')
+                .find(|p| p.starts_with("insert_deduplication_token="))
+                .unwrap()
+                .to_string()
+        };
+        assert_eq!(token(Compression::None), token(Compression::Zstd));
     }
 
     #[test]

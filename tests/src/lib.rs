@@ -372,6 +372,7 @@ pub fn cli(server: &Server) -> Command {
         "CLICKHOUSE_DATABASE",
         "CLICKHOUSE_ALLOW_HOSTS",
         "CLICKHOUSE_RETRIES",
+        "CLICKHOUSE_COMPRESSION",
         "CLICKHOUSE_SCHEMA",
         "CLICKHOUSE_TABLE",
         "CLICKHOUSE_LOCK_TABLE",

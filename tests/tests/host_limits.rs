@@ -113,6 +113,7 @@ async fn guest_memory_is_capped() {
         settings: vec![],
         dedup: None,
         retries: None,
+        compression: None,
     };
     // With the default limit (1 GiB) the input is read and refused as bad rows.
     let mut instance = runtime()

@@ -6,9 +6,14 @@ use std::io::Write;
 use std::process::Stdio;
 
 use clickhouse_component::client::ErrorKind;
-use clickhouse_component_host::{Instance, SinkHandle, SinkOptions, Value};
+use clickhouse_component_host::{
+    default_allow_list, Compression, Instance, SinkHandle, SinkOptions, Value,
+};
 use clickhouse_component_tests::native::sql;
-use clickhouse_component_tests::{cli, clickhouse, instance, output_with_stdin, unique_name};
+use clickhouse_component_tests::proxy::Proxy;
+use clickhouse_component_tests::{
+    cli, clickhouse, instance, output_with_stdin, runtime, unique_name,
+};
 use serde_json::{json, Value as Json};
 
 /// A database of its own with one table; returns `db.table`.
@@ -41,6 +46,7 @@ fn options(table: &str) -> SinkOptions {
         settings: vec![],
         dedup: None,
         retries: None,
+        compression: None,
     }
 }
 
@@ -459,6 +465,82 @@ async fn chunking_acknowledges_each_insert_in_order() {
 }
 
 #[tokio::test]
+async fn every_compression_method_lands_the_same_rows_and_shrinks_the_wire() {
+    let server = clickhouse();
+    let proxy = Proxy::start(&server.url);
+    let proxied = proxy.server(server);
+    let conn = proxied.connection();
+    let mut i = runtime()
+        .instantiate(default_allow_list(&conn).unwrap())
+        .await
+        .unwrap();
+    // Values that a codec or a server's decoder could get wrong: escapes, unicode, NUL.
+    let value = |n: usize| format!("row {n}\t\"q\"\\ é 漢 \u{0} {}", "x".repeat(n % 97));
+    let data = ndjson((0..3000).map(|n| json!({"n": n, "s": value(n)})));
+    for (method, name) in [
+        (None, "lz4"),
+        (Some(Compression::None), "none"),
+        (Some(Compression::Lz4), "lz4"),
+        (Some(Compression::Zstd), "zstd"),
+        (Some(Compression::Gzip), "gzip"),
+    ] {
+        let t = table("n UInt32, s String", "");
+        let (db, tb) = t.split_once('.').unwrap();
+        let before = proxy.log().len();
+        let s = i
+            .open_sink(
+                &conn,
+                &SinkOptions {
+                    batch_size: Some(1000),
+                    compression: method,
+                    ..options(&t)
+                },
+            )
+            .await
+            .unwrap();
+        let r = i.sink_send_json(s, &data).await.unwrap();
+        assert_eq!(
+            (r.rows, r.chunks, r.written_rows),
+            (3000, 3, 3000),
+            "{name}"
+        );
+        let got = sql().rows(
+            "SELECT n, s FROM {db:Identifier}.{t:Identifier} ORDER BY n",
+            &[("db", db), ("t", tb)],
+        );
+        assert_eq!(got.len(), 3000, "{name}");
+        for (n, row) in got.iter().enumerate() {
+            assert_eq!(row["n"], json!(n), "{name}");
+            assert_eq!(row["s"], json!(value(n)), "{name}: row {n} differs");
+        }
+        // On the wire: three INSERTs, each with its Content-Encoding and a smaller body.
+        let inserts: Vec<_> = proxy.log()[before..]
+            .iter()
+            .filter(|r| r.target_decoded().contains("INSERT INTO"))
+            .cloned()
+            .collect();
+        assert_eq!(inserts.len(), 3, "{name}");
+        let wire: usize = inserts.iter().map(|r| r.body.len()).sum();
+        for r in &inserts {
+            assert_eq!(
+                r.header("content-encoding").as_deref(),
+                (name != "none").then_some(name),
+                "{name}"
+            );
+        }
+        if name == "none" {
+            assert_eq!(wire, data.len());
+        } else {
+            assert!(
+                wire * 3 < data.len(),
+                "{name}: {wire} bytes on the wire for {}",
+                data.len()
+            );
+        }
+    }
+}
+
+#[tokio::test]
 async fn a_rejected_chunk_after_committed_ones_is_uncertain() {
     let t = table("n UInt32, at DateTime", "");
     let mut i = instance().await;
@@ -757,6 +839,48 @@ fn cli_reports_kind_committed_rows_and_exit_code_on_failure() {
         .as_str()
         .unwrap()
         .contains("missing 'missing'"));
+}
+
+#[test]
+fn cli_compression_comes_from_the_option_or_the_environment() {
+    let t = table("n UInt32", "");
+    let data = ndjson((0..300).map(|n| json!({"n": n})));
+    for (args, env) in [
+        (vec!["--compression", "zstd"], None),
+        (vec!["--compression", "NONE"], None),
+        (vec![], Some("gzip")),
+    ] {
+        let mut cmd = cli(clickhouse());
+        cmd.args(["sink", "--table", &t, "--batch-size", "100"])
+            .args(&args);
+        if let Some(method) = env {
+            cmd.env("CLICKHOUSE_COMPRESSION", method);
+        }
+        let out = output_with_stdin(&mut cmd, &data);
+        assert!(
+            out.status.success(),
+            "{args:?} {env:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    assert_eq!(count(&t), 900);
+    // A method the server could decode but the component does not make is refused before
+    // anything is read or sent (exit 2, naming the choices), from either source.
+    for (args, env) in [(vec!["--compression", "br"], None), (vec![], Some("lz4hc"))] {
+        let mut cmd = cli(clickhouse());
+        cmd.args(["sink", "--table", &t]).args(&args);
+        if let Some(method) = env {
+            cmd.env("CLICKHOUSE_COMPRESSION", method);
+        }
+        let out = output_with_stdin(&mut cmd, &data);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{stderr}");
+        assert!(
+            stderr.contains("is not one of none, lz4, zstd, gzip"),
+            "{stderr}"
+        );
+    }
+    assert_eq!(count(&t), 900);
 }
 
 /// Column names a real server's parser only takes backquoted (ClickHouse has no query

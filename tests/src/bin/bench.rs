@@ -269,6 +269,7 @@ async fn bench_sink(rows: usize, batch: usize) {
                 settings: vec![],
                 dedup: None,
                 retries: None,
+                compression: None,
             },
         )
         .await
