@@ -21,7 +21,7 @@ use crate::client::retry::DEFAULT_RETRIES;
 use crate::client::{Client, Compression, Error, ErrorKind, Query, Transport};
 use crate::hex::hex;
 use crate::platform::Platform;
-use crate::sink::{Receipt, Sink, SinkOptions};
+use crate::sink::{Receipt, Sink, SinkOptions, StartedSend};
 use crate::state::{State, StateStore};
 
 use super::{GlobalArgs, Output, Runner, StoreArgs};
@@ -230,6 +230,8 @@ struct Stream<'r, 'a, T: Transport + Clone, P: Platform + Clone> {
     checkpoints: Option<Checkpoints<T, P>>,
     /// The checkpoint as last written (or read).
     checkpoint: Option<Checkpoint>,
+    /// The batch on the wire, and where it ends in the input.
+    in_flight: Option<(StartedSend, Option<Position>)>,
 }
 
 impl<T: Transport + Clone, P: Platform + Clone> Stream<'_, '_, T, P> {
@@ -268,6 +270,17 @@ impl<T: Transport + Clone, P: Platform + Clone> Stream<'_, '_, T, P> {
             self.sink = Some(Sink::open(client, self.runner.platform.clone(), &options)?);
         }
         let sink = self.sink.as_ref().expect("opened");
+        // Read and checked (and compressed) while the previous batch is on the wire; sent
+        // only once that one is acknowledged.
+        let prepared = match sink.prepare_json(batch) {
+            Ok(prepared) => prepared,
+            Err(e) => {
+                self.complete()?;
+                return Err(e);
+            }
+        };
+        self.complete()?;
+        let sink = self.sink.as_ref().expect("opened");
         if let (Some(checkpoints), Some(position)) = (&self.checkpoints, position) {
             if position.short {
                 // Its bounds depend on where the input ends now: record them first, so a
@@ -282,7 +295,18 @@ impl<T: Transport + Clone, P: Platform + Clone> Stream<'_, '_, T, P> {
                 self.checkpoint = Some(pending);
             }
         }
-        let receipt = sink.send_json(batch)?;
+        self.in_flight = Some((sink.start(prepared), position.cloned()));
+        Ok(())
+    }
+
+    /// Waits for the batch in flight, if any: its receipt, its checkpoint, the progress line.
+    fn complete(&mut self) -> Result<(), Error> {
+        let Some((started, position)) = self.in_flight.take() else {
+            return Ok(());
+        };
+        let position = position.as_ref();
+        let sink = self.sink.as_ref().expect("a batch in flight has a sink");
+        let receipt = sink.finish(started)?;
         self.total.add(&receipt);
         if let (Some(checkpoints), Some(position)) = (&self.checkpoints, position) {
             let before = self
@@ -404,6 +428,7 @@ pub fn run<T: Transport + Clone, P: Platform + Clone>(
         last_progress: started,
         checkpoints,
         checkpoint: saved,
+        in_flight: None,
         runner,
     };
     let outcome = if args.checkpoint.is_some() {
@@ -417,6 +442,12 @@ pub fn run<T: Transport + Clone, P: Platform + Clone>(
         read_batches(&mut input, args.batch_size as usize, |batch| {
             stream.send(batch, None)
         })
+    };
+    // The last batch is still on the wire (also when reading failed): its outcome decides
+    // what was committed, so its failure comes first.
+    let outcome = match (outcome, stream.complete()) {
+        (_, Err(e)) => Err(e),
+        (outcome, Ok(())) => outcome,
     };
     let total = stream.total;
     let progress = stream.runner.progress;
@@ -504,6 +535,7 @@ pub fn run<T: Transport + Clone, P: Platform + Clone>(
 }
 
 /// How far an NDJSON input has been read: bytes from its start, and their SHA-256 (hex).
+#[derive(Clone, Debug)]
 pub struct Position {
     /// Bytes consumed.
     pub bytes: u64,

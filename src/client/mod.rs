@@ -26,7 +26,7 @@ pub use error::{Error, ErrorKind, Operation, ServerError};
 pub use request::{escape_param, ExternalTable, HttpRequest, Query};
 pub use response::{HttpResponse, QuerySummary, Response};
 pub use secrets::Redactor;
-pub use transport::Transport;
+pub use transport::{InFlight, Transport};
 
 use error::classify_transport;
 
@@ -73,7 +73,26 @@ impl<T: Transport> Client<T> {
     /// Sends a request built by [`Client::prepare`] and returns the server's successful
     /// answer, or a classified error.
     pub fn send(&self, request: &HttpRequest) -> Result<Response, Error> {
-        match self.transport.send(request) {
+        self.interpret(request, self.transport.send(request))
+    }
+
+    /// Sends a request built by [`Client::prepare`] without waiting for the answer (where the
+    /// transport can overlap; see [`Transport::start`]); [`Client::wait`] reads it.
+    pub fn start(&self, request: &HttpRequest) -> InFlight {
+        self.transport.start(request)
+    }
+
+    /// The answer to a request [`Client::start`]ed, classified as [`Client::send`] does.
+    pub fn wait(&self, request: &HttpRequest, in_flight: InFlight) -> Result<Response, Error> {
+        self.interpret(request, in_flight.wait())
+    }
+
+    fn interpret(
+        &self,
+        request: &HttpRequest,
+        answer: Result<HttpResponse, error::TransportError>,
+    ) -> Result<Response, Error> {
+        match answer {
             Ok(http) => response::interpret(http, request.operation, &self.redactor),
             Err(failure) => {
                 let kind = classify_transport(&failure.failure, request.operation);

@@ -6,15 +6,15 @@
 use wasip2::clocks::monotonic_clock;
 use wasip2::http::outgoing_handler;
 use wasip2::http::types::{
-    ErrorCode, Fields, IncomingBody, Method as WasiMethod, OutgoingBody, OutgoingRequest,
-    RequestOptions, Scheme,
+    ErrorCode, Fields, FutureIncomingResponse, IncomingBody, Method as WasiMethod, OutgoingBody,
+    OutgoingRequest, RequestOptions, Scheme,
 };
 use wasip2::io::streams::StreamError;
 
 use super::error::{TransportError, TransportFailure};
 use super::request::{HttpRequest, Method};
 use super::response::HttpResponse;
-use super::transport::Transport;
+use super::transport::{InFlight, Transport};
 
 /// Largest read asked of the response stream at once.
 const READ_CHUNK: u64 = 256 * 1024;
@@ -28,97 +28,123 @@ pub struct WasiHttpTransport;
 
 impl Transport for WasiHttpTransport {
     fn send(&self, request: &HttpRequest) -> Result<HttpResponse, TransportError> {
-        let started = monotonic_clock::now();
-        let mut entries: Vec<(String, Vec<u8>)> = request.headers.clone();
-        entries.push((
-            "content-length".to_string(),
-            request.body.len().to_string().into_bytes(),
-        ));
-        let headers = Fields::from_list(&entries).map_err(|e| {
-            TransportError::new(
-                TransportFailure::InvalidRequest,
-                format!("a header value cannot be sent: {e:?}"),
-            )
-        })?;
-        let outgoing = OutgoingRequest::new(headers);
-        let invalid = |what: &str| TransportError::new(TransportFailure::InvalidRequest, what);
-        outgoing
-            .set_method(&match request.method {
-                Method::Post => WasiMethod::Post,
-            })
-            .map_err(|()| invalid("method rejected"))?;
-        outgoing
-            .set_scheme(Some(if request.tls {
-                &Scheme::Https
-            } else {
-                &Scheme::Http
-            }))
-            .map_err(|()| invalid("scheme rejected"))?;
-        outgoing
-            .set_authority(Some(&request.authority))
-            .map_err(|()| invalid("authority rejected"))?;
-        outgoing
-            .set_path_with_query(Some(&request.path_and_query))
-            .map_err(|()| invalid("path rejected"))?;
-
-        let options = RequestOptions::new();
-        let nanos = |d: std::time::Duration| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
-        // Hosts may not support every timeout; an unsupported one is not an error.
-        let _ = options.set_connect_timeout(Some(nanos(request.connect_timeout)));
-        let _ = options.set_first_byte_timeout(Some(nanos(request.request_timeout)));
-        let _ = options.set_between_bytes_timeout(Some(nanos(request.request_timeout)));
-
-        let body = outgoing
-            .body()
-            .map_err(|()| invalid("request body unavailable"))?;
-        let future = outgoing_handler::handle(outgoing, Some(options)).map_err(from_error_code)?;
-
-        // Write the body. A failure here usually means the request itself failed (refused,
-        // denied): the response future then carries the real cause.
-        let write_result = write_body(body, &request.body);
-
-        let incoming = loop {
-            match future.get() {
-                Some(Ok(Ok(response))) => break response,
-                Some(Ok(Err(code))) => return Err(from_error_code(code)),
-                Some(Err(())) => {
-                    return Err(TransportError::new(
-                        TransportFailure::Other,
-                        "response already taken",
-                    ))
-                }
-                None => future.subscribe().block(),
-            }
-        };
-        if let Err(detail) = write_result {
-            return Err(TransportError::new(TransportFailure::Reset, detail));
-        }
-
-        let status = incoming.status();
-        let headers = incoming
-            .headers()
-            .entries()
-            .into_iter()
-            .map(|(name, value)| (name.to_ascii_lowercase(), value))
-            .collect();
-        let body_resource = incoming.consume().map_err(|()| {
-            TransportError::new(TransportFailure::Other, "response body unavailable")
-        })?;
-        let limit = if (200..300).contains(&status) {
-            usize::MAX
-        } else {
-            MAX_ERROR_BODY
-        };
-        let body = read_body(&body_resource, limit)?;
-        let _trailers = IncomingBody::finish(body_resource);
-        let elapsed_ns = monotonic_clock::now().saturating_sub(started);
-        Ok(HttpResponse {
-            status,
-            headers,
-            body,
-            elapsed_us: elapsed_ns / 1_000,
-        })
+        self.start(request).wait()
     }
+
+    /// Hands the request to the host and writes its whole body; the host sends it while the
+    /// guest goes on, and the returned [`InFlight`] waits for the answer.
+    fn start(&self, request: &HttpRequest) -> InFlight {
+        let started = monotonic_clock::now();
+        match begin(request) {
+            Ok((future, write_result)) => {
+                InFlight::pending(move || answer(future, write_result, started))
+            }
+            Err(e) => InFlight::ready(Err(e)),
+        }
+    }
+}
+
+/// Builds the `wasi:http` request, hands it to the host and writes the body.
+fn begin(
+    request: &HttpRequest,
+) -> Result<(FutureIncomingResponse, Result<(), String>), TransportError> {
+    let mut entries: Vec<(String, Vec<u8>)> = request.headers.clone();
+    entries.push((
+        "content-length".to_string(),
+        request.body.len().to_string().into_bytes(),
+    ));
+    let headers = Fields::from_list(&entries).map_err(|e| {
+        TransportError::new(
+            TransportFailure::InvalidRequest,
+            format!("a header value cannot be sent: {e:?}"),
+        )
+    })?;
+    let outgoing = OutgoingRequest::new(headers);
+    let invalid = |what: &str| TransportError::new(TransportFailure::InvalidRequest, what);
+    outgoing
+        .set_method(&match request.method {
+            Method::Post => WasiMethod::Post,
+        })
+        .map_err(|()| invalid("method rejected"))?;
+    outgoing
+        .set_scheme(Some(if request.tls {
+            &Scheme::Https
+        } else {
+            &Scheme::Http
+        }))
+        .map_err(|()| invalid("scheme rejected"))?;
+    outgoing
+        .set_authority(Some(&request.authority))
+        .map_err(|()| invalid("authority rejected"))?;
+    outgoing
+        .set_path_with_query(Some(&request.path_and_query))
+        .map_err(|()| invalid("path rejected"))?;
+
+    let options = RequestOptions::new();
+    let nanos = |d: std::time::Duration| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
+    // Hosts may not support every timeout; an unsupported one is not an error.
+    let _ = options.set_connect_timeout(Some(nanos(request.connect_timeout)));
+    let _ = options.set_first_byte_timeout(Some(nanos(request.request_timeout)));
+    let _ = options.set_between_bytes_timeout(Some(nanos(request.request_timeout)));
+
+    let body = outgoing
+        .body()
+        .map_err(|()| invalid("request body unavailable"))?;
+    let future = outgoing_handler::handle(outgoing, Some(options)).map_err(from_error_code)?;
+
+    // Write the body. A failure here usually means the request itself failed (refused,
+    // denied): the response future then carries the real cause.
+    let write_result = write_body(body, &request.body);
+    Ok((future, write_result))
+}
+
+/// Waits for the answer to a request [`begin`] sent and reads it whole.
+fn answer(
+    future: FutureIncomingResponse,
+    write_result: Result<(), String>,
+    started: u64,
+) -> Result<HttpResponse, TransportError> {
+    let incoming = loop {
+        match future.get() {
+            Some(Ok(Ok(response))) => break response,
+            Some(Ok(Err(code))) => return Err(from_error_code(code)),
+            Some(Err(())) => {
+                return Err(TransportError::new(
+                    TransportFailure::Other,
+                    "response already taken",
+                ))
+            }
+            None => future.subscribe().block(),
+        }
+    };
+    if let Err(detail) = write_result {
+        return Err(TransportError::new(TransportFailure::Reset, detail));
+    }
+
+    let status = incoming.status();
+    let headers = incoming
+        .headers()
+        .entries()
+        .into_iter()
+        .map(|(name, value)| (name.to_ascii_lowercase(), value))
+        .collect();
+    let body_resource = incoming
+        .consume()
+        .map_err(|()| TransportError::new(TransportFailure::Other, "response body unavailable"))?;
+    let limit = if (200..300).contains(&status) {
+        usize::MAX
+    } else {
+        MAX_ERROR_BODY
+    };
+    let body = read_body(&body_resource, limit)?;
+    let _trailers = IncomingBody::finish(body_resource);
+    let elapsed_ns = monotonic_clock::now().saturating_sub(started);
+    Ok(HttpResponse {
+        status,
+        headers,
+        body,
+        elapsed_us: elapsed_ns / 1_000,
+    })
 }
 
 /// Writes all of `data` and finishes the body; never flushes after the last write.

@@ -6,13 +6,14 @@
 //! that landed before its answer was lost is not written twice.
 
 use std::cell::OnceCell;
+use std::collections::VecDeque;
 
 use sha2::{Digest, Sha256};
 
 use crate::client::response::json_rows;
 use crate::client::retry::{self, RetryPolicy};
 use crate::client::sql::quote_identifier;
-use crate::client::{Client, Error, ErrorKind, Query, Transport};
+use crate::client::{Client, Error, ErrorKind, HttpRequest, InFlight, Query, Transport};
 use crate::platform::Platform;
 
 use super::columns::{ColumnTypeSource, ColumnTypes};
@@ -46,6 +47,23 @@ impl Receipt {
         self.unverified_chunks += other.unverified_chunks;
         self.retries += other.retries;
     }
+}
+
+/// One chunk's INSERT request and its row count.
+struct ChunkRequest {
+    request: HttpRequest,
+    rows: u64,
+}
+
+/// A send whose rows are checked and whose requests are built ([`Sink::prepare_json`]).
+pub struct PreparedSend {
+    chunks: VecDeque<ChunkRequest>,
+}
+
+/// A send whose first INSERT is on the wire ([`Sink::start`]); [`Sink::finish`] completes it.
+pub struct StartedSend {
+    chunks: VecDeque<ChunkRequest>,
+    first: Option<InFlight>,
 }
 
 /// A sink bound to one client and table.
@@ -206,31 +224,83 @@ impl<T: Transport, P: Platform> Sink<T, P> {
         query.compress(self.config.compression)
     }
 
-    fn deliver(&self, encoded: &Encoded) -> Result<Receipt, Error> {
+    /// One chunk's INSERT, built once: a resend is the same request, token included.
+    fn chunk_request(
+        &self,
+        base: &Query,
+        columns: &[String],
+        body: Vec<u8>,
+        rows: usize,
+    ) -> Result<ChunkRequest, Error> {
+        let mut query = base.clone();
+        if self.config.dedup {
+            query = query
+                .setting("insert_deduplicate", "1")
+                .setting("insert_deduplication_token", self.token(columns, &body));
+        }
+        Ok(ChunkRequest {
+            request: self.client.prepare(query.data(body))?,
+            rows: rows as u64,
+        })
+    }
+
+    /// Every chunk's request of `encoded`, `batch_size` rows each, built when `build` is
+    /// called with its index.
+    fn chunk_builder<'e>(
+        &'e self,
+        encoded: &'e Encoded,
+    ) -> (usize, impl FnMut(usize) -> Result<ChunkRequest, Error> + 'e) {
         let total = encoded.len();
-        let chunk_count = total.div_ceil(self.config.batch_size);
         let base = self.insert_query(&encoded.columns);
+        let batch = self.config.batch_size;
+        let build = move |chunk: usize| {
+            let start = chunk * batch;
+            let end = (start + batch).min(total);
+            self.chunk_request(
+                &base,
+                &encoded.columns,
+                encoded.rows(start, end),
+                end - start,
+            )
+        };
+        (total.div_ceil(batch), build)
+    }
+
+    fn deliver(&self, encoded: &Encoded) -> Result<Receipt, Error> {
+        let (count, build) = self.chunk_builder(encoded);
+        self.deliver_chunks(count, build, None)
+    }
+
+    /// Sends `count` chunks in order, each acknowledged before the next is sent; the next
+    /// chunk's request (copy, token, compression) is built while the current one is on the
+    /// wire. `first`: chunk 0's request, already started.
+    fn deliver_chunks(
+        &self,
+        count: usize,
+        mut build: impl FnMut(usize) -> Result<ChunkRequest, Error>,
+        first: Option<InFlight>,
+    ) -> Result<Receipt, Error> {
+        let chunk_count = count;
         let policy = self.retry_policy();
         let mut receipt = Receipt::default();
-        for chunk in 0..chunk_count {
-            let start = chunk * self.config.batch_size;
-            let end = (start + self.config.batch_size).min(total);
-            let body = encoded.rows(start, end);
-            let mut query = base.clone();
-            if self.config.dedup {
-                query = query.setting("insert_deduplicate", "1").setting(
-                    "insert_deduplication_token",
-                    self.token(&encoded.columns, &body),
-                );
-            }
-            let rows = (end - start) as u64;
-            // Built once: a resend is the same request, token included.
-            let request = self.client.prepare(query.data(body))?;
+        let mut started = first;
+        let mut current = if count > 0 { Some(build(0)?) } else { None };
+        for chunk in 0..count {
+            let ChunkRequest { request, rows } = current.take().expect("built before its turn");
+            let mut in_flight = Some(
+                started
+                    .take()
+                    .unwrap_or_else(|| self.client.start(&request)),
+            );
+            let upcoming = (chunk + 1 < count).then(|| build(chunk + 1));
             let sent = retry::run(
                 &policy,
                 &self.platform,
                 None,
-                || self.client.send(&request),
+                || match in_flight.take() {
+                    Some(answer) => self.client.wait(&request, answer),
+                    None => self.client.send(&request),
+                },
                 |e| retry::is_worth_retrying(e.kind),
             );
             match sent {
@@ -279,8 +349,62 @@ impl<T: Transport, P: Platform> Sink<T, P> {
                     ))
                 }
             }
+            current = match upcoming {
+                None => None,
+                Some(Ok(next)) => Some(next),
+                Some(Err(e)) => {
+                    return Err(Error::uncertain_after(
+                        receipt.rows,
+                        &format!(
+                        "chunk {} of {chunk_count} could not be built after {} rows were committed",
+                        chunk + 2,
+                        receipt.rows
+                    ),
+                        e,
+                    ))
+                }
+            };
         }
         Ok(receipt)
+    }
+
+    /// Checks every row of `data` (as [`Sink::send_json`]) and builds every chunk's request,
+    /// sending nothing: [`Sink::start`] sends the first chunk, [`Sink::finish`] the rest. A
+    /// caller that streams sends prepares its next send while the current one is on the wire
+    /// (the CLI reads and checks its next batch so), and starts it once the current one is
+    /// acknowledged. Holds every chunk's request in memory.
+    pub fn prepare_json(&self, data: &[u8]) -> Result<PreparedSend, Error> {
+        self.check_open()?;
+        let encoded = encode_json(data, self.config.columns.as_deref(), Some(self))?;
+        let (count, mut build) = self.chunk_builder(&encoded);
+        let chunks = (0..count)
+            .map(&mut build)
+            .collect::<Result<VecDeque<_>, _>>()?;
+        Ok(PreparedSend { chunks })
+    }
+
+    /// Sends the first chunk of a prepared send without waiting for its answer.
+    pub fn start(&self, prepared: PreparedSend) -> StartedSend {
+        let first = prepared
+            .chunks
+            .front()
+            .map(|chunk| self.client.start(&chunk.request));
+        StartedSend {
+            chunks: prepared.chunks,
+            first,
+        }
+    }
+
+    /// Completes a send [`Sink::start`] began, as [`Sink::send_json`] does from there on
+    /// (acknowledged chunks in order, retries, `uncertain` after a committed chunk).
+    pub fn finish(&self, started: StartedSend) -> Result<Receipt, Error> {
+        let StartedSend { mut chunks, first } = started;
+        let count = chunks.len();
+        self.deliver_chunks(
+            count,
+            |_| Ok(chunks.pop_front().expect("one request per chunk")),
+            first,
+        )
     }
 
     /// The deduplication token of a chunk: SHA-256 of the table, the columns and the exact
@@ -391,6 +515,7 @@ mod tests {
     use crate::client::{Compression, ConnectionOptions, HttpResponse};
     use crate::platform::testing::FakePlatform;
     use crate::sink::encode::Value;
+    use std::cell::RefCell;
 
     fn ack(written: u64) -> Result<HttpResponse, TransportError> {
         Ok(HttpResponse {
@@ -509,6 +634,80 @@ mod tests {
                 .to_string()
         };
         assert_eq!(token(Compression::None), token(Compression::Zstd));
+    }
+
+    /// A transport that answers every request with `ack(rows)` and logs when a request is
+    /// started and when its answer is awaited.
+    struct Overlapping {
+        events: std::rc::Rc<RefCell<Vec<String>>>,
+        answers: RefCell<Vec<Result<HttpResponse, TransportError>>>,
+    }
+
+    impl Transport for Overlapping {
+        fn send(&self, request: &HttpRequest) -> Result<HttpResponse, TransportError> {
+            self.start(request).wait()
+        }
+
+        fn start(&self, request: &HttpRequest) -> InFlight {
+            let n = request.body.len();
+            self.events.borrow_mut().push(format!("start {n}"));
+            let answer = self.answers.borrow_mut().remove(0);
+            let events = self.events.clone();
+            InFlight::pending(move || {
+                events.borrow_mut().push(format!("answer {n}"));
+                answer
+            })
+        }
+    }
+
+    #[test]
+    fn a_prepared_send_waits_for_the_one_on_the_wire_and_goes_in_order() {
+        let events = std::rc::Rc::new(RefCell::new(Vec::new()));
+        let t = Overlapping {
+            events: events.clone(),
+            answers: RefCell::new(vec![
+                ack(2),
+                ack(1),
+                ack(1),
+                fail(TransportFailure::Refused),
+            ]),
+        };
+        let client = Client::new(&ConnectionOptions::from_url("http://h"), &t).unwrap();
+        let options = SinkOptions {
+            table: "db.events".into(),
+            batch_size: Some(2),
+            compression: Compression::None,
+            ..Default::default()
+        };
+        let sink = Sink::open(client, FakePlatform::default(), &options).unwrap();
+        // Three rows: two chunks (18 and 9 bytes); the second is started only after the
+        // first's answer.
+        let first = sink.start(sink.prepare_json(&ndjson(3)).unwrap());
+        // Checking the next send (and a bad one) while the first is on the wire sends nothing.
+        let next = sink.prepare_json(b"{\"id\":7}\n").unwrap();
+        assert!(sink.prepare_json(b"{\"id\":").is_err());
+        events.borrow_mut().push("prepared".into());
+        let r = sink.finish(first).unwrap();
+        assert_eq!((r.rows, r.chunks, r.written_rows), (3, 2, 3));
+        let r = sink.finish(sink.start(next)).unwrap();
+        assert_eq!((r.rows, r.chunks), (1, 1));
+        assert_eq!(
+            *events.borrow(),
+            [
+                "start 18",
+                "prepared",
+                "answer 18",
+                "start 9",
+                "answer 9",
+                "start 9",
+                "answer 9"
+            ]
+        );
+        // A started send whose first answer is a failure fails as send_json does.
+        let err = sink
+            .finish(sink.start(sink.prepare_json(&ndjson(1)).unwrap()))
+            .unwrap_err();
+        assert_eq!(err.kind, ErrorKind::Disconnected);
     }
 
     #[test]

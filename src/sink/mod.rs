@@ -15,5 +15,5 @@ pub mod driver;
 pub mod encode;
 
 pub use config::{SinkConfig, SinkOptions};
-pub use driver::{Receipt, Sink};
+pub use driver::{PreparedSend, Receipt, Sink, StartedSend};
 pub use encode::{Row, Value};

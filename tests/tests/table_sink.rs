@@ -10,7 +10,7 @@ use clickhouse_component_host::{
     default_allow_list, Compression, Instance, SinkHandle, SinkOptions, Value,
 };
 use clickhouse_component_tests::native::sql;
-use clickhouse_component_tests::proxy::Proxy;
+use clickhouse_component_tests::proxy::{Fault, Proxy, Rule};
 use clickhouse_component_tests::{
     cli, clickhouse, instance, output_with_stdin, runtime, unique_name,
 };
@@ -881,6 +881,80 @@ fn cli_compression_comes_from_the_option_or_the_environment() {
         );
     }
     assert_eq!(count(&t), 900);
+}
+
+/// The CLI reads, checks and compresses its next batch while the previous one is on the wire,
+/// and sends it only once that one is acknowledged: while the first INSERT's answer is held,
+/// the second batch is read from stdin (the writer gets its bytes into the pipe), and no second
+/// INSERT reaches the server. Batches of ~3 MB: more than the CLI's 1 MiB read buffer and a
+/// pipe hold together, so without the overlap the writer stalls inside the second batch.
+#[test]
+fn cli_prepares_the_next_batch_while_one_is_on_the_wire_and_sends_in_order() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
+    use std::time::{Duration, Instant};
+
+    let server = clickhouse();
+    let proxy = Proxy::start(&server.url);
+    let proxied = proxy.server(server);
+    let t = table("n UInt32, s String", "");
+    let held = proxy.add(Rule::url_contains("INSERT", Fault::StallUntilReleased).times(1));
+    const BATCH: usize = 5000;
+    let data = ndjson((0..3 * BATCH).map(|n| json!({"n": n, "s": "x".repeat(600)})));
+    let two_batches = data.len() * 2 / 3;
+    let mut child = cli(&proxied)
+        .args(["sink", "--table", &t, "--batch-size", &BATCH.to_string()])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let written = Arc::new(AtomicUsize::new(0));
+    let writer = {
+        let written = written.clone();
+        let data = data.clone();
+        std::thread::spawn(move || {
+            for piece in data.chunks(16 * 1024) {
+                if stdin.write_all(piece).is_err() {
+                    return;
+                }
+                written.fetch_add(piece.len(), Ordering::SeqCst);
+            }
+        })
+    };
+    proxy.wait_held(1, Duration::from_secs(60));
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while written.load(Ordering::SeqCst) < two_batches && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let read_while_held = written.load(Ordering::SeqCst);
+    std::thread::sleep(Duration::from_millis(300));
+    let inserts = |log: &[clickhouse_component_tests::proxy::RequestInfo]| {
+        log.iter()
+            .filter(|r| r.target_decoded().contains("INSERT INTO"))
+            .count()
+    };
+    let sent_while_held = inserts(&proxy.log());
+    proxy.release_all();
+    writer.join().unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(proxy.hits(held), 1);
+    assert_eq!(
+        sent_while_held, 1,
+        "a second INSERT was sent before the first was acknowledged"
+    );
+    assert!(
+        read_while_held >= two_batches,
+        "only {read_while_held} of the first two batches' {two_batches} bytes were read while the first was on the wire"
+    );
+    assert_eq!(inserts(&proxy.log()), 3);
+    assert_eq!(count(&t), 3 * BATCH as u64);
 }
 
 /// Column names a real server's parser only takes backquoted (ClickHouse has no query
