@@ -1,7 +1,7 @@
 """Benchmark helper: onestep-clickhouse 0.1.1 inserting the benchmark's events into ClickHouse.
 
 Usage: python onestep_bench.py TABLE ROWS BATCH_SIZE (CLICKHOUSE_URL / _USER / _PASSWORD set).
-Prints one JSON line: {"rows": N, "seconds": S}. Row generation is not timed.
+Prints one JSON line: {"rows": N, "seconds": S, "compress": C}. Row generation is not timed.
 """
 
 import asyncio
@@ -21,8 +21,11 @@ async def main() -> None:
     user = os.environ.get("CLICKHOUSE_USER", "default")
     password = os.environ.get("CLICKHOUSE_PASSWORD", "")
     dsn = f"clickhouse://{user}:{password}@{host_port}/default"
-    # The local ClickHouse does not decompress request bodies: turn compression off.
-    connector = ClickHouseConnector(dsn, client_options={"compress": False})
+    # clickhouse-connect's default (compress=True: lz4 Content-Encoding on inserts), unless
+    # ONESTEP_COMPRESS names another setting (False, lz4, zstd, gzip).
+    compress = os.environ.get("ONESTEP_COMPRESS", "True")
+    compress = {"True": True, "False": False}.get(compress, compress)
+    connector = ClickHouseConnector(dsn, client_options={"compress": compress})
     sink = connector.table_sink(
         table=table,
         columns=["event_id", "occurred_at", "kind", "payload"],
@@ -43,7 +46,7 @@ async def main() -> None:
     await sink.send(Envelope(body=documents))
     seconds = time.perf_counter() - started
     await connector.close()
-    print(json.dumps({"rows": rows, "seconds": seconds}))
+    print(json.dumps({"rows": rows, "seconds": seconds, "compress": str(compress)}))
 
 
 asyncio.run(main())

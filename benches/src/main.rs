@@ -6,7 +6,7 @@
 use std::time::{Duration, Instant};
 
 use clickhouse_component::client::sql::quote_identifier;
-use clickhouse_component::client::Query;
+use clickhouse_component::client::{Compression, HttpRequest, Query};
 use clickhouse_component_host::{default_allow_list, SinkOptions, State, StoreOptions};
 use clickhouse_component_tests::native::Sql;
 use clickhouse_component_tests::{clickhouse, runtime, unique_name};
@@ -222,74 +222,187 @@ fn count_rows(sql: &Sql, table: &str) -> u64 {
     )
 }
 
-async fn bench_sink(rows: usize, batch: usize) {
-    let server = clickhouse();
-    let conn = server.connection();
-    let sql = Sql::new(&conn);
-    let batches = event_batches(rows, batch);
-    let bytes: usize = batches.iter().map(Vec::len).sum();
-    println!("\nTable sink: {rows} rows ({:.1} MB of JSONEachRow), batch size {batch}, 4-column events table, {}\n", bytes as f64 / 1e6, server.url);
+/// One measured path of the sink benchmark.
+struct Measured {
+    path: String,
+    seconds: f64,
+    wire_bytes: Option<usize>,
+}
 
-    // (b) the same bytes POSTed directly by a native client (keep-alive), same settings.
-    let table_b = events_table(&sql, "native");
-    let (db_b, t_b) = table_b.split_once('.').unwrap();
-    let started = Instant::now();
+/// The native client's INSERT of `body` (the statement the sink sends, the sink's settings),
+/// built before timing: compression (when asked) is not part of the measured time.
+fn native_insert(sql: &Sql, table: &str, body: Vec<u8>, compression: Compression) -> HttpRequest {
+    let (db, t) = table.split_once('.').unwrap();
     // The same statement the sink sends: the column list backquoted (no parameters there).
     let column_list: Vec<String> = EVENT_COLUMNS.iter().map(|c| quote_identifier(c)).collect();
     let insert = format!(
         "INSERT INTO {{db:Identifier}}.{{t:Identifier}} ({}) FORMAT JSONEachRow",
         column_list.join(", ")
     );
-    for body in &batches {
-        let q = Query::write("bench", insert.clone())
-            .param("db", db_b)
-            .param("t", t_b)
-            .setting("input_format_null_as_default", "0")
-            .setting("input_format_skip_unknown_fields", "0")
-            .setting("wait_for_async_insert", "1")
-            .data(body.clone());
-        sql.client().execute_owned(q).unwrap();
-    }
-    let native = started.elapsed();
-    assert_eq!(count_rows(&sql, &table_b), rows as u64);
+    let q = Query::write("bench", insert)
+        .param("db", db)
+        .param("t", t)
+        .setting("input_format_null_as_default", "0")
+        .setting("input_format_skip_unknown_fields", "0")
+        .setting("wait_for_async_insert", "1")
+        .data(body)
+        .compress(compression);
+    sql.client().prepare(q).unwrap()
+}
 
-    // (a) the component through the host: one send-json per batch, as the CLI does.
-    let table_a = events_table(&sql, "component");
-    let mut i = runtime()
-        .instantiate(default_allow_list(&conn).unwrap())
-        .await
-        .unwrap();
-    let s = i
-        .open_sink(
-            &conn,
-            &SinkOptions {
-                table: table_a.clone(),
-                columns: Some(EVENT_COLUMNS.iter().map(|c| c.to_string()).collect()),
-                batch_size: Some(batch as u32),
-                settings: vec![],
-                dedup: None,
-                retries: None,
-                compression: None,
-            },
-        )
-        .await
-        .unwrap();
+/// POSTs prebuilt requests one after the other (keep-alive); returns the seconds taken.
+fn native_posts(sql: &Sql, requests: &[HttpRequest]) -> f64 {
     let started = Instant::now();
-    let mut written = 0;
-    for body in &batches {
-        written += i.sink_send_json(s, body).await.unwrap().written_rows;
+    for request in requests {
+        sql.client().send(request).unwrap();
     }
-    let component = started.elapsed();
-    assert_eq!(written, rows as u64);
-    assert_eq!(count_rows(&sql, &table_a), rows as u64);
+    started.elapsed().as_secs_f64()
+}
 
-    // (c) onestep-clickhouse 0.1.1 from PyPI driving the same server.
-    let table_c = events_table(&sql, "onestep");
+/// The sink benchmark: the component (the CLI reading the NDJSON file, and embedded through
+/// the host API), native POSTs of the same bytes (uncompressed and compressed) and
+/// onestep-clickhouse, each into its own table, row counts checked after each.
+async fn bench_sink(title: &str, rows: usize, batch: usize, embedded: bool) {
+    let server = clickhouse();
+    let conn = server.connection();
+    let sql = Sql::new(&conn);
+    let batches = event_batches(rows, batch);
+    let all: Vec<u8> = batches.concat();
+    let input = std::env::temp_dir().join(format!("bench-sink-{}.ndjson", std::process::id()));
+    std::fs::write(&input, &all).unwrap();
+    println!(
+        "\n{title}: {rows} rows ({:.1} MB of JSONEachRow), batch size {batch}, 4-column events table, {}\n",
+        all.len() as f64 / 1e6,
+        server.url
+    );
+    let mut results: Vec<Measured> = Vec::new();
+    let wire = |method: Compression| {
+        batches
+            .iter()
+            .map(|b| method.encode(b.clone()).len())
+            .sum::<usize>()
+    };
+
+    // The component's CLI, reading the file, as a pipeline runs it.
+    let cli = std::env::current_exe()
+        .unwrap()
+        .parent()
+        .unwrap()
+        .join("clickhouse-component");
+    for method in [Compression::Lz4, Compression::None, Compression::Zstd] {
+        let table = events_table(&sql, &format!("cli_{}", method.name()));
+        let started = Instant::now();
+        let out = std::process::Command::new(&cli)
+            .args([
+                "sink",
+                "--table",
+                &table,
+                "--batch-size",
+                &batch.to_string(),
+            ])
+            .args(["--compression", method.name()])
+            .arg(&input)
+            .env("CLICKHOUSE_URL", &server.url)
+            .env("CLICKHOUSE_USER", &server.user)
+            .env("CLICKHOUSE_PASSWORD", &server.password)
+            .output()
+            .unwrap();
+        let seconds = started.elapsed().as_secs_f64();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert_eq!(count_rows(&sql, &table), rows as u64);
+        let default = if method == Compression::default() {
+            " (default)"
+        } else {
+            ""
+        };
+        results.push(Measured {
+            path: format!(
+                "component CLI `sink --compression {}`{default}",
+                method.name()
+            ),
+            seconds,
+            wire_bytes: Some(wire(method)),
+        });
+    }
+
+    // The component embedded through the host API: one send-json per batch.
+    if embedded {
+        let table = events_table(&sql, "component");
+        let mut i = runtime()
+            .instantiate(default_allow_list(&conn).unwrap())
+            .await
+            .unwrap();
+        let s = i
+            .open_sink(
+                &conn,
+                &SinkOptions {
+                    table: table.clone(),
+                    columns: Some(EVENT_COLUMNS.iter().map(|c| c.to_string()).collect()),
+                    batch_size: Some(batch as u32),
+                    settings: vec![],
+                    dedup: None,
+                    retries: None,
+                    compression: None,
+                },
+            )
+            .await
+            .unwrap();
+        let started = Instant::now();
+        let mut written = 0;
+        for body in &batches {
+            written += i.sink_send_json(s, body).await.unwrap().written_rows;
+        }
+        let seconds = started.elapsed().as_secs_f64();
+        assert_eq!(written, rows as u64);
+        assert_eq!(count_rows(&sql, &table), rows as u64);
+        results.push(Measured {
+            path: "component embedded (send-json per batch, defaults)".into(),
+            seconds,
+            wire_bytes: Some(wire(Compression::default())),
+        });
+    }
+
+    // The same bytes POSTed by a native client (keep-alive), per batch and as one request.
+    for method in [Compression::None, Compression::Lz4, Compression::Zstd] {
+        let table = events_table(&sql, &format!("native_{}", method.name()));
+        let requests: Vec<HttpRequest> = batches
+            .iter()
+            .map(|b| native_insert(&sql, &table, b.clone(), method))
+            .collect();
+        let bytes = requests.iter().map(|r| r.body.len()).sum();
+        let seconds = native_posts(&sql, &requests);
+        assert_eq!(count_rows(&sql, &table), rows as u64);
+        results.push(Measured {
+            path: format!(
+                "native POST per batch, {} (compressed before timing)",
+                method.name()
+            ),
+            seconds,
+            wire_bytes: Some(bytes),
+        });
+    }
+    let table = events_table(&sql, "native_whole");
+    let whole = [native_insert(&sql, &table, all.clone(), Compression::None)];
+    let seconds = native_posts(&sql, &whole);
+    assert_eq!(count_rows(&sql, &table), rows as u64);
+    results.push(Measured {
+        path: "native POST of the whole file, one request, none".into(),
+        seconds,
+        wire_bytes: Some(all.len()),
+    });
+
+    // onestep-clickhouse 0.1.1 from PyPI driving the same server (clickhouse-connect's own
+    // compression, lz4 by default).
     let python = clickhouse_component_tests::repo_root().join(".venv-bench/bin/python");
-    let onestep = if python.exists() {
+    if python.exists() {
+        let table = events_table(&sql, "onestep");
         let out = std::process::Command::new(&python)
-            .arg(clickhouse_component_tests::repo_root().join("tests/bench/onestep_bench.py"))
-            .args([&table_c, &rows.to_string(), &batch.to_string()])
+            .arg(clickhouse_component_tests::repo_root().join("benches/onestep_bench.py"))
+            .args([&table, &rows.to_string(), &batch.to_string()])
             .env("CLICKHOUSE_URL", &server.url)
             .env("CLICKHOUSE_USER", &server.user)
             .env("CLICKHOUSE_PASSWORD", &server.password)
@@ -297,50 +410,65 @@ async fn bench_sink(rows: usize, batch: usize) {
             .unwrap();
         if out.status.success() {
             let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-            assert_eq!(count_rows(&sql, &table_c), rows as u64);
-            Some(Duration::from_secs_f64(v["seconds"].as_f64().unwrap()))
+            assert_eq!(count_rows(&sql, &table), rows as u64);
+            results.push(Measured {
+                path: format!(
+                    "onestep-clickhouse 0.1.1 (clickhouse-connect, Native format, compress={})",
+                    v["compress"]
+                ),
+                seconds: v["seconds"].as_f64().unwrap(),
+                wire_bytes: None,
+            });
         } else {
             eprintln!(
                 "onestep-clickhouse failed: {}",
                 String::from_utf8_lossy(&out.stderr)
             );
-            None
         }
     } else {
         eprintln!(
             "(no {}: run `make bench` to install onestep-clickhouse 0.1.1)",
             python.display()
         );
-        None
-    };
+    }
+    let _ = std::fs::remove_file(&input);
 
-    let rate = |d: Duration| rows as f64 / d.as_secs_f64();
-    println!("| path                                                  | seconds | rows/s    |");
-    println!("|-------------------------------------------------------|--------:|----------:|");
-    println!(
-        "| (a) component through the host (send-json per batch)  | {:>7.2} | {:>9.0} |",
-        component.as_secs_f64(),
-        rate(component)
-    );
-    println!(
-        "| (b) same bytes POSTed by a native client (keep-alive) | {:>7.2} | {:>9.0} |",
-        native.as_secs_f64(),
-        rate(native)
-    );
-    if let Some(c) = onestep {
+    println!("| path | seconds | rows/s | MB on the wire |");
+    println!("|---|---:|---:|---:|");
+    for m in &results {
         println!(
-            "| (c) onestep-clickhouse 0.1.1 (clickhouse-connect)     | {:>7.2} | {:>9.0} |",
-            c.as_secs_f64(),
-            rate(c)
+            "| {} | {:.2} | {:.0} | {} |",
+            m.path,
+            m.seconds,
+            rows as f64 / m.seconds,
+            m.wire_bytes
+                .map_or("".to_string(), |b| format!("{:.1}", b as f64 / 1e6))
         );
     }
+    let rate = |prefix: &str| {
+        results
+            .iter()
+            .find(|m| m.path.starts_with(prefix))
+            .map(|m| rows as f64 / m.seconds)
+    };
+    let component = rate("component CLI `sink --compression lz4`").unwrap();
     println!();
-    println!(
-        "a/b = {:.2} (target >= 0.9)",
-        rate(component) / rate(native)
-    );
-    if let Some(c) = onestep {
-        println!("a/c = {:.2}", rate(component) / rate(c));
+    for (name, prefix) in [
+        ("native POST per batch, none", "native POST per batch, none"),
+        ("native POST per batch, lz4", "native POST per batch, lz4"),
+        ("native POST per batch, zstd", "native POST per batch, zstd"),
+        (
+            "one native POST of the whole file",
+            "native POST of the whole file",
+        ),
+        ("onestep-clickhouse", "onestep"),
+    ] {
+        if let Some(other) = rate(prefix) {
+            println!(
+                "component CLI (defaults) / {name}: {:.2}",
+                component / other
+            );
+        }
     }
 }
 
@@ -364,11 +492,25 @@ fn main() {
     if all || which.iter().any(|w| w == "state") {
         rt.block_on(bench_state(iterations));
     }
-    if all || which.iter().any(|w| w == "sink") {
-        let rows = std::env::var("BENCH_SINK_ROWS")
+    let rows_or = |default: usize| {
+        std::env::var("BENCH_SINK_ROWS")
             .ok()
             .and_then(|v| v.parse().ok())
-            .unwrap_or(1_000_000);
-        rt.block_on(bench_sink(rows, 10_000));
+            .unwrap_or(default)
+    };
+    if all || which.iter().any(|w| w == "sink") {
+        let rows = rows_or(1_000_000);
+        rt.block_on(bench_sink("Table sink, localhost", rows, 10_000, true));
+        rt.block_on(bench_sink("Table sink, localhost", rows, 100_000, false));
+    }
+    // Run by `make bench` inside a network namespace whose loopback is shaped to 100 Mbit/s
+    // (scripts/shaped-link); not part of a plain run.
+    if which.iter().any(|w| w == "link") {
+        rt.block_on(bench_sink(
+            "Table sink over a 100 Mbit/s link (tbf-shaped loopback in a network namespace)",
+            rows_or(300_000),
+            10_000,
+            false,
+        ));
     }
 }

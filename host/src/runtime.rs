@@ -45,6 +45,11 @@ impl Runtime {
         // Calls can be bounded in time, and a running call yields to other tasks (see
         // `instantiate_with`).
         config.epoch_interruption(true);
+        // For profiling the guest with `perf record` (docs/measurements.md): names the
+        // compiled functions in /tmp/perf-PID.map.
+        if std::env::var("CLICKHOUSE_WASM_PROFILER").as_deref() == Ok("perfmap") {
+            config.profiler(wasmtime::ProfilingStrategy::PerfMap);
+        }
         let engine = Engine::new(&config)?;
         limits::start_epoch_ticker(&engine);
         let (component, report) = component::load(&engine, source, cache)?;
