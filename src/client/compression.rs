@@ -5,9 +5,77 @@
 //! for wasm32-wasip2: LZ4 frames (`lz4_flex`), Zstandard (`ruzstd`, its "fastest" level, about
 //! zstd's level 1), gzip (`flate2` on `miniz_oxide`, level 1).
 
-use std::io::Write;
+use std::io::{Read, Write};
 
-use super::error::Error;
+use super::error::{Error, TransportError, TransportFailure};
+use super::response::HttpResponse;
+
+/// The answer encoding large reads ask for (`Accept-Encoding`, with `enable_http_compression=1`):
+/// LZ4 frames, cheap to decode in the component.
+pub const ANSWER_ENCODING: &str = "lz4";
+
+/// Most bytes a compressed answer may decode to (the host's default cap on an answer as sent):
+/// past it the read fails instead of exhausting the component's memory.
+pub const MAX_DECODED_ANSWER: u64 = 256 << 20;
+
+/// Decodes an answer sent with a `Content-Encoding` (a server compresses only when asked, and
+/// then with the method asked for: [`ANSWER_ENCODING`]). An error answer that does not decode
+/// (a cut one: error bodies are read only in part) keeps what decoded, else says so (its status
+/// and `X-ClickHouse-Exception-Code` still classify it).
+pub fn decode_answer(mut answer: HttpResponse) -> Result<HttpResponse, TransportError> {
+    let Some(encoding) = answer.header("content-encoding") else {
+        return Ok(answer);
+    };
+    let encoding = encoding.trim().to_ascii_lowercase();
+    if encoding.is_empty() || encoding == "identity" {
+        return Ok(answer);
+    }
+    let success = (200..300).contains(&answer.status);
+    if encoding != ANSWER_ENCODING {
+        if !success {
+            return Ok(answer);
+        }
+        return Err(TransportError::new(
+            TransportFailure::Protocol,
+            format!(
+                "the answer is encoded as '{}', which the component did not ask for and cannot decode",
+                encoding.escape_debug()
+            ),
+        ));
+    }
+    let mut decoded = Vec::new();
+    let result = lz4_flex::frame::FrameDecoder::new(answer.body.as_slice())
+        .take(MAX_DECODED_ANSWER + 1)
+        .read_to_end(&mut decoded);
+    match result {
+        Ok(_) if decoded.len() as u64 > MAX_DECODED_ANSWER => Err(TransportError::new(
+            TransportFailure::TooLarge,
+            format!(
+                "the lz4 answer decodes to more than {} MiB",
+                MAX_DECODED_ANSWER >> 20
+            ),
+        )),
+        Ok(_) => {
+            answer.body = decoded;
+            answer
+                .headers
+                .retain(|(n, _)| !n.eq_ignore_ascii_case("content-encoding"));
+            Ok(answer)
+        }
+        Err(_) if !success => {
+            answer.body = if decoded.is_empty() {
+                b"(the server's error message was lz4-compressed and does not decode)".to_vec()
+            } else {
+                decoded
+            };
+            Ok(answer)
+        }
+        Err(e) => Err(TransportError::new(
+            TransportFailure::Protocol,
+            format!("the lz4 answer does not decode: {e}"),
+        )),
+    }
+}
 
 /// How INSERT bodies are compressed on the wire.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -159,6 +227,54 @@ mod tests {
             &[0x28, 0xb5, 0x2f, 0xfd]
         );
         assert_eq!(&Compression::Gzip.encode(rows)[..2], &[0x1f, 0x8b]);
+    }
+
+    fn answer(status: u16, encoding: Option<&str>, body: Vec<u8>) -> HttpResponse {
+        HttpResponse {
+            status,
+            headers: encoding
+                .map(|e| vec![("content-encoding".to_string(), e.as_bytes().to_vec())])
+                .unwrap_or_default(),
+            body,
+            elapsed_us: 1,
+        }
+    }
+
+    #[test]
+    fn lz4_answers_are_decoded_and_others_refused_or_kept() {
+        let text = b"{\"state_id\":\"a\"}\n".repeat(1000);
+        let wire = Compression::Lz4.encode(text.clone());
+        let decoded = decode_answer(answer(200, Some("lz4"), wire.clone())).unwrap();
+        assert_eq!(decoded.body, text);
+        assert_eq!(decoded.header("content-encoding"), None);
+        // Not encoded, or identity: as is.
+        for encoding in [None, Some("identity")] {
+            assert_eq!(
+                decode_answer(answer(200, encoding, text.clone()))
+                    .unwrap()
+                    .body,
+                text
+            );
+        }
+        // A successful answer that does not decode, or in a method not asked for, is an error.
+        let err =
+            decode_answer(answer(200, Some("lz4"), wire[..wire.len() / 2].to_vec())).unwrap_err();
+        assert_eq!(err.failure, TransportFailure::Protocol);
+        let err = decode_answer(answer(200, Some("gzip"), wire.clone())).unwrap_err();
+        assert!(err.detail.contains("'gzip'"), "{}", err.detail);
+        // An error answer keeps what decodes (its body is read only in part), or says it does
+        // not decode.
+        let message = b"Code: 60. DB::Exception: Unknown table".to_vec();
+        let cut = Compression::Lz4.encode(message.clone());
+        let got = decode_answer(answer(404, Some("lz4"), cut.clone())).unwrap();
+        assert_eq!(got.body, message);
+        let got = decode_answer(answer(404, Some("lz4"), cut[..cut.len() / 2].to_vec())).unwrap();
+        assert!(String::from_utf8_lossy(&got.body).contains("does not decode"));
+        // A decoding bomb stops at the cap.
+        let bomb = Compression::Lz4.encode(vec![0u8; (MAX_DECODED_ANSWER + 10) as usize]);
+        assert!(bomb.len() < 2 << 20);
+        let err = decode_answer(answer(200, Some("lz4"), bomb)).unwrap_err();
+        assert_eq!(err.failure, TransportFailure::TooLarge);
     }
 
     #[test]

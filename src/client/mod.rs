@@ -92,7 +92,7 @@ impl<T: Transport> Client<T> {
         request: &HttpRequest,
         answer: Result<HttpResponse, error::TransportError>,
     ) -> Result<Response, Error> {
-        match answer {
+        match answer.and_then(compression::decode_answer) {
             Ok(http) => response::interpret(http, request.operation, &self.redactor),
             Err(failure) => {
                 let kind = classify_transport(&failure.failure, request.operation);

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use super::compression::Compression;
+use super::compression::{self, Compression};
 use super::dsn::Endpoint;
 use super::error::{Error, Operation};
 use super::settings;
@@ -63,6 +63,9 @@ pub struct Query {
     pub data: Option<Vec<u8>>,
     /// How the INSERT data is compressed on the wire (`Content-Encoding`); only `data` is.
     pub compression: Compression,
+    /// Ask for the answer compressed (large reads): `enable_http_compression=1` and
+    /// `Accept-Encoding: lz4`; the client decodes it.
+    pub compressed_answer: bool,
     /// External data (a temporary table the statement reads): when present the SQL travels
     /// in the URL and the body is `multipart/form-data` holding the table.
     pub external: Option<ExternalTable>,
@@ -96,6 +99,7 @@ impl Query {
             format: None,
             data: None,
             compression: Compression::None,
+            compressed_answer: false,
             external: None,
             operation: Operation::Read,
         }
@@ -139,6 +143,12 @@ impl Query {
         self
     }
 
+    /// Asks for the answer compressed (see [`Query::compressed_answer`](Query#structfield.compressed_answer)).
+    pub fn compressed_answer(mut self) -> Self {
+        self.compressed_answer = true;
+        self.setting(settings::ENABLE_HTTP_COMPRESSION, "1")
+    }
+
     /// Sends `table` with the statement (see [`ExternalTable`]).
     pub fn external(mut self, table: ExternalTable) -> Self {
         self.external = Some(table);
@@ -180,6 +190,7 @@ impl Query {
         for (name, value) in &self.settings {
             push(name, value);
         }
+
         for (name, value) in &self.params {
             if name.is_empty() || !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
                 return Err(Error::invalid(format!(
@@ -193,6 +204,12 @@ impl Query {
             );
         }
         let mut headers = headers(endpoint, self.name);
+        if self.compressed_answer {
+            headers.push((
+                "accept-encoding".into(),
+                compression::ANSWER_ENCODING.as_bytes().to_vec(),
+            ));
+        }
         let body = match (self.data.take(), self.external.take()) {
             (Some(_), Some(_)) => {
                 return Err(Error::invalid(
@@ -436,6 +453,28 @@ mod tests {
             .contains("insert_deduplication_token=abc"));
         assert_eq!(req.body, b"{\"a\":1}\n");
         assert_eq!(req.operation, Operation::Write);
+    }
+
+    #[test]
+    fn a_compressed_answer_is_asked_for_with_the_setting_and_accept_encoding() {
+        // The connection's own value of the setting gives way to the statement's.
+        let ep = endpoint("http://h/?enable_http_compression=0");
+        let plain = Query::read("get-all", "SELECT 1").to_http(&ep).unwrap();
+        assert_eq!(header(&plain, "accept-encoding"), None);
+        let req = Query::read("get-all", "SELECT 1")
+            .compressed_answer()
+            .to_http(&ep)
+            .unwrap();
+        assert_eq!(header(&req, "accept-encoding"), Some(&b"lz4"[..]));
+        assert_eq!(
+            req.path_and_query
+                .matches("enable_http_compression")
+                .count(),
+            1,
+            "{}",
+            req.path_and_query
+        );
+        assert!(req.path_and_query.contains("enable_http_compression=1"));
     }
 
     #[test]

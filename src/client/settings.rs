@@ -14,6 +14,8 @@ pub const DEFAULT_FORMAT: &str = "default_format";
 pub const WAIT_END_OF_QUERY: &str = "wait_end_of_query";
 /// The prefix of a typed query parameter's value (`param_<name>`).
 pub const PARAM_PREFIX: &str = "param_";
+/// The setting that lets the server compress its answer as `Accept-Encoding` asks.
+pub const ENABLE_HTTP_COMPRESSION: &str = "enable_http_compression";
 
 /// URL parameters the client controls itself; a connection string may not set them.
 const RESERVED_KEYS: &[&str] = &[

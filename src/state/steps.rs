@@ -118,12 +118,13 @@ impl Step {
         }
     }
 
-    /// A query for this step (its name, read or write).
+    /// A query for this step (its name, read or write). The reads whose answer grows with the
+    /// store (`ids`, `get-all`: listing and exporting every state) ask for it compressed.
     pub fn query(self, sql: impl Into<String>) -> Query {
-        if self.writes() {
-            Query::write(self.name(), sql)
-        } else {
-            Query::read(self.name(), sql)
+        match self {
+            Step::Ids | Step::GetAll => Query::read(self.name(), sql).compressed_answer(),
+            _ if self.writes() => Query::write(self.name(), sql),
+            _ => Query::read(self.name(), sql),
         }
     }
 }

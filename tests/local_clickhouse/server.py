@@ -20,6 +20,9 @@ engine on a machine where no ClickHouse server can be installed:
 * ``Content-Encoding`` request bodies (gzip, deflate, br, xz, zstd, lz4, bz2, snappy) are decoded
   by the engine's own readers (the ``file()`` table function with that compression method, the
   same ``chooseCompressionMethod`` a server's HTTP handler uses).
+* With ``enable_http_compression=1``, a successful answer is compressed by the engine's own writer
+  in the method a server would choose from ``Accept-Encoding`` (``Content-Encoding`` set); error
+  answers are sent uncompressed.
 * Auth by ``X-ClickHouse-User``/``X-ClickHouse-Key``, HTTP Basic, or ``user``/``password`` URL
   parameters, checked against the one configured user.
 * Errors: ``Code: N. DB::Exception: ... (NAME)`` body, ``X-ClickHouse-Exception-Code`` header and
@@ -98,6 +101,9 @@ _STATUS_NAMES = {
     415: "UNSUPPORTED_MEDIA_TYPE",
 }
 STATUS_BY_NAME = {name: status for status, names in _STATUS_NAMES.items() for name in names.split()}
+# The answer's compression, in the order a server prefers them when Accept-Encoding names several
+# (src/IO/CompressionMethod.cpp, chooseHTTPCompressionMethod).
+HTTP_COMPRESSION_PREFERENCE = ["zstd", "br", "lz4", "snappy", "gzip", "deflate", "xz", "bz2"]
 # The compression methods ClickHouse's chooseCompressionMethod knows (src/IO/CompressionMethod.cpp).
 COMPRESSION_METHODS = {"auto", "none", "gzip", "deflate", "br", "xz", "zstd", "lz4", "bz2", "snappy"}
 CODE_RE = re.compile(r"Code: (\d+)\. ")
@@ -288,6 +294,30 @@ class Engine:
                 conn.close()
         finally:
             os.unlink(path)
+
+    def encode(self, body: bytes, method: str) -> bytes:
+        """Compress an answer with the engine's own writer for ``method`` (a server compresses
+        with the same writers, ``wrapWriteBufferWithCompressionMethod``)."""
+        fd, raw = tempfile.mkstemp(dir=self.spool_dir)
+        out = raw + ".out"
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(body)
+            conn = chdb.connect(self.path)
+            try:
+                conn.query(
+                    "INSERT INTO FUNCTION file({out:String}, 'RawBLOB', 'raw String', {method:String}) "
+                    "SELECT raw FROM file({raw:String}, 'RawBLOB', 'raw String')",
+                    params={"out": out, "raw": raw, "method": method},
+                )
+            finally:
+                conn.close()
+            with open(out, "rb") as f:
+                return f.read()
+        finally:
+            for path in (raw, out):
+                if os.path.exists(path):
+                    os.unlink(path)
 
     def session(self, settings: dict[str, str], database: str | None, readonly: bool):
         conn = chdb.connect(self.path)
@@ -568,6 +598,14 @@ class Handler(BaseHTTPRequestHandler):
             "X-ClickHouse-Server-Display-Name": "local-clickhouse",
             "X-ClickHouse-Summary": json.dumps(summary, separators=(",", ":")),
         }
+        # enable_http_compression=1: the answer in the first method of the server's preference
+        # order that Accept-Encoding names (chooseHTTPCompressionMethod: a substring match).
+        if params.get("enable_http_compression", "0").lower() in ("1", "true"):
+            accepted = self.headers.get("Accept-Encoding", "")
+            method = next((m for m in HTTP_COMPRESSION_PREFERENCE if m in accepted), None)
+            if method:
+                payload = self.engine.encode(payload, method)
+                headers["Content-Encoding"] = method
         self._send(200, payload, headers)
 
     def _load_external(self, conn, name: str, structure: str, fmt: str, data: bytes):

@@ -740,6 +740,60 @@ fn compressed_request_bodies_land_exactly() {
     );
 }
 
+/// With `enable_http_compression=1` an answer is compressed in the first method of the server's
+/// preference (zstd, br, lz4, snappy, gzip, deflate, xz, bz2: chooseHTTPCompressionMethod,
+/// src/IO/CompressionMethod.cpp, a substring match on Accept-Encoding) and says so in
+/// Content-Encoding; without the setting, Accept-Encoding changes nothing.
+#[test]
+fn answers_are_compressed_as_the_server_chooses_only_when_asked() {
+    let sql = "SELECT number, repeat('payload ', 8) FROM numbers(3000)";
+    let answer = |params: &[(String, String)], accept: &str| {
+        http(
+            "POST",
+            "/",
+            params,
+            &with_auth(&[("Accept-Encoding", accept)]),
+            None,
+        )
+    };
+    let params = query(sql, &[]);
+    let expected = answer(&params, "lz4");
+    assert_eq!(expected.status, 200, "{expected:?}");
+    assert_eq!(expected.header("Content-Encoding"), None);
+    assert!(expected.text().starts_with("0\tpayload payload "));
+    let compressed = and(params.clone(), &[("enable_http_compression", "1")]);
+    for (accept, chosen) in [
+        ("lz4", "lz4"),
+        ("gzip, lz4", "lz4"),
+        ("gzip, zstd, lz4", "zstd"),
+        ("deflate, gzip", "gzip"),
+    ] {
+        let got = answer(&compressed, accept);
+        assert_eq!(got.status, 200, "{accept}: {got:?}");
+        assert_eq!(got.header("Content-Encoding"), Some(chosen), "{accept}");
+        let mut decoded = Vec::new();
+        match chosen {
+            "lz4" => lz4_flex::frame::FrameDecoder::new(got.body.as_slice())
+                .read_to_end(&mut decoded)
+                .map(|_| ()),
+            "zstd" => ruzstd::decoding::StreamingDecoder::new(got.body.as_slice())
+                .unwrap()
+                .read_to_end(&mut decoded)
+                .map(|_| ()),
+            _ => flate2::read::GzDecoder::new(got.body.as_slice())
+                .read_to_end(&mut decoded)
+                .map(|_| ()),
+        }
+        .unwrap();
+        assert_eq!(decoded, expected.body, "{accept}");
+        assert!(got.body.len() < expected.body.len() / 2, "{accept}");
+    }
+    // Nothing the server knows: as is.
+    let got = answer(&compressed, "identity");
+    assert_eq!(got.header("Content-Encoding"), None);
+    assert_eq!(got.body, expected.body);
+}
+
 /// A body that does not decode as its label says fails and writes nothing: the decoders throw
 /// ZSTD_DECODER_FAILED (ZstdInflatingReadBuffer.cpp) or ZLIB_INFLATE_FAILED
 /// (ZlibInflatingReadBuffer.cpp), codes exceptionCodeToHTTPStatus leaves at 500; an unknown label

@@ -1180,3 +1180,69 @@ async fn writes_under_the_lock_take_states_of_any_size() {
         b.lock_release(other).await.unwrap();
     }
 }
+
+/// Listing and exporting grow with the store, so `ids` and `get-all` ask for a compressed
+/// answer (`enable_http_compression=1`, `Accept-Encoding: lz4`): the local ClickHouse then
+/// compresses it with the engine's writer, as a server does, and the component decodes it.
+/// Other reads do not ask. States with escapes and unicode come back exactly.
+#[tokio::test]
+async fn listing_and_exporting_read_compressed_answers_exactly() {
+    use clickhouse_component_tests::proxy::Proxy;
+    let server = clickhouse();
+    let proxy = Proxy::start(&server.url);
+    let proxied = proxy.server(server);
+    let conn = proxied.connection();
+    let mut i = clickhouse_component_tests::runtime()
+        .instantiate(clickhouse_component_host::default_allow_list(&conn).unwrap())
+        .await
+        .unwrap();
+    let s = i
+        .open_store(
+            &conn,
+            &StoreOptions {
+                database: Some(unique_name("state_packed")),
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap();
+    let states: Vec<State> = (0..300)
+        .map(|n| {
+            state(
+                &format!("tap-{n:03}--target"),
+                json!({}),
+                json!({"bookmarks": {"s": format!("2026-11-{:02}\t\"é\\{n}", n % 28 + 1)}, "pad": "x".repeat(200)}),
+            )
+        })
+        .collect();
+    i.state_set_all(s, &states).await.unwrap();
+    let before = proxy.log().len();
+    let ids = i.state_ids(s, Some("tap-*")).await.unwrap();
+    assert_eq!(ids.len(), 300);
+    let all = i.state_get_all(s, None).await.unwrap();
+    assert_eq!(all.len(), 300);
+    for (got, want) in all.iter().zip(&states) {
+        assert_eq!(got.id, want.id);
+        assert_eq!(parts(got), parts(want));
+    }
+    i.state_get(s, "tap-000--target").await.unwrap().unwrap();
+    let log = proxy.log();
+    let asked: Vec<(String, bool)> = log[before..]
+        .iter()
+        .map(|r| {
+            (
+                r.header("x-component-operation").unwrap_or_default(),
+                r.header("accept-encoding").as_deref() == Some("lz4")
+                    && r.target_decoded().contains("enable_http_compression=1"),
+            )
+        })
+        .collect();
+    assert_eq!(
+        asked,
+        [
+            ("ids".to_string(), true),
+            ("get-all".to_string(), true),
+            ("get".to_string(), false)
+        ]
+    );
+}
