@@ -58,6 +58,7 @@ lint:
 	cargo fmt --all -- --check
 	cargo clippy --workspace --all-targets -- -D warnings
 	cargo clippy -p clickhouse-component --target wasm32-wasip2 -- -D warnings
+	cargo clippy -p clickhouse-component --target wasm32-wasip2 --no-default-features -- -D warnings
 
 fmt:
 	cargo fmt --all

@@ -5,7 +5,7 @@
 //! passed to the crate as `CLICKHOUSE_COMPONENT_WASM`.
 
 use std::env;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
 fn main() {
@@ -19,6 +19,7 @@ fn main() {
     // An embedder may supply a prebuilt component instead (e.g. a signed release artefact).
     if let Ok(prebuilt) = env::var("CLICKHOUSE_COMPONENT_PREBUILT") {
         println!("cargo:rustc-env=CLICKHOUSE_COMPONENT_WASM={prebuilt}");
+        // No library component then (component::LIBRARY_COMPONENT_PATH is None).
         return;
     }
 
@@ -28,9 +29,29 @@ fn main() {
         .map(PathBuf::from)
         .unwrap_or_else(|_| root.join("target"))
         .join("component");
+    // The library component first (no command mode: `--no-default-features` drops the
+    // `command` feature, clap and `wasi:cli/run`), kept under its own name; then the full one,
+    // which the host embeds. Both builds share the target directory and its dependencies.
+    let library = build_component(&root, &target_dir, &["--no-default-features"]);
+    let library_copy = target_dir.join("clickhouse_component_library.wasm");
+    std::fs::copy(&library, &library_copy).expect("copying the library component");
+    println!(
+        "cargo:rustc-env=CLICKHOUSE_COMPONENT_LIBRARY_WASM={}",
+        library_copy.display()
+    );
+    let wasm = build_component(&root, &target_dir, &[]);
+    println!(
+        "cargo:rustc-env=CLICKHOUSE_COMPONENT_WASM={}",
+        wasm.display()
+    );
+}
+
+/// Builds the component crate for `wasm32-wasip2` in release mode with `extra` arguments;
+/// returns the path of the `.wasm`.
+fn build_component(root: &Path, target_dir: &Path, extra: &[&str]) -> PathBuf {
     let cargo = env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     let mut cmd = Command::new(cargo);
-    cmd.current_dir(&root)
+    cmd.current_dir(root)
         .args([
             "build",
             "--release",
@@ -40,7 +61,8 @@ fn main() {
             "clickhouse-component",
             "--lib",
         ])
-        .env("CARGO_TARGET_DIR", &target_dir)
+        .args(extra)
+        .env("CARGO_TARGET_DIR", target_dir)
         // Flags meant for the host must not leak into the wasm build.
         .env_remove("RUSTFLAGS")
         .env_remove("CARGO_ENCODED_RUSTFLAGS")
@@ -60,8 +82,5 @@ fn main() {
     );
     let wasm = target_dir.join("wasm32-wasip2/release/clickhouse_component.wasm");
     assert!(wasm.exists(), "component not found at {}", wasm.display());
-    println!(
-        "cargo:rustc-env=CLICKHOUSE_COMPONENT_WASM={}",
-        wasm.display()
-    );
+    wasm
 }

@@ -11,19 +11,33 @@ use crate::sink::{self, Sink, SinkOptions};
 use crate::state::{self, json, HeldLock, LockEngineChoice, LockOptions, StateStore, StoreOptions};
 use std::cell::RefCell;
 
+/// The full component's world (`connector`: the library plus `wasi:cli/run`), or with the
+/// `command` feature off, the library world alone (the smaller artifact for embedders).
+macro_rules! bindings_for {
+    ($world:literal) => {
+        wit_bindgen::generate!({
+            path: "wit",
+            world: $world,
+            with: {
+                "wasi:http/types@0.2.12": wasip2::http::types,
+                "wasi:http/outgoing-handler@0.2.12": wasip2::http::outgoing_handler,
+                "wasi:io/error@0.2.12": wasip2::io::error,
+                "wasi:io/poll@0.2.12": wasip2::io::poll,
+                "wasi:io/streams@0.2.12": wasip2::io::streams,
+                "wasi:clocks/monotonic-clock@0.2.12": wasip2::clocks::monotonic_clock,
+            },
+        });
+    };
+}
+
+#[cfg(feature = "command")]
 mod bindings {
-    wit_bindgen::generate!({
-        path: "wit",
-        world: "connector",
-        with: {
-            "wasi:http/types@0.2.12": wasip2::http::types,
-            "wasi:http/outgoing-handler@0.2.12": wasip2::http::outgoing_handler,
-            "wasi:io/error@0.2.12": wasip2::io::error,
-            "wasi:io/poll@0.2.12": wasip2::io::poll,
-            "wasi:io/streams@0.2.12": wasip2::io::streams,
-            "wasi:clocks/monotonic-clock@0.2.12": wasip2::clocks::monotonic_clock,
-        },
-    });
+    bindings_for!("connector");
+}
+
+#[cfg(not(feature = "command"))]
+mod bindings {
+    bindings_for!("library");
 }
 
 use bindings::exports::clickhouse::connector::server::{Guest as ServerGuest, ServerInfo};
@@ -43,6 +57,7 @@ use bindings::exports::clickhouse::connector::table_sink::{
 
 struct Component;
 
+#[cfg(feature = "command")]
 impl bindings::exports::wasi::cli::run::Guest for Component {
     fn run() -> Result<(), ()> {
         match crate::command::main() {

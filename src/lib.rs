@@ -5,6 +5,7 @@
 //! The core ([`client`], [`server`], [`state`], [`sink`], [`platform`]) is plain Rust that compiles natively for unit tests; the
 //! WIT glue ([`glue`], wasm32 only) only converts between WIT types and core types.
 
+#[cfg(feature = "command")]
 pub mod cli;
 pub mod client;
 pub mod hex;
@@ -13,7 +14,7 @@ pub mod server;
 pub mod sink;
 pub mod state;
 
-#[cfg(target_arch = "wasm32")]
+#[cfg(all(target_arch = "wasm32", feature = "command"))]
 mod command;
 #[cfg(target_arch = "wasm32")]
 mod glue;

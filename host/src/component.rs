@@ -17,6 +17,12 @@ pub const EMBEDDED_COMPONENT: &[u8] = include_bytes!(env!("CLICKHOUSE_COMPONENT_
 /// Where the embedded component was built (useful to run it under other runtimes).
 pub const EMBEDDED_COMPONENT_PATH: &str = env!("CLICKHOUSE_COMPONENT_WASM");
 
+/// Where the build left the library component: the same interfaces without command mode
+/// (`wasi:cli/run`) or the command line's code, for embedders that only call the library
+/// (about half the size). Not embedded; `None` when the host was built from a prebuilt
+/// component (`CLICKHOUSE_COMPONENT_PREBUILT`).
+pub const LIBRARY_COMPONENT_PATH: Option<&str> = option_env!("CLICKHOUSE_COMPONENT_LIBRARY_WASM");
+
 /// wasmtime version this host links (part of the cache key).
 pub const WASMTIME_VERSION: &str = "48.0.8";
 

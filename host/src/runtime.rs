@@ -15,13 +15,16 @@ use wasmtime_wasi_http::{WasiBody, WasiHttpCtx, WasiHttpCtxView, WasiHttpHooks, 
 
 use crate::allow_list::AllowList;
 use crate::bindings::{
-    Connection, Connector, ConnectorPre, Receipt, ServerInfo, SinkOptions, State, StoreOptions,
+    Connection, Library, LibraryIndices, Receipt, ServerInfo, SinkOptions, State, StoreOptions,
     Value, WitError, WitErrorKind,
 };
 use crate::component::{self, CachePolicy, ComponentSource, LoadReport};
 use crate::limits::{self, CallDeadline, CallDeadlineExceeded, Limits};
 use crate::pool::{ConnectionPool, Network};
-use wasmtime::component::ResourceAny;
+use wasmtime::component::{ComponentExportIndex, InstancePre, ResourceAny, TypedFunc};
+
+/// The export command mode runs (the full component has it; the library component does not).
+const RUN_INTERFACE: &str = "wasi:cli/run@0.2.12";
 
 /// Engine, compiled component and linker: load once, share (it is cheap to clone). Each
 /// instance it makes gets its [`Limits`].
@@ -33,7 +36,12 @@ pub struct Runtime {
 }
 
 struct Inner {
-    pre: ConnectorPre<HostState>,
+    pre: InstancePre<HostState>,
+    /// Where the library world's exports are in the component.
+    library: LibraryIndices,
+    /// The component's `wasi:cli/run` export (`run`), when it has one: the full component does,
+    /// the library component does not.
+    run: Option<ComponentExportIndex>,
     report: LoadReport,
 }
 
@@ -56,12 +64,21 @@ impl Runtime {
         let mut linker = Linker::<HostState>::new(&engine);
         wasmtime_wasi::p2::add_to_linker_async(&mut linker)?;
         wasmtime_wasi_http::p2::add_only_http_to_linker_async(&mut linker)?;
-        let pre = ConnectorPre::new(linker.instantiate_pre(&component)?)
+        let pre = linker.instantiate_pre(&component)?;
+        let library = LibraryIndices::new(&pre)
             .map_err(anyhow::Error::from)
-            .context("the component does not implement the clickhouse:connector world")?;
+            .context("the component does not implement the clickhouse:connector library world")?;
+        let run = component
+            .get_export_index(None, RUN_INTERFACE)
+            .and_then(|run| component.get_export_index(Some(&run), "run"));
         tracing::debug!(kind = ?report.kind, ms = report.duration.as_secs_f64() * 1e3, "component loaded");
         Ok(Runtime {
-            inner: Arc::new(Inner { pre, report }),
+            inner: Arc::new(Inner {
+                pre,
+                library,
+                run,
+                report,
+            }),
             limits: Limits::default(),
             network: Network::default(),
         })
@@ -168,8 +185,19 @@ impl Runtime {
             }
             Ok(wasmtime::UpdateDeadline::Yield(1))
         });
-        let connector = self.inner.pre.instantiate_async(&mut store).await?;
-        Ok(Instance { store, connector })
+        let instance = self.inner.pre.instantiate_async(&mut store).await?;
+        let connector = self.inner.library.load(&mut store, &instance)?;
+        let run = match self.inner.run {
+            Some(index) => {
+                Some(instance.get_typed_func::<(), (Result<(), ()>,)>(&mut store, index)?)
+            }
+            None => None,
+        };
+        Ok(Instance {
+            store,
+            connector,
+            run,
+        })
     }
 }
 
@@ -204,7 +232,9 @@ impl CapturedOutput {
 /// One instance of the component with its own store. Calls on it run one at a time.
 pub struct Instance {
     store: Store<HostState>,
-    connector: Connector,
+    connector: Library,
+    /// `wasi:cli/run`, if the component has command mode.
+    run: Option<TypedFunc<(), (Result<(), ()>,)>>,
 }
 
 /// A deadline for the outgoing requests of one [`Instance`], settable from any task while a call
@@ -365,11 +395,15 @@ impl Instance {
     /// [`Runtime::instantiate_command`]) and returns its exit code.
     pub async fn run_command(&mut self) -> Result<i32, CallError> {
         self.begin_call();
-        let result = self
-            .connector
-            .wasi_cli_run()
-            .call_run(&mut self.store)
-            .await;
+        let Some(run) = self.run else {
+            return Err(CallError::Runner(anyhow::anyhow!(
+                "this component has no command mode (it does not export {RUN_INTERFACE}): it is the library component; run the full one"
+            )));
+        };
+        let result = run
+            .call_async(&mut self.store, ())
+            .await
+            .map(|(outcome,)| outcome);
         match result {
             Ok(Ok(())) => Ok(0),
             Ok(Err(())) => Ok(1),

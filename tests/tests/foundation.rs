@@ -10,7 +10,7 @@ use clickhouse_component::client::{ConnectionOptions, ErrorKind};
 use clickhouse_component_host::{
     default_allow_list, AllowList, CachePolicy, ComponentSource, LoadKind, Runtime,
 };
-use clickhouse_component_tests::{cli, clickhouse, runtime};
+use clickhouse_component_tests::{cli, clickhouse, runtime, unique_name};
 use serde_json::Value;
 
 async fn ping(
@@ -425,4 +425,94 @@ fn the_embedding_example_runs() {
     }
     let rows = sql.count("SELECT count() FROM {db:Identifier}.events", &[("db", &db)]);
     assert_eq!(rows, 20);
+}
+
+/// The library component (built beside the full one, without `wasi:cli/run` and the command
+/// line) is about half the size, runs every library interface in the same host, and refuses
+/// command mode with a clear runner error.
+#[tokio::test]
+async fn the_library_component_serves_the_library_and_has_no_command_mode() {
+    use clickhouse_component_host::component::{EMBEDDED_COMPONENT_PATH, LIBRARY_COMPONENT_PATH};
+    use clickhouse_component_host::{
+        default_allow_list, CachePolicy, ComponentSource, Runtime, SinkOptions, State, StoreOptions,
+    };
+
+    let library = std::path::PathBuf::from(LIBRARY_COMPONENT_PATH.expect("built by host/build.rs"));
+    let library_size = std::fs::metadata(&library).unwrap().len();
+    let full_size = std::fs::metadata(EMBEDDED_COMPONENT_PATH).unwrap().len();
+    eprintln!("library component {library_size} bytes, full component {full_size} bytes");
+    assert!(
+        library_size * 10 < full_size * 6,
+        "library {library_size} bytes is not well under the full {full_size}"
+    );
+    let runtime = Runtime::new(&ComponentSource::File(library), &CachePolicy::Disabled).unwrap();
+    let conn = clickhouse().connection();
+    let mut i = runtime
+        .instantiate(default_allow_list(&conn).unwrap())
+        .await
+        .unwrap();
+    assert!(!i.ping(&conn).await.unwrap().version.is_empty());
+    let db = unique_name("library");
+    let s = i
+        .open_store(
+            &conn,
+            &StoreOptions {
+                database: Some(db.clone()),
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap();
+    let state = State {
+        id: "tap--target".into(),
+        partial: String::new(),
+        completed: r#"{"bookmarks":{"s":1}}"#.into(),
+    };
+    i.state_set(s, &state).await.unwrap();
+    assert_eq!(
+        i.state_get(s, "tap--target")
+            .await
+            .unwrap()
+            .unwrap()
+            .completed,
+        state.completed
+    );
+    let sql = clickhouse_component_tests::native::sql();
+    sql.exec(
+        "CREATE TABLE {db:Identifier}.t (n UInt32) ENGINE = MergeTree ORDER BY n",
+        &[("db", &db)],
+    );
+    let sink = i
+        .open_sink(
+            &conn,
+            &SinkOptions {
+                table: format!("{db}.t"),
+                columns: None,
+                batch_size: Some(2),
+                settings: vec![],
+                dedup: None,
+                retries: None,
+                compression: None,
+            },
+        )
+        .await
+        .unwrap();
+    let r = i
+        .sink_send_json(sink, b"{\"n\":1}\n{\"n\":2}\n{\"n\":3}\n")
+        .await
+        .unwrap();
+    assert_eq!((r.rows, r.chunks, r.written_rows), (3, 2, 3));
+    // No command mode: a runner error that says so, not a trap or a hang.
+    let mut command = runtime
+        .instantiate_command(
+            default_allow_list(&conn).unwrap(),
+            &["clickhouse-component".to_string(), "check".to_string()],
+            &[],
+            clickhouse_component_host::CommandInput::Bytes(Vec::new()),
+            None,
+        )
+        .await
+        .unwrap();
+    let err = command.run_command().await.unwrap_err().to_string();
+    assert!(err.contains("no command mode"), "{err}");
 }
