@@ -67,10 +67,10 @@ clean:
 	cargo clean
 	rm -rf $(VENV)
 
-# BENCH: the sections to run (state, sink, link); all three by default. `link` runs the sink
+# BENCH: the sections to run (state, load, sink, link); all of them by default. `link` runs the sink
 # benchmark inside a network namespace whose loopback is shaped to 100 Mbit/s (scripts/shaped-link;
 # skipped where namespaces are not permitted, or when CLICKHOUSE_URL names another server).
-BENCH ?= state sink link
+BENCH ?= state load sink link
 bench: setup $(VENV)-bench/.onestep-0.1.1
 	cargo build -p clickhouse-component-host -p clickhouse-component-bench
 	@if [ -n "$(filter-out link,$(BENCH))" ]; then \

@@ -1,7 +1,9 @@
 //! Benchmarks: prints tables. Run with `make bench` (starts the local ClickHouse unless
 //! CLICKHOUSE_URL is set). Sections: `state` (state store latencies against a raw HTTP round
-//! trip of the same query) and `sink` (1,000,000 rows through the component, the same bytes
-//! POSTed natively, and onestep-clickhouse 0.1.1); select with `bench state` / `bench sink`.
+//! trip of the same query), `load` (cold and warm start of the full and the library
+//! component), `sink` (1,000,000 rows through the component's CLI and embedded, the same bytes
+//! POSTed natively, and onestep-clickhouse 0.1.1, at batch 10,000 and 100,000) and `link` (the
+//! sink over a 100 Mbit/s link; run inside scripts/shaped-link); select with `bench state` etc.
 
 use std::time::{Duration, Instant};
 
@@ -472,6 +474,64 @@ async fn bench_sink(title: &str, rows: usize, batch: usize, embedded: bool) {
     }
 }
 
+/// Cold and warm start of each artifact: load (Cranelift compiles it, or the precompiled
+/// one comes from the cache), instantiate, and a first `ping`; median of 5.
+async fn bench_load() {
+    use clickhouse_component_host::component::{EMBEDDED_COMPONENT_PATH, LIBRARY_COMPONENT_PATH};
+    use clickhouse_component_host::{CachePolicy, ComponentSource, Runtime};
+    let server = clickhouse();
+    let conn = server.connection();
+    let cache = std::env::temp_dir().join(format!("bench-load-cache-{}", std::process::id()));
+    println!(
+        "\nComponent start (load + instantiate + first ping, median of 5, {})\n",
+        server.url
+    );
+    println!("| artifact | size (KB) | cold: compiled now (ms) | warm: precompiled, from the cache (ms) |");
+    println!("|---|---:|---:|---:|");
+    let mut artifacts = vec![(
+        "full (library + command mode)",
+        EMBEDDED_COMPONENT_PATH.to_string(),
+    )];
+    if let Some(library) = LIBRARY_COMPONENT_PATH {
+        artifacts.push(("library", library.to_string()));
+    }
+    for (name, path) in artifacts {
+        let size = std::fs::metadata(&path).unwrap().len();
+        let median = |policy: &CachePolicy| {
+            let mut samples = Vec::new();
+            for _ in 0..5 {
+                let started = Instant::now();
+                let runtime =
+                    Runtime::new(&ComponentSource::File(path.clone().into()), policy).unwrap();
+                let mut i =
+                    futures_block(runtime.instantiate(default_allow_list(&conn).unwrap())).unwrap();
+                futures_block(i.ping(&conn)).unwrap();
+                samples.push(started.elapsed());
+            }
+            samples.sort();
+            samples[2].as_secs_f64() * 1e3
+        };
+        let cold = median(&CachePolicy::Disabled);
+        // The first load fills the cache; the five measured ones read it.
+        Runtime::new(
+            &ComponentSource::File(path.clone().into()),
+            &CachePolicy::Dir(cache.clone()),
+        )
+        .unwrap();
+        let warm = median(&CachePolicy::Dir(cache.clone()));
+        println!(
+            "| {name} | {:.0} | {cold:.0} | {warm:.1} |",
+            size as f64 / 1024.0
+        );
+    }
+    let _ = std::fs::remove_dir_all(&cache);
+}
+
+/// Runs a future to completion on the current thread's runtime handle.
+fn futures_block<F: std::future::Future>(f: F) -> F::Output {
+    tokio::task::block_in_place(|| tokio::runtime::Handle::current().block_on(f))
+}
+
 fn main() {
     if std::env::var_os("RUST_LOG").is_some() {
         tracing_subscriber::fmt()
@@ -498,6 +558,9 @@ fn main() {
             .and_then(|v| v.parse().ok())
             .unwrap_or(default)
     };
+    if all || which.iter().any(|w| w == "load") {
+        rt.block_on(bench_load());
+    }
     if all || which.iter().any(|w| w == "sink") {
         let rows = rows_or(1_000_000);
         rt.block_on(bench_sink("Table sink, localhost", rows, 10_000, true));
