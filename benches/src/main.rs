@@ -291,6 +291,19 @@ async fn bench_sink(title: &str, rows: usize, batch: usize, embedded: bool) {
         .parent()
         .unwrap()
         .join("clickhouse-component");
+    // Once before timing: the first run compiles the component into the cache.
+    let warm = std::process::Command::new(&cli)
+        .arg("check")
+        .env("CLICKHOUSE_URL", &server.url)
+        .env("CLICKHOUSE_USER", &server.user)
+        .env("CLICKHOUSE_PASSWORD", &server.password)
+        .output()
+        .unwrap();
+    assert!(
+        warm.status.success(),
+        "{}",
+        String::from_utf8_lossy(&warm.stderr)
+    );
     for method in [Compression::Lz4, Compression::None, Compression::Zstd] {
         let table = events_table(&sql, &format!("cli_{}", method.name()));
         let started = Instant::now();
