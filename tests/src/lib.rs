@@ -85,19 +85,6 @@ pub fn start_local_clickhouse(zookeeper: &str) -> Server {
     }
 }
 
-/// The Python (with chdb-core) that runs tests/local_clickhouse/server.py.
-fn local_clickhouse_python() -> PathBuf {
-    let python = std::env::var("LOCAL_CLICKHOUSE_PYTHON")
-        .map(PathBuf::from)
-        .unwrap_or_else(|_| repo_root().join(".venv/bin/python"));
-    assert!(
-        python.exists(),
-        "no Python with chdb-core at {}: run `make test` (it installs one) or set CLICKHOUSE_URL",
-        python.display()
-    );
-    python
-}
-
 fn new_password() -> String {
     format!("pw-{}-{}", std::process::id(), nanos())
 }
@@ -136,8 +123,8 @@ fn tempfile_probe(dir: &Path) -> bool {
     ok
 }
 
-/// Runs tests/local_clickhouse/server.py on `port` (0: a free one) with `data_dir`, exiting
-/// with this process; returns the child and the URL it printed once it listens, or why it did
+/// Runs the local ClickHouse (scripts/local-clickhouse) on `port` (0: a free one) with
+/// `data_dir`, exiting with this process; returns the child and the URL it printed once it listens, or why it did
 /// not start (e.g. the port is taken).
 fn spawn_local_clickhouse(
     port: u16,
@@ -145,11 +132,12 @@ fn spawn_local_clickhouse(
     password: &str,
     data_dir: &Path,
 ) -> Result<(Child, String), String> {
-    let mut child = Command::new(local_clickhouse_python())
-        .arg(repo_root().join("tests/local_clickhouse/server.py"))
+    // scripts/local-clickhouse: the one launcher (the Python with chdb-core, server.py, exit
+    // with this process), shared with scripts/with-clickhouse.
+    let launcher = repo_root().join("scripts/local-clickhouse");
+    let mut child = Command::new(&launcher)
         .args(["--port", &port.to_string()])
         .args([
-            "--exit-with-parent",
             "--zookeeper",
             zookeeper,
             "--password",
@@ -160,7 +148,7 @@ fn spawn_local_clickhouse(
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())
         .spawn()
-        .map_err(|e| format!("starting {}: {e}", local_clickhouse_python().display()))?;
+        .map_err(|e| format!("starting {}: {e}", launcher.display()))?;
     let mut line = String::new();
     let read = BufReader::new(child.stdout.take().unwrap()).read_line(&mut line);
     let url = line.trim().to_string();
