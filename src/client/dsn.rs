@@ -356,11 +356,8 @@ fn parse_host_port(hostport: &str, tls: bool) -> Result<(String, u16), Error> {
         let Some((host, after)) = rest.split_once(']') else {
             return Err(Error::invalid("IPv6 host is missing its closing ']'"));
         };
-        if host.is_empty()
-            || !host
-                .chars()
-                .all(|c| c.is_ascii_hexdigit() || c == ':' || c == '.')
-        {
+        // The standard library's parser: every form RFC 4291 allows, nothing else.
+        if host.parse::<std::net::Ipv6Addr>().is_err() {
             return Err(Error::invalid("invalid IPv6 host in brackets"));
         }
         let port = match after {
@@ -495,6 +492,8 @@ mod tests {
         assert_eq!(e.origin(), "http://[::1]:9999");
         let e = ok("https://[fe80::1]");
         assert_eq!((e.host.as_str(), e.port), ("fe80::1", 8443));
+        let e = ok("http://[::ffff:192.0.2.1]:8123");
+        assert_eq!(e.host, "::ffff:192.0.2.1");
     }
 
     #[test]
@@ -576,6 +575,9 @@ mod tests {
             ("clickhouse://h:1:2", "invalid port '1:2'"),
             ("clickhouse://[::1", "closing ']'"),
             ("clickhouse://[zz]:1", "invalid IPv6"),
+            ("clickhouse://[:::::]:1", "invalid IPv6"),
+            ("clickhouse://[1.2.3.4]:1", "invalid IPv6"),
+            ("clickhouse://[]:1", "invalid IPv6"),
             ("clickhouse://[::1]x", "after the IPv6"),
             ("clickhouse://ho st", "spaces"),
             ("clickhouse://h\n", "control"),
