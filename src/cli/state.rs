@@ -463,10 +463,6 @@ fn prepare<T, P>(
     command: &StateCommand,
     runner: &mut Runner<'_, T, P>,
 ) -> Result<Prepared, Failure> {
-    let ask = |force: bool, prompt: &'static str| Prepared {
-        confirmation: Some((force, prompt)),
-        ..Prepared::default()
-    };
     Ok(match command {
         StateCommand::Import { file } => {
             let text = read_input(file, runner)?;
@@ -509,16 +505,7 @@ fn prepare<T, P>(
                 "--input-file,STATE",
             )
             .map_err(meltano1)?;
-            if matches!(from, Source::File(file) if file.as_os_str() == "-") && !*force {
-                return Err(Error::invalid(
-                    "--input-file - reads the state from stdin, where the confirmation would be read: add --force",
-                )
-                .into());
-            }
-            Prepared {
-                given: given_state(from, *no_validate, runner)?,
-                ..ask(*force, OVERWRITE_PROMPT)
-            }
+            prepare_set(from, *no_validate, *force, runner)?
         }
         StateCommand::Merge {
             id,
@@ -542,29 +529,61 @@ fn prepare<T, P>(
         }
         StateCommand::Copy {
             src, dst, force, ..
-        } => {
-            crate::state::check_id(src)?;
-            crate::state::check_id(dst)?;
-            ask(
-                *force,
-                "This will overwrite state for the destination. Continue?",
-            )
-        }
+        } => prepare_copy(src, dst, *force, COPY_PROMPT)?,
         StateCommand::Move {
             src, dst, force, ..
-        } => {
-            crate::state::check_id(src)?;
-            crate::state::check_id(dst)?;
-            ask(
-                *force,
-                "This will clear the source state and overwrite destination state. Continue?",
-            )
-        }
+        } => prepare_copy(src, dst, *force, MOVE_PROMPT)?,
         StateCommand::Edit { id, .. } => {
             crate::state::check_id(id)?;
             return Err(Error::new(ErrorKind::Misconfigured, EDIT_UNSUPPORTED).into());
         }
         _ => Prepared::default(),
+    })
+}
+
+/// `copy`'s question (Meltano's words).
+const COPY_PROMPT: &str = "This will overwrite state for the destination. Continue?";
+/// `move`'s question (Meltano's words).
+const MOVE_PROMPT: &str =
+    "This will clear the source state and overwrite destination state. Continue?";
+
+/// `copy` / `move`: both ids checked, and the question.
+fn prepare_copy(
+    src: &str,
+    dst: &str,
+    force: bool,
+    prompt: &'static str,
+) -> Result<Prepared, Error> {
+    crate::state::check_id(src)?;
+    crate::state::check_id(dst)?;
+    Ok(ask(force, prompt))
+}
+
+/// A command that asks `prompt` before it runs, unless `force`.
+fn ask(force: bool, prompt: &'static str) -> Prepared {
+    Prepared {
+        confirmation: Some((force, prompt)),
+        ..Prepared::default()
+    }
+}
+
+/// `set`: the given state, and the overwrite question (which cannot be read from stdin when
+/// the state comes from there).
+fn prepare_set<T, P>(
+    from: Source<'_>,
+    no_validate: bool,
+    force: bool,
+    runner: &mut Runner<'_, T, P>,
+) -> Result<Prepared, Failure> {
+    if matches!(from, Source::File(file) if file.as_os_str() == "-") && !force {
+        return Err(Error::invalid(
+            "--input-file - reads the state from stdin, where the confirmation would be read: add --force",
+        )
+        .into());
+    }
+    Ok(Prepared {
+        given: given_state(from, no_validate, runner)?,
+        ..ask(force, OVERWRITE_PROMPT)
     })
 }
 
@@ -623,6 +642,7 @@ fn execute<T: Transport + Clone, P: Platform + Clone>(
         }
         StateCommand::Set { id, partial, .. } => {
             if *partial {
+                // `--partial`: the given state replaces the partial part alone.
                 let new = State {
                     id: id.clone(),
                     partial: prepared.given,
