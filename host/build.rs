@@ -29,10 +29,12 @@ fn main() {
         .map(PathBuf::from)
         .unwrap_or_else(|_| root.join("target"))
         .join("component");
-    // The library component first (no command mode: `--no-default-features` drops the
-    // `command` feature, clap and `wasi:cli/run`), kept under its own name; then the full one,
-    // which the host embeds. Both builds share the target directory and its dependencies.
-    let library = build_component(&root, &target_dir, &["--no-default-features"]);
+    // The library component (no command mode: `--no-default-features` drops the `command`
+    // feature, clap and `wasi:cli/run`) in a target directory of its own: the crate's output
+    // file has the same name whatever its features, so a shared directory could hand back the
+    // other build's file. Copied beside the full one, which the host embeds.
+    let library_dir = target_dir.with_file_name("component-library");
+    let library = build_component(&root, &library_dir, &["--no-default-features"]);
     let library_copy = target_dir.join("clickhouse_component_library.wasm");
     std::fs::copy(&library, &library_copy).expect("copying the library component");
     println!(
