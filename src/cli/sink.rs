@@ -329,7 +329,8 @@ impl<T: Transport + Clone, P: Platform + Clone> Stream<'_, '_, T, P> {
                     e.message
                 );
                 Error {
-                    committed_rows: receipt.rows,
+                    // Already in the totals the caller reports (they include this batch).
+                    committed_rows: 0,
                     ..e.reclassify(ErrorKind::Uncertain, message)
                 }
             })?;

@@ -957,6 +957,56 @@ fn cli_prepares_the_next_batch_while_one_is_on_the_wire_and_sends_in_order() {
     assert_eq!(count(&t), 3 * BATCH as u64);
 }
 
+/// A batch that committed but whose checkpoint could not be recorded is reported `uncertain`
+/// with the rows committed counted once: every checkpoint write is refused by the proxy, so
+/// the first batch (1,000 rows) commits, its record fails, and nothing else is sent.
+#[test]
+fn cli_a_failed_checkpoint_write_counts_the_committed_rows_once() {
+    let server = clickhouse();
+    let proxy = Proxy::start(&server.url);
+    let proxied = proxy.server(server);
+    let t = table(
+        "n UInt32",
+        "SETTINGS non_replicated_deduplication_window = 100",
+    );
+    let state_db = unique_name("sink_ckpt_state");
+    let needle = state_db.clone();
+    proxy.add(Rule::when(
+        move |r| {
+            let target = r.target_decoded();
+            target.contains("INSERT") && target.contains(&needle)
+        },
+        Fault::Refuse,
+    ));
+    let data = ndjson((0..2500).map(|n| json!({"n": n})));
+    let out = output_with_stdin(
+        cli(&proxied).args([
+            "sink",
+            "--table",
+            &t,
+            "--batch-size",
+            "1000",
+            "--dedup",
+            "--retries",
+            "1",
+            "--checkpoint",
+            "job",
+            "--state-database",
+            &state_db,
+        ]),
+        &data,
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(8), "uncertain: {stderr}");
+    assert!(
+        stderr.contains("recording the checkpoint failed"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("committed rows: 1000"), "{stderr}");
+    assert!(!stderr.contains("2000"), "{stderr}");
+    assert_eq!(count(&t), 1000);
+}
+
 /// Column names a real server's parser only takes backquoted (ClickHouse has no query
 /// parameter for an INSERT column list): spaces, a backquote, a backslash, unicode, a reserved
 /// word, a dot, and text that looks like a placeholder. NDJSON, typed rows and the CLI all
