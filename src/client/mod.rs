@@ -55,8 +55,19 @@ impl<T: Transport> Client<T> {
     }
 
     /// Sends one statement and returns the server's successful answer, or a classified error.
+    /// A statement that asked for a compressed answer and was refused the setting that allows
+    /// it (a `readonly=1` user: READONLY; a settings constraint: SETTING_CONSTRAINT_VIOLATION)
+    /// is sent once more without asking.
     pub fn execute(&self, query: &Query) -> Result<Response, Error> {
-        self.send(&query.to_http(&self.endpoint)?)
+        match self.send(&query.to_http(&self.endpoint)?) {
+            Err(e) if query.compressed_answer && refuses_the_setting(&e) => self.send(
+                &query
+                    .clone()
+                    .uncompressed_answer()
+                    .to_http(&self.endpoint)?,
+            ),
+            answer => answer,
+        }
     }
 
     /// As [`Client::execute`], moving the query's data into the request (no copy).
@@ -107,6 +118,16 @@ impl<T: Transport> Client<T> {
             }
         }
     }
+}
+
+/// Whether the server refused a statement for changing a setting it may not change.
+fn refuses_the_setting(e: &Error) -> bool {
+    e.server.as_ref().is_some_and(|s| {
+        matches!(
+            s.code,
+            error_codes::READONLY | error_codes::SETTING_CONSTRAINT_VIOLATION
+        )
+    })
 }
 
 fn describe_failure(failure: &error::TransportFailure) -> &'static str {
@@ -305,6 +326,47 @@ mod tests {
             c.execute(&Query::read("x", "SELECT 1")).unwrap().body,
             b"hello"
         );
+        assert_eq!(t.sent.borrow().len(), 1);
+    }
+
+    #[test]
+    fn a_refused_compressed_answer_setting_is_asked_once_more_without_it() {
+        let refused = |code: i32| {
+            Ok(HttpResponse {
+                status: 500,
+                headers: vec![(
+                    "x-clickhouse-exception-code".into(),
+                    code.to_string().into_bytes(),
+                )],
+                body: format!("Code: {code}. DB::Exception: Cannot modify 'enable_http_compression' setting in readonly mode. (READONLY)").into_bytes(),
+                elapsed_us: 1,
+            })
+        };
+        for code in [
+            error_codes::READONLY,
+            error_codes::SETTING_CONSTRAINT_VIOLATION,
+        ] {
+            let t = testing::Scripted::new(vec![refused(code), testing::ok("a\n")]);
+            let client = Client::new(&ConnectionOptions::from_url("http://h"), &t).unwrap();
+            let query = Query::read("ids", "SELECT 1").compressed_answer();
+            assert_eq!(client.execute(&query).unwrap().body, b"a\n");
+            let sent = t.sent.borrow();
+            assert_eq!(sent.len(), 2);
+            let asks = |r: &HttpRequest| {
+                r.path_and_query.contains("enable_http_compression")
+                    || r.headers.iter().any(|(n, _)| n == "accept-encoding")
+            };
+            assert!(asks(&sent[0]) && !asks(&sent[1]));
+        }
+        // Another error, or a statement that did not ask: no second request.
+        let t = testing::Scripted::new(vec![refused(error_codes::UNKNOWN_TABLE)]);
+        let client = Client::new(&ConnectionOptions::from_url("http://h"), &t).unwrap();
+        assert!(client
+            .execute(&Query::read("ids", "SELECT 1").compressed_answer())
+            .is_err());
+        let t = testing::Scripted::new(vec![refused(error_codes::READONLY)]);
+        let client = Client::new(&ConnectionOptions::from_url("http://h"), &t).unwrap();
+        assert!(client.execute(&Query::read("get", "SELECT 1")).is_err());
         assert_eq!(t.sent.borrow().len(), 1);
     }
 }

@@ -149,6 +149,14 @@ impl Query {
         self.setting(settings::ENABLE_HTTP_COMPRESSION, "1")
     }
 
+    /// The same statement without asking for a compressed answer.
+    pub fn uncompressed_answer(mut self) -> Self {
+        self.compressed_answer = false;
+        self.settings
+            .retain(|(name, _)| name != settings::ENABLE_HTTP_COMPRESSION);
+        self
+    }
+
     /// Sends `table` with the statement (see [`ExternalTable`]).
     pub fn external(mut self, table: ExternalTable) -> Self {
         self.external = Some(table);
