@@ -50,7 +50,10 @@ const FOREIGN_OPTIONS: &[(&str, &str)] = &[
         "the scheme decides TLS: use clickhouses:// or https://",
     ),
     ("verify", "certificate checks are the host's business"),
-    ("compression", "compression is not supported"),
+    (
+        "compression",
+        "INSERT compression is the sink's option (--compression, CLICKHOUSE_COMPRESSION), not the connection's",
+    ),
     ("connect_timeout", "use connect_timeout_ms"),
     ("send_receive_timeout", "use request_timeout_ms"),
 ];
