@@ -35,6 +35,7 @@ fn main() {
     // other build's file. Copied beside the full one, which the host embeds.
     let library_dir = target_dir.with_file_name("component-library");
     let library = build_component(&root, &library_dir, &["--no-default-features"]);
+    std::fs::create_dir_all(&target_dir).expect("creating the component directory");
     let library_copy = target_dir.join("clickhouse_component_library.wasm");
     std::fs::copy(&library, &library_copy).expect("copying the library component");
     println!(
