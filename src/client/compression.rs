@@ -57,10 +57,13 @@ pub fn decode_answer(mut answer: HttpResponse) -> Result<HttpResponse, Transport
         )),
         // The decoder takes input that stops at a block boundary as the frame's end: an answer
         // cut there would lose its last rows silently. A whole frame ends with its end mark.
-        Ok(_) if success && !ends_with_end_mark(&answer.body) => Err(TransportError::new(
-            TransportFailure::Protocol,
-            "the lz4 answer is cut short (its frame has no end mark)",
-        )),
+        // (ClickHouse's LZ4 writer answers nothing with the end mark alone, no header.)
+        Ok(_) if success && !ends_with_end_mark(&answer.body) && answer.body != [0, 0, 0, 0] => {
+            Err(TransportError::new(
+                TransportFailure::Protocol,
+                "the lz4 answer is cut short (its frame has no end mark)",
+            ))
+        }
         Ok(_) => {
             answer.body = decoded;
             answer
@@ -295,6 +298,9 @@ mod tests {
             .unwrap()
             .body
             .is_empty());
+        // ... and ClickHouse's LZ4 writer's empty answer: the end mark alone.
+        let bare = decode_answer(answer(200, Some("lz4"), vec![0, 0, 0, 0])).unwrap();
+        assert!(bare.body.is_empty());
         let err = decode_answer(answer(200, Some("gzip"), wire.clone())).unwrap_err();
         assert!(err.detail.contains("'gzip'"), "{}", err.detail);
         // An error answer keeps what decodes (its body is read only in part), or says it does
