@@ -280,7 +280,6 @@ impl<T: Transport, P: Platform> Sink<T, P> {
         mut build: impl FnMut(usize) -> Result<ChunkRequest, Error>,
         first: Option<InFlight>,
     ) -> Result<Receipt, Error> {
-        let chunk_count = count;
         let policy = self.retry_policy();
         let mut receipt = Receipt::default();
         let mut started = first;
@@ -324,7 +323,7 @@ impl<T: Transport, P: Platform> Sink<T, P> {
                                 ..Error::new(
                                     ErrorKind::Uncertain,
                                     format!(
-                                        "chunk {} of {chunk_count} was acknowledged with {} of {rows} rows written; {} rows were committed before it",
+                                        "chunk {} of {count} was acknowledged with {} of {rows} rows written; {} rows were committed before it",
                                         chunk + 1,
                                         s.written_rows,
                                         receipt.rows - rows
@@ -340,7 +339,7 @@ impl<T: Transport, P: Platform> Sink<T, P> {
                     return Err(Error::uncertain_after(
                         receipt.rows,
                         &format!(
-                            "chunk {} of {chunk_count} failed after {} rows in {} chunks were committed",
+                            "chunk {} of {count} failed after {} rows in {} chunks were committed",
                             chunk + 1,
                             receipt.rows,
                             receipt.chunks,
@@ -356,10 +355,10 @@ impl<T: Transport, P: Platform> Sink<T, P> {
                     return Err(Error::uncertain_after(
                         receipt.rows,
                         &format!(
-                        "chunk {} of {chunk_count} could not be built after {} rows were committed",
-                        chunk + 2,
-                        receipt.rows
-                    ),
+                            "chunk {} of {count} could not be built after {} rows were committed",
+                            chunk + 2,
+                            receipt.rows
+                        ),
                         e,
                     ))
                 }
