@@ -684,17 +684,17 @@ pub fn read_batches(
     }
     let mut batch = Vec::new();
     let mut rows = 0usize;
-    let mut line = Vec::new();
     loop {
-        line.clear();
-        if reader.read_until(b'\n', &mut line).map_err(read_error)? == 0 {
+        // Each line is read straight into the batch, and taken back out if blank.
+        let start = batch.len();
+        if reader.read_until(b'\n', &mut batch).map_err(read_error)? == 0 {
             break;
         }
-        if line.iter().all(u8::is_ascii_whitespace) {
+        if batch[start..].iter().all(u8::is_ascii_whitespace) {
+            batch.truncate(start);
             continue;
         }
-        batch.extend_from_slice(&line);
-        if !line.ends_with(b"\n") {
+        if !batch.ends_with(b"\n") {
             batch.push(b'\n');
         }
         rows += 1;

@@ -128,8 +128,11 @@ impl ColumnTypeSource for ColumnTypes {
 /// Whether a value's JSON text could be or contain a `null` (a cheap test before a real check).
 pub fn may_hold_null(value: &str) -> bool {
     let value = value.trim();
-    value == "null"
-        || ((value.starts_with('[') || value.starts_with('{')) && value.contains("null"))
+    match value.as_bytes().first() {
+        Some(b'n') => value == "null",
+        Some(b'[' | b'{') => value.contains("null"),
+        _ => false,
+    }
 }
 
 /// Column name to null rule, for one table.

@@ -14,6 +14,7 @@ use serde_json::value::RawValue;
 use crate::client::Error;
 
 use super::columns::{may_hold_null, ColumnTypeSource};
+use super::row_scan::{scan_flat_object, scan_flat_object_at, Field};
 
 /// One value of a typed row (the WIT `value` variant).
 #[derive(Clone, Debug, PartialEq)]
@@ -277,9 +278,9 @@ fn write_json_string(buf: &mut Vec<u8>, bytes: &[u8]) {
     buf.push(b'"');
 }
 
-/// A JSON row as parsed: keys (unescaped) and raw value texts.
+/// A JSON row as serde_json parses it: keys (unescaped) and raw value texts.
 struct RawRow<'a> {
-    fields: Vec<(Cow<'a, str>, &'a RawValue)>,
+    fields: Vec<Field<'a>>,
 }
 
 impl<'de> serde::Deserialize<'de> for RawRow<'de> {
@@ -299,7 +300,7 @@ impl<'de> Visitor<'de> for RowVisitor {
         let mut fields = Vec::with_capacity(8);
         while let Some(key) = map.next_key_seed(KeySeed)? {
             let value: &'de RawValue = map.next_value()?;
-            fields.push((key, value));
+            fields.push((key, value.get()));
         }
         Ok(RawRow { fields })
     }
@@ -341,74 +342,105 @@ struct JsonInput<'t> {
     types: Option<&'t dyn ColumnTypeSource>,
     /// Lines of NDJSON (else elements of a JSON array).
     ndjson: bool,
+    /// Whether rows are read by the flat scan where it can (always, except in a test that
+    /// compares with serde_json alone).
+    scan: bool,
 }
 
 impl JsonInput<'_> {
-    /// Adds row `index` (`item`, a slice of the text): its keys checked against the columns
-    /// (the first row's name them when none are configured), its nulls against the column
-    /// types; kept as the input's own bytes when its keys are in column order on one line,
-    /// else re-encoded in column order.
-    fn add(&self, item: &str, out: &mut Encoded, index: usize) -> Result<(), Error> {
-        let row: RawRow = serde_json::from_str(item).map_err(|e| {
-            if item.trim_start().starts_with('{') {
-                Error::invalid(format!("row index {index} is not valid JSON: {e}"))
-            } else {
-                Error::invalid(format!("row index {index} is not a JSON object"))
-            }
-        })?;
-        if self.columns.is_none() && index == 0 {
-            if row.fields.is_empty() {
+    /// Adds row `index`, `item` (a slice of the text): read into `fields` by the flat scan, or
+    /// by serde_json where the scan leaves it, then [`JsonInput::accept`]ed.
+    fn add<'t>(
+        &self,
+        item: &'t str,
+        fields: &mut Vec<Field<'t>>,
+        out: &mut Encoded,
+        index: usize,
+    ) -> Result<(), Error> {
+        if self.scan && scan_flat_object(item, fields) {
+            return self.accept(item, fields, out, index);
+        }
+        *fields = read_row(item, index)?;
+        self.accept(item.trim(), fields, out, index)
+    }
+
+    /// Adds row `index`, read as `fields` from `item` (a slice of the text from its `{` to
+    /// its `}`): its keys checked against the columns (the first row's name them when none are
+    /// configured), its nulls against the column types; kept as the input's own bytes when
+    /// its keys are in column order on one line, else re-encoded in column order.
+    fn accept(
+        &self,
+        item: &str,
+        fields: &[Field<'_>],
+        out: &mut Encoded,
+        index: usize,
+    ) -> Result<(), Error> {
+        let configured = self.columns.is_some();
+        if !configured && index == 0 {
+            if fields.is_empty() {
                 return Err(Error::invalid(
                     "row index 0 is empty: without configured columns the first row's keys name the columns",
                 ));
             }
-            out.columns = row.fields.iter().map(|(k, _)| k.to_string()).collect();
+            out.columns = fields.iter().map(|(k, _)| k.to_string()).collect();
         }
-        check_keys(
-            index,
-            row.fields.iter().map(|(k, _)| k.as_ref()),
-            &out.columns,
-            self.columns.is_some(),
-        )?;
+        let in_order = fields.len() == out.columns.len()
+            && fields
+                .iter()
+                .zip(&out.columns)
+                .all(|((k, _), c)| same_text(k, c));
+        // Keys that are the columns in order pass, except the first row's keys that name the
+        // columns (they may repeat one).
+        if !in_order || (index == 0 && !configured) {
+            check_keys(
+                index,
+                fields.iter().map(|(k, _)| k.as_ref()),
+                &out.columns,
+                configured,
+            )?;
+        }
         if let Some(types) = self.types {
-            for (key, raw) in &row.fields {
-                if may_hold_null(raw.get()) {
-                    types
-                        .column_types()?
-                        .check_json(key, raw.get())
-                        .map_err(|why| {
-                            Error::invalid(format!(
-                                "row index {index}, column {}: {why}",
-                                shown(key)
-                            ))
-                        })?;
+            for (key, raw) in fields.iter() {
+                // Values are read trimmed: only these can be or hold a null.
+                if matches!(raw.as_bytes().first(), Some(b'n' | b'[' | b'{')) && may_hold_null(raw)
+                {
+                    types.column_types()?.check_json(key, raw).map_err(|why| {
+                        Error::invalid(format!("row index {index}, column {}: {why}", shown(key)))
+                    })?;
                 }
             }
         }
-        let in_order = row
-            .fields
-            .iter()
-            .zip(&out.columns)
-            .all(|((k, _), c)| k == c);
-        let trimmed = item.trim();
         // An NDJSON line holds no newline; an array element may, and must lose it.
-        if in_order && (self.ndjson || !trimmed.contains('\n')) {
-            let start = self.base + (trimmed.as_ptr() as usize - self.text.as_ptr() as usize);
-            out.lines.push(Line::Input(start, start + trimmed.len()));
+        if in_order && (self.ndjson || !item.contains('\n')) {
+            let start = self.base + (item.as_ptr() as usize - self.text.as_ptr() as usize);
+            out.lines.push(Line::Input(start, start + item.len()));
         } else {
             out.push_row(|column, buf| {
-                let raw = row
-                    .fields
-                    .iter()
-                    .find(|(k, _)| k == column)
-                    .expect("checked")
-                    .1;
-                buf.extend_from_slice(raw.get().trim().as_bytes());
+                let raw = fields.iter().find(|(k, _)| k == column).expect("checked").1;
+                buf.extend_from_slice(raw.trim().as_bytes());
                 Ok::<(), Error>(())
             })?;
         }
         Ok(())
     }
+}
+
+/// Whether two keys are the same text: an inline loop (a row's keys are short; a call to the
+/// guest's `memcmp` per key cost more than the compare).
+fn same_text(a: &str, b: &str) -> bool {
+    a.len() == b.len() && a.bytes().zip(b.bytes()).all(|(x, y)| x == y)
+}
+
+/// Reads row `index` with serde_json: the slow path, for what [`scan_flat_object`] leaves.
+fn read_row(item: &str, index: usize) -> Result<Vec<Field<'_>>, Error> {
+    let row: RawRow = serde_json::from_str(item).map_err(|e| {
+        if item.trim_start().starts_with('{') {
+            Error::invalid(format!("row index {index} is not valid JSON: {e}"))
+        } else {
+            Error::invalid(format!("row index {index} is not a JSON object"))
+        }
+    })?;
+    Ok(row.fields)
 }
 
 /// Encodes JSON input: NDJSON (one object per line; blank lines skipped) or one JSON array of
@@ -418,6 +450,17 @@ pub fn encode_json<'a>(
     data: &'a [u8],
     columns: Option<&[String]>,
     types: Option<&dyn ColumnTypeSource>,
+) -> Result<Encoded<'a>, Error> {
+    encode_json_with(data, columns, types, true)
+}
+
+/// [`encode_json`], with the flat scan or (`scan` false, for tests) without: then every row is
+/// read by serde_json.
+fn encode_json_with<'a>(
+    data: &'a [u8],
+    columns: Option<&[String]>,
+    types: Option<&dyn ColumnTypeSource>,
+    scan: bool,
 ) -> Result<Encoded<'a>, Error> {
     let text = std::str::from_utf8(data).map_err(|e| {
         Error::invalid(format!(
@@ -442,23 +485,48 @@ pub fn encode_json<'a>(
         columns,
         types,
         ndjson,
+        scan,
     };
     let mut index = 0usize;
-    let add = |item: &str, out: &mut Encoded, index: usize| input.add(item, out, index);
+    let mut fields = Vec::with_capacity(16);
     if !ndjson {
         let items: Vec<&RawValue> = serde_json::from_str(text)
             .map_err(|e| Error::invalid(format!("the JSON array is not valid JSON: {e}")))?;
         for item in items {
-            add(item.get(), &mut out, index)?;
+            input.add(item.get(), &mut fields, &mut out, index)?;
             index += 1;
         }
     } else {
-        for line in text.split('\n') {
-            let line = line.trim_end_matches('\r');
+        let bytes = text.as_bytes();
+        let mut pos = 0;
+        while pos < bytes.len() {
+            // A line that is a flat object is read in one pass, which also finds its end.
+            let scanned = input
+                .scan
+                .then(|| scan_flat_object_at(text, pos, &mut fields))
+                .flatten();
+            if let Some(end) = scanned {
+                let next = match &bytes[end..] {
+                    [] => Some(end),
+                    [b'\n', ..] => Some(end + 1),
+                    [b'\r', b'\n', ..] => Some(end + 2),
+                    _ => None,
+                };
+                if let Some(next) = next {
+                    input.accept(&text[pos..end], &fields, &mut out, index)?;
+                    index += 1;
+                    pos = next;
+                    continue;
+                }
+            }
+            // Any other line (blank ones skipped).
+            let line_end = text[pos..].find('\n').map_or(bytes.len(), |n| pos + n);
+            let line = text[pos..line_end].trim_end_matches('\r');
+            pos = line_end + 1;
             if line.trim().is_empty() {
                 continue;
             }
-            add(line, &mut out, index)?;
+            input.add(line, &mut fields, &mut out, index)?;
             index += 1;
         }
     }
@@ -586,6 +654,188 @@ mod tests {
         let input = "[\n {\"a\": 1,\n  \"b\": \"x\"},\n {\"b\": \"y\", \"\\u0061\": 2}\n]";
         let e = encode_json(input.as_bytes(), Some(&cols(&["a", "b"])), None).unwrap();
         assert_eq!(text(&e), "{\"a\":1,\"b\":\"x\"}\n{\"a\":2,\"b\":\"y\"}\n");
+    }
+
+    /// Random JSON rows built from pieces that are valid, nearly valid and out of the flat
+    /// scan's reach, some then cut or spliced: a fixed xorshift sequence, so every run (and
+    /// every failure) is the same.
+    struct RandomRows(u64);
+
+    impl RandomRows {
+        const KEYS: &'static [&'static str] = &[
+            "\"a\"",
+            "\"b\"",
+            "\"é\"",
+            "\"\\u0061\"",
+            "\"\"",
+            "\"a\\\"\"",
+            "\"a\tb\"",
+            "a",
+            "\"c",
+        ];
+        /// The first `VALID_VALUES` are valid JSON.
+        const VALUES: &'static [&'static str] = &[
+            "\"x\"",
+            "\"\"",
+            "\"é\\\"\\/\\b\\f\\n\\r\\t\"",
+            "\"\\u00e9\\uD800\"",
+            "0",
+            "-0",
+            "1.5",
+            "1e5",
+            "1E+2",
+            "-12.5e-3",
+            "123456789012345678901234567890",
+            "true",
+            "false",
+            "null",
+            "{}",
+            "[1,2]",
+            "{\"x\":null}",
+            "\"abcdefghijklmnopqrstuvwxyz\"",
+            "\"abcdefghijklm\\\"nopqrstuvwxyz\"",
+            "\"ééééééééé\"",
+            "\"0123456789abcdef\\u00e9x\"",
+            // Not valid:
+            "\"\\x\"",
+            "\"\\u12g4\"",
+            "\"\\u12\"",
+            "\"tab\there\"",
+            "\"abcdefghijklm\there\"",
+            "01",
+            "1.",
+            "-",
+            "2e-",
+            ".5",
+            "+1",
+            "tru",
+            "nul",
+            "truex",
+            "NaN",
+            "\"unterminated",
+        ];
+        const VALID_VALUES: usize = 21;
+        const SPACE: &'static [&'static str] = &["", "", "", " ", "\t", "\r", "\n", "  "];
+
+        fn next(&mut self, n: usize) -> usize {
+            self.0 ^= self.0 << 13;
+            self.0 ^= self.0 >> 7;
+            self.0 ^= self.0 << 17;
+            (self.0 % n as u64) as usize
+        }
+
+        fn pick(&mut self, from: &[&'static str]) -> &'static str {
+            from[self.next(from.len())]
+        }
+
+        /// A row; `valid` keeps to valid pieces and the keys a, b and é (mostly in that
+        /// order), uncut.
+        fn row(&mut self, valid: bool) -> String {
+            let values = if valid {
+                &Self::VALUES[..Self::VALID_VALUES]
+            } else {
+                Self::VALUES
+            };
+            let space = if valid {
+                &Self::SPACE[..5]
+            } else {
+                Self::SPACE
+            };
+            let mut item = String::from(if !valid && self.next(20) == 0 {
+                " {"
+            } else {
+                "{"
+            });
+            let fields = if valid { 3 } else { self.next(5) };
+            let rotate = if valid && self.next(4) == 0 { 1 } else { 0 };
+            for f in 0..fields {
+                let key = if valid {
+                    Self::KEYS[(f + rotate) % 3]
+                } else {
+                    self.pick(Self::KEYS)
+                };
+                if f > 0 {
+                    item.push_str(self.pick(space));
+                    item.push(',');
+                }
+                for piece in [self.pick(space), key, self.pick(space)] {
+                    item.push_str(piece);
+                }
+                item.push(':');
+                item.push_str(self.pick(space));
+                item.push_str(self.pick(values));
+            }
+            item.push_str(self.pick(space));
+            item.push('}');
+            if !valid && self.next(4) == 0 {
+                // Cut, double or drop one character.
+                let chars: Vec<char> = item.chars().collect();
+                let at = self.next(chars.len());
+                let mut cut: String = chars[..at].iter().collect();
+                match self.next(3) {
+                    0 => {}
+                    1 => cut.extend(&chars[at - at.min(1)..]),
+                    _ => cut.extend(&chars[at + 1..]),
+                }
+                item = cut;
+            }
+            item
+        }
+    }
+
+    /// The fast reader of flat objects only ever accepts what serde_json accepts, with the same
+    /// keys and value texts.
+    #[test]
+    fn flat_object_scan_agrees_with_serde_json() {
+        let mut rows = RandomRows(0x9e37_79b9_7f4a_7c15);
+        let mut fast = 0;
+        for n in 0..200_000 {
+            let item = rows.row(n % 4 == 0);
+            let mut fields = Vec::new();
+            let slow: Result<RawRow, _> = serde_json::from_str(&item);
+            if scan_flat_object(&item, &mut fields) {
+                fast += 1;
+                let slow =
+                    slow.unwrap_or_else(|e| panic!("{item:?}: accepted, serde_json refuses: {e}"));
+                assert_eq!(fields, slow.fields, "{item:?}");
+            }
+        }
+        // Not vacuous: a good share of the rows took the fast path.
+        assert!(
+            fast > 40_000,
+            "only {fast} of 200000 rows took the fast path"
+        );
+    }
+
+    /// NDJSON read with the flat scan gives what it gives without (every line split at `\n`
+    /// and read by serde_json): the same bytes and columns, or the same error.
+    #[test]
+    fn ndjson_reads_the_same_with_and_without_the_flat_scan() {
+        let mut rows = RandomRows(0x2545_f491_4f6c_dd1d);
+        const ENDS: &[&str] = &[
+            "\n", "\n", "\n", "\r\n", "\r\r\n", " \n", "\n\n", "\n \t\n", "", "\r",
+        ];
+        let columns = cols(&["a", "b", "é"]);
+        let (mut ok, mut texts) = (0, 0);
+        for n in 0..30_000 {
+            let valid = n % 2 == 0;
+            let mut text = String::new();
+            for _ in 0..1 + rows.next(4) {
+                text.push_str(&rows.row(valid));
+                text.push_str(rows.pick(ENDS));
+            }
+            let configured = (n % 3 == 0).then_some(columns.as_slice());
+            let read = |scan| {
+                encode_json_with(text.as_bytes(), configured, None, scan)
+                    .map(|e| (e.columns.clone(), e.rows(0, e.len())))
+                    .map_err(|e| e.message)
+            };
+            let (with, without) = (read(true), read(false));
+            assert_eq!(with, without, "{text:?}");
+            texts += 1;
+            ok += usize::from(with.is_ok());
+        }
+        assert!(ok > 2_000, "only {ok} of {texts} texts were accepted");
     }
 
     #[test]
