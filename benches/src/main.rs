@@ -9,9 +9,9 @@ use std::time::{Duration, Instant};
 
 use clickhouse_component::client::sql::quote_identifier;
 use clickhouse_component::client::{Compression, HttpRequest, Query};
-use clickhouse_component_host::{default_allow_list, SinkOptions, State, StoreOptions};
+use clickhouse_component_host::{default_allow_list, SinkOptions, State};
 use clickhouse_component_tests::native::Sql;
-use clickhouse_component_tests::{clickhouse, runtime, unique_name};
+use clickhouse_component_tests::{clickhouse, runtime, store_in, unique_name};
 
 /// p50 and p99 of samples, in milliseconds.
 fn percentiles(samples: &mut [Duration]) -> (f64, f64) {
@@ -33,20 +33,7 @@ async fn bench_state(iterations: usize) {
     let server = clickhouse();
     let conn = server.connection();
     let db = unique_name("bench_state");
-    let mut i = runtime()
-        .instantiate(default_allow_list(&conn).unwrap())
-        .await
-        .unwrap();
-    let s = i
-        .open_store(
-            &conn,
-            &StoreOptions {
-                database: Some(db.clone()),
-                ..Default::default()
-            },
-        )
-        .await
-        .unwrap();
+    let (mut i, s) = store_in(runtime(), &conn, &db).await;
     let state = |n: usize| State {
         id: "tap-bench--target-bench".into(),
         partial: String::new(),
@@ -292,11 +279,9 @@ async fn bench_sink(title: &str, rows: usize, batch: usize, embedded: bool) {
         .unwrap()
         .join("clickhouse-component");
     // Once before timing: the first run compiles the component into the cache.
-    let warm = std::process::Command::new(&cli)
+    let warm = server
+        .export_to(&mut std::process::Command::new(&cli))
         .arg("check")
-        .env("CLICKHOUSE_URL", &server.url)
-        .env("CLICKHOUSE_USER", &server.user)
-        .env("CLICKHOUSE_PASSWORD", &server.password)
         .output()
         .unwrap();
     assert!(
@@ -307,7 +292,8 @@ async fn bench_sink(title: &str, rows: usize, batch: usize, embedded: bool) {
     for method in [Compression::Lz4, Compression::None, Compression::Zstd] {
         let table = events_table(&sql, &format!("cli_{}", method.name()));
         let started = Instant::now();
-        let out = std::process::Command::new(&cli)
+        let out = server
+            .export_to(&mut std::process::Command::new(&cli))
             .args([
                 "sink",
                 "--table",
@@ -317,9 +303,6 @@ async fn bench_sink(title: &str, rows: usize, batch: usize, embedded: bool) {
             ])
             .args(["--compression", method.name()])
             .arg(&input)
-            .env("CLICKHOUSE_URL", &server.url)
-            .env("CLICKHOUSE_USER", &server.user)
-            .env("CLICKHOUSE_PASSWORD", &server.password)
             .output()
             .unwrap();
         let seconds = started.elapsed().as_secs_f64();
@@ -415,12 +398,10 @@ async fn bench_sink(title: &str, rows: usize, batch: usize, embedded: bool) {
     let python = clickhouse_component_tests::repo_root().join(".venv-bench/bin/python");
     if python.exists() {
         let table = events_table(&sql, "onestep");
-        let out = std::process::Command::new(&python)
+        let out = server
+            .export_to(&mut std::process::Command::new(&python))
             .arg(clickhouse_component_tests::repo_root().join("benches/onestep_bench.py"))
             .args([&table, &rows.to_string(), &batch.to_string()])
-            .env("CLICKHOUSE_URL", &server.url)
-            .env("CLICKHOUSE_USER", &server.user)
-            .env("CLICKHOUSE_PASSWORD", &server.password)
             .output()
             .unwrap();
         if out.status.success() {

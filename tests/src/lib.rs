@@ -33,6 +33,14 @@ impl Server {
             ..Default::default()
         }
     }
+
+    /// Puts this server's URL and credentials in a command's environment, as the CLI and
+    /// clickhouse-connect read them (`CLICKHOUSE_URL`, `CLICKHOUSE_USER`, `CLICKHOUSE_PASSWORD`).
+    pub fn export_to<'c>(&self, cmd: &'c mut Command) -> &'c mut Command {
+        cmd.env("CLICKHOUSE_URL", &self.url)
+            .env("CLICKHOUSE_USER", &self.user)
+            .env("CLICKHOUSE_PASSWORD", &self.password)
+    }
 }
 
 /// The repository root.
@@ -309,11 +317,38 @@ pub fn runtime() -> &'static Runtime {
 
 /// A fresh component instance allowed to reach the test server.
 pub async fn instance() -> clickhouse_component_host::Instance {
-    let conn = clickhouse().connection();
-    runtime()
-        .instantiate(clickhouse_component_host::default_allow_list(&conn).unwrap())
+    instance_for(runtime(), &clickhouse().connection()).await
+}
+
+/// A fresh instance of `runtime` allowed to reach `conn`'s host (the test server, or a proxy
+/// in front of it).
+pub async fn instance_for(
+    runtime: &Runtime,
+    conn: &ConnectionOptions,
+) -> clickhouse_component_host::Instance {
+    runtime
+        .instantiate(clickhouse_component_host::default_allow_list(conn).unwrap())
         .await
         .unwrap()
+}
+
+/// A fresh instance of `runtime` for `conn`, with a state store (default options) open in
+/// database `db`; the first store opened there creates the schema.
+pub async fn store_in(
+    runtime: &Runtime,
+    conn: &ConnectionOptions,
+    db: &str,
+) -> (
+    clickhouse_component_host::Instance,
+    clickhouse_component_host::StoreHandle,
+) {
+    let mut instance = instance_for(runtime, conn).await;
+    let options = clickhouse_component_host::StoreOptions {
+        database: Some(db.to_string()),
+        ..Default::default()
+    };
+    let store = instance.open_store(conn, &options).await.unwrap();
+    (instance, store)
 }
 
 /// The test cache directory for precompiled components.
@@ -376,9 +411,8 @@ pub fn cli(server: &Server) -> Command {
     ] {
         cmd.env_remove(var);
     }
-    cmd.env("CLICKHOUSE_URL", &server.url)
-        .env("CLICKHOUSE_USER", &server.user)
-        .env("CLICKHOUSE_PASSWORD", &server.password)
+    server
+        .export_to(&mut cmd)
         .env("CLICKHOUSE_COMPONENT_CACHE_DIR", cache_dir());
     cmd
 }

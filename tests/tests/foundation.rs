@@ -10,7 +10,7 @@ use clickhouse_component::client::{ConnectionOptions, ErrorKind};
 use clickhouse_component_host::{
     default_allow_list, AllowList, CachePolicy, ComponentSource, LoadKind, Runtime,
 };
-use clickhouse_component_tests::{cli, clickhouse, runtime, unique_name};
+use clickhouse_component_tests::{cli, clickhouse, runtime, store_in, unique_name};
 use serde_json::Value;
 
 async fn ping(
@@ -434,7 +434,7 @@ fn the_embedding_example_runs() {
 async fn the_library_component_serves_the_library_and_has_no_command_mode() {
     use clickhouse_component_host::component::{EMBEDDED_COMPONENT_PATH, LIBRARY_COMPONENT_PATH};
     use clickhouse_component_host::{
-        default_allow_list, CachePolicy, ComponentSource, Runtime, SinkOptions, State, StoreOptions,
+        default_allow_list, CachePolicy, ComponentSource, Runtime, SinkOptions, State,
     };
 
     let library = std::path::PathBuf::from(LIBRARY_COMPONENT_PATH.expect("built by host/build.rs"));
@@ -447,22 +447,9 @@ async fn the_library_component_serves_the_library_and_has_no_command_mode() {
     );
     let runtime = Runtime::new(&ComponentSource::File(library), &CachePolicy::Disabled).unwrap();
     let conn = clickhouse().connection();
-    let mut i = runtime
-        .instantiate(default_allow_list(&conn).unwrap())
-        .await
-        .unwrap();
-    assert!(!i.ping(&conn).await.unwrap().version.is_empty());
     let db = unique_name("library");
-    let s = i
-        .open_store(
-            &conn,
-            &StoreOptions {
-                database: Some(db.clone()),
-                ..Default::default()
-            },
-        )
-        .await
-        .unwrap();
+    let (mut i, s) = store_in(&runtime, &conn, &db).await;
+    assert!(!i.ping(&conn).await.unwrap().version.is_empty());
     let state = State {
         id: "tap--target".into(),
         partial: String::new(),

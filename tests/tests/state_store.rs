@@ -1192,20 +1192,12 @@ async fn listing_and_exporting_read_compressed_answers_exactly() {
     let proxy = Proxy::start(&server.url);
     let proxied = proxy.server(server);
     let conn = proxied.connection();
-    let mut i = clickhouse_component_tests::runtime()
-        .instantiate(clickhouse_component_host::default_allow_list(&conn).unwrap())
-        .await
-        .unwrap();
-    let s = i
-        .open_store(
-            &conn,
-            &StoreOptions {
-                database: Some(unique_name("state_packed")),
-                ..Default::default()
-            },
-        )
-        .await
-        .unwrap();
+    let (mut i, s) = clickhouse_component_tests::store_in(
+        clickhouse_component_tests::runtime(),
+        &conn,
+        &unique_name("state_packed"),
+    )
+    .await;
     let states: Vec<State> = (0..300)
         .map(|n| {
             state(
