@@ -14,7 +14,7 @@ use serde_json::value::RawValue;
 use crate::client::Error;
 
 use super::columns::{may_hold_null, ColumnTypeSource};
-use super::row_scan::{scan_flat_object, scan_flat_object_at, Field};
+use super::row_scan::{key_patterns, scan_flat_object, scan_flat_object_at, scan_in_order, Field};
 
 /// One value of a typed row (the WIT `value` variant).
 #[derive(Clone, Debug, PartialEq)]
@@ -478,6 +478,7 @@ fn encode_json_with<'a>(
         out.columns = c.to_vec();
     }
     let ndjson = !text.trim_start().starts_with('[');
+    let configured = columns.is_some();
     let input = JsonInput {
         text,
         // Offset of `text` within `data` (text is `data` minus a leading BOM).
@@ -498,26 +499,43 @@ fn encode_json_with<'a>(
         }
     } else {
         let bytes = text.as_bytes();
+        // Where the next line starts when a row read at `pos` ends at `end`: right after its
+        // newline; `None` when more follows on its line (the general reader decides then).
+        let next_line = |end: usize| match &bytes[end..] {
+            [] => Some(end),
+            [b'\n', ..] => Some(end + 1),
+            [b'\r', b'\n', ..] => Some(end + 2),
+            _ => None,
+        };
+        // The columns' keys, once the columns are known (configured, or named by row 0).
+        let mut keys: Option<Option<Vec<Vec<u8>>>> = None;
         let mut pos = 0;
         while pos < bytes.len() {
+            if input.scan && (configured || index > 0) {
+                let keys = keys.get_or_insert_with(|| key_patterns(&out.columns));
+                // A compact row of exactly the columns in order (no null the column types
+                // must see) is kept as it is.
+                let compact = keys.as_deref().and_then(|k| scan_in_order(bytes, pos, k));
+                if let Some((end, null)) = compact {
+                    if let (Some(next), false) = (next_line(end), null && types.is_some()) {
+                        out.lines
+                            .push(Line::Input(input.base + pos, input.base + end));
+                        index += 1;
+                        pos = next;
+                        continue;
+                    }
+                }
+            }
             // A line that is a flat object is read in one pass, which also finds its end.
             let scanned = input
                 .scan
                 .then(|| scan_flat_object_at(text, pos, &mut fields))
                 .flatten();
-            if let Some(end) = scanned {
-                let next = match &bytes[end..] {
-                    [] => Some(end),
-                    [b'\n', ..] => Some(end + 1),
-                    [b'\r', b'\n', ..] => Some(end + 2),
-                    _ => None,
-                };
-                if let Some(next) = next {
-                    input.accept(&text[pos..end], &fields, &mut out, index)?;
-                    index += 1;
-                    pos = next;
-                    continue;
-                }
+            if let Some((end, next)) = scanned.and_then(|end| Some((end, next_line(end)?))) {
+                input.accept(&text[pos..end], &fields, &mut out, index)?;
+                index += 1;
+                pos = next;
+                continue;
             }
             // Any other line (blank ones skipped).
             let line_end = text[pos..].find('\n').map_or(bytes.len(), |n| pos + n);
@@ -540,6 +558,7 @@ fn encode_json_with<'a>(
 mod tests {
     use super::*;
     use crate::client::ErrorKind;
+    use crate::sink::columns::ColumnTypes;
 
     fn cols(c: &[&str]) -> Vec<String> {
         c.iter().map(|s| s.to_string()).collect()
@@ -736,10 +755,11 @@ mod tests {
             } else {
                 Self::VALUES
             };
-            let space = if valid {
-                &Self::SPACE[..5]
-            } else {
-                Self::SPACE
+            // Valid rows are compact (no whitespace) half the time.
+            let space = match (valid, self.next(2)) {
+                (true, 0) => &Self::SPACE[..1],
+                (true, _) => &Self::SPACE[..5],
+                (false, _) => Self::SPACE,
             };
             let mut item = String::from(if !valid && self.next(20) == 0 {
                 " {"
@@ -816,6 +836,12 @@ mod tests {
             "\n", "\n", "\n", "\r\n", "\r\r\n", " \n", "\n\n", "\n \t\n", "", "\r",
         ];
         let columns = cols(&["a", "b", "é"]);
+        // `a` takes nulls, `b` does not, `é` not at the top level.
+        let types = ColumnTypes::new([
+            ("a".to_string(), "Nullable(String)".to_string()),
+            ("b".to_string(), "String".to_string()),
+            ("é".to_string(), "Array(Nullable(Int8))".to_string()),
+        ]);
         let (mut ok, mut texts) = (0, 0);
         for n in 0..30_000 {
             let valid = n % 2 == 0;
@@ -825,8 +851,9 @@ mod tests {
                 text.push_str(rows.pick(ENDS));
             }
             let configured = (n % 3 == 0).then_some(columns.as_slice());
+            let types = (n % 5 < 2).then_some(&types as &dyn ColumnTypeSource);
             let read = |scan| {
-                encode_json_with(text.as_bytes(), configured, None, scan)
+                encode_json_with(text.as_bytes(), configured, types, scan)
                     .map(|e| (e.columns.clone(), e.rows(0, e.len())))
                     .map_err(|e| e.message)
             };

@@ -68,6 +68,43 @@ pub(super) fn scan_flat_object_at<'a>(
     }
 }
 
+/// The keys of a table's columns as a compact row writes them (`"name":`), for
+/// [`scan_in_order`]; `None` when a name holds a quote, a backslash or a control character
+/// (a row writes it escaped, so only the general reader compares it).
+pub(super) fn key_patterns(columns: &[String]) -> Option<Vec<Vec<u8>>> {
+    columns
+        .iter()
+        .map(|c| {
+            let plain = c.bytes().all(|b| !matches!(b, b'"' | b'\\' | 0..=0x1f));
+            plain.then(|| [b"\"", c.as_bytes(), b"\":"].concat())
+        })
+        .collect()
+}
+
+/// Reads, at byte `start` of `b`, a compact flat row whose keys are exactly `keys` (from
+/// [`key_patterns`]) in order, each value a scalar as [`scan_flat_object_at`] reads it, and no
+/// whitespace anywhere: `{"a":1,"b":"x"}`. Returns the index just past its `}` and whether a
+/// value is `null`; `None` for anything else (the general reader decides).
+pub(super) fn scan_in_order(b: &[u8], start: usize, keys: &[Vec<u8>]) -> Option<(usize, bool)> {
+    let mut i = start;
+    let mut null = false;
+    for (n, key) in keys.iter().enumerate() {
+        if b.get(i) != Some(if n == 0 { &b'{' } else { &b',' }) {
+            return None;
+        }
+        i += 1;
+        // An inline compare: a call to the guest's memcmp per key costs more.
+        let text = b.get(i..i + key.len())?;
+        if !text.iter().zip(key).all(|(x, y)| x == y) {
+            return None;
+        }
+        i += key.len();
+        null |= b.get(i) == Some(&b'n');
+        i = scalar_end(b, i)?;
+    }
+    (!keys.is_empty() && b.get(i) == Some(&b'}')).then_some((i + 1, null))
+}
+
 /// JSON whitespace, as serde_json skips it, except the newline: in NDJSON a newline ends the
 /// row, so a row that holds one is left to the slow path.
 fn is_ws(c: u8) -> bool {
@@ -246,6 +283,29 @@ mod tests {
                 assert!(skip_plain_bytes(&b, 0) + 8 > len, "{len} {at}");
             }
         }
+    }
+
+    #[test]
+    fn reads_compact_rows_in_column_order() {
+        let keys = key_patterns(&["a".into(), "é b".into()]).unwrap();
+        let row = |text: &str| scan_in_order(text.as_bytes(), 0, &keys);
+        assert_eq!(row(r#"{"a":1,"é b":"x"}"#), Some((18, false)));
+        assert_eq!(row(r#"{"a":null,"é b":"x"}rest"#), Some((21, true)));
+        assert_eq!(row(r#"{"a":nul,"é b":"x"}"#), None);
+        for other in [
+            r#"{"é b":"x","a":1}"#,
+            r#"{"a":1}"#,
+            r#"{"a":1,"é b":"x","c":2}"#,
+            r#"{"a": 1,"é b":"x"}"#,
+            r#"{"a":1,"é b":{}}"#,
+            r#"{"a":01,"é b":"x"}"#,
+            r#"{"ab":1,"é b":"x"}"#,
+            r#"{"a":1,"é b":"x""#,
+        ] {
+            assert_eq!(row(other), None, "{other}");
+        }
+        assert_eq!(key_patterns(&["a".into(), "b\"c".into()]), None);
+        assert_eq!(key_patterns(&["tab\there".into()]), None);
     }
 
     #[test]
