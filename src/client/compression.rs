@@ -3,7 +3,8 @@
 //! (`HTTPHandler` wraps the body in the reader `chooseCompressionMethod` picks from that
 //! header; no setting is needed, unlike compressed *answers*). Pure-Rust codecs, so they build
 //! for wasm32-wasip2: LZ4 frames (`lz4_flex`), Zstandard (`ruzstd`, its "fastest" level, about
-//! zstd's level 1), gzip (`flate2` on `miniz_oxide`, level 1).
+//! zstd's level 1), gzip (`miniz_oxide`'s deflate, level 1, in a gzip member of our own: see
+//! [`super::gzip`]).
 
 use std::io::{Read, Write};
 
@@ -163,14 +164,7 @@ impl Compression {
                 data.as_slice(),
                 ruzstd::encoding::CompressionLevel::Fastest,
             ),
-            Compression::Gzip => {
-                let mut encoder = flate2::write::GzEncoder::new(
-                    Vec::with_capacity(data.len() / 3 + 64),
-                    flate2::Compression::fast(),
-                );
-                encoder.write_all(&data).expect("gzip into memory");
-                encoder.finish().expect("gzip into memory")
-            }
+            Compression::Gzip => super::gzip::encode(&data),
         }
     }
 }

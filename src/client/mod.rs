@@ -1,7 +1,7 @@
 //! ClickHouse HTTP client: connection strings ([`dsn`]), requests ([`request`]), answers
-//! ([`response`]), INSERT body compression ([`compression`]), the error taxonomy ([`error`]),
-//! repeating what is safe to repeat
-//! ([`retry`]), identifiers in SQL text ([`sql`]) and the transport seam ([`transport`]).
+//! ([`response`]), INSERT body compression ([`compression`], [`gzip`]), the error taxonomy
+//! ([`error`]), repeating what is safe to repeat ([`retry`]), identifiers in SQL text
+//! ([`sql`]) and the transport seam ([`transport`]).
 //!
 //! Everything here except [`wasi_http`] is plain Rust with native unit tests.
 
@@ -9,6 +9,7 @@ pub mod compression;
 pub mod dsn;
 pub mod error;
 pub mod error_codes;
+pub mod gzip;
 pub mod request;
 pub mod response;
 pub mod retry;
