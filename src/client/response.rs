@@ -10,12 +10,15 @@ pub fn json_rows<T: serde::de::DeserializeOwned>(body: &[u8], what: &str) -> Res
     body.split(|b| *b == b'\n')
         .filter(|line| !line.iter().all(u8::is_ascii_whitespace))
         .map(|line| {
-            serde_json::from_slice(line).map_err(|e| {
-                Error::new(
-                    super::error::ErrorKind::Permanent,
-                    format!("unexpected answer to {what}: {e}"),
-                )
-            })
+            // As text: one serde_json reader (`str`) in the component, not two.
+            let text = std::str::from_utf8(line).map_err(|e| e.to_string());
+            text.and_then(|t| serde_json::from_str(t).map_err(|e| e.to_string()))
+                .map_err(|e| {
+                    Error::new(
+                        super::error::ErrorKind::Permanent,
+                        format!("unexpected answer to {what}: {e}"),
+                    )
+                })
         })
         .collect()
 }

@@ -386,12 +386,15 @@ pub(crate) fn holder_and<T: Transport, P: Platform>(
         also: Value,
     }
     let response = s.execute(Step::Holder, &query)?;
-    let row: Row = serde_json::from_slice(&response.body).map_err(|e| {
-        Error::new(
-            ErrorKind::Permanent,
-            format!("unexpected answer to the lock query: {e}"),
-        )
-    })?;
+    let text = std::str::from_utf8(&response.body).map_err(|e| e.to_string());
+    let row: Row = text
+        .and_then(|t| serde_json::from_str(t).map_err(|e| e.to_string()))
+        .map_err(|e| {
+            Error::new(
+                ErrorKind::Permanent,
+                format!("unexpected answer to the lock query: {e}"),
+            )
+        })?;
     let token = row.holder.unwrap_or_default();
     Ok(((!token.is_empty()).then_some(token), also.map(|_| row.also)))
 }
