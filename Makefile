@@ -10,7 +10,7 @@ VENV := .venv
 PYTHON := $(VENV)/bin/python
 CHDB_VERSION := 26.9.0
 
-.PHONY: meltano-diff run test setup wasm-target venv zookeeper build bench diff lint fmt clean js wasmtime-cli
+.PHONY: meltano-diff run test setup wasm-target venv zookeeper binaryen build bench diff lint fmt clean js wasmtime-cli
 
 run: setup build
 	scripts/with-clickhouse scripts/quickstart
@@ -28,7 +28,11 @@ js/node_modules/.installed: js/package-lock.json
 	cd js && npm ci --no-audit --no-fund
 	touch $@
 
-setup: wasm-target venv zookeeper
+setup: wasm-target venv zookeeper binaryen
+
+# binaryen's wasm-opt (Debian's package): host/build.rs shrinks the library component with it.
+binaryen:
+	@scripts/apt-install /usr/bin/wasm-opt binaryen
 
 # Debian's zookeeper package: the local ClickHouse runs a private ZooKeeper (KeeperMap tables).
 zookeeper:

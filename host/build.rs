@@ -2,11 +2,16 @@
 //!
 //! The component is built by a nested cargo with its own target directory (like wasmtime's
 //! test-programs), so it never contends with the outer build's lock. The path of the result is
-//! passed to the crate as `CLICKHOUSE_COMPONENT_WASM`.
+//! passed to the crate as `CLICKHOUSE_COMPONENT_WASM`. Beside it, the library component (no
+//! command mode), built for size and shrunk with binaryen's `wasm-opt` (`build/shrink.rs`):
+//! `CLICKHOUSE_COMPONENT_LIBRARY_WASM`.
 
 use std::env;
 use std::path::{Path, PathBuf};
 use std::process::Command;
+
+#[path = "build/shrink.rs"]
+mod shrink;
 
 fn main() {
     let manifest_dir = PathBuf::from(env::var("CARGO_MANIFEST_DIR").unwrap());
@@ -15,6 +20,8 @@ fn main() {
         println!("cargo:rerun-if-changed={}", root.join(watched).display());
     }
     println!("cargo:rerun-if-env-changed=CLICKHOUSE_COMPONENT_PREBUILT");
+    println!("cargo:rerun-if-env-changed=WASM_OPT");
+    println!("cargo:rerun-if-changed=build/shrink.rs");
 
     // An embedder may supply a prebuilt component instead (e.g. a signed release artefact).
     if let Ok(prebuilt) = env::var("CLICKHOUSE_COMPONENT_PREBUILT") {
@@ -32,26 +39,95 @@ fn main() {
     // The library component (no command mode: `--no-default-features` drops the `command`
     // feature, clap and `wasi:cli/run`) in a target directory of its own: the crate's output
     // file has the same name whatever its features, so a shared directory could hand back the
-    // other build's file. Copied beside the full one, which the host embeds.
+    // other build's file. Built for size (opt-level z; the codecs keep their own levels) and
+    // copied beside the full one, which the host embeds; the copy is then shrunk.
     let library_dir = target_dir.with_file_name("component-library");
-    let library = build_component(&root, &library_dir, &["--no-default-features"]);
+    let remap = short_source_paths(&root);
+    let library = build_component(
+        &root,
+        &library_dir,
+        &["--no-default-features"],
+        &[
+            ("CARGO_PROFILE_RELEASE_OPT_LEVEL", "z"),
+            ("CARGO_ENCODED_RUSTFLAGS", &remap),
+        ],
+    );
     std::fs::create_dir_all(&target_dir).expect("creating the component directory");
     let library_copy = target_dir.join("clickhouse_component_library.wasm");
     std::fs::copy(&library, &library_copy).expect("copying the library component");
+    shrink_library(&library_copy, &library_dir);
     println!(
         "cargo:rustc-env=CLICKHOUSE_COMPONENT_LIBRARY_WASM={}",
         library_copy.display()
     );
-    let wasm = build_component(&root, &target_dir, &[]);
+    let wasm = build_component(
+        &root,
+        &target_dir,
+        &[],
+        &[("CARGO_ENCODED_RUSTFLAGS", &remap)],
+    );
     println!(
         "cargo:rustc-env=CLICKHOUSE_COMPONENT_WASM={}",
         wasm.display()
     );
 }
 
-/// Builds the component crate for `wasm32-wasip2` in release mode with `extra` arguments;
-/// returns the path of the `.wasm`.
-fn build_component(root: &Path, target_dir: &Path, extra: &[&str]) -> PathBuf {
+/// rustc flags (`CARGO_ENCODED_RUSTFLAGS`) that write source paths in panic locations relative
+/// to their crate's registry directory or this repository (`serde_json-1.0.145/src/de.rs`, not
+/// `/root/.cargo/registry/src/index.crates.io-…/serde_json-1.0.145/src/de.rs`; `core/src/…`
+/// for the standard library's): ~3 KB.
+fn short_source_paths(root: &Path) -> String {
+    let cargo_home = env::var_os("CARGO_HOME")
+        .map(PathBuf::from)
+        .or_else(|| env::var_os("HOME").map(|h| PathBuf::from(h).join(".cargo")));
+    let mut prefixes = vec![root.to_path_buf()];
+    if let Some(Ok(registries)) = cargo_home.map(|h| std::fs::read_dir(h.join("registry/src"))) {
+        prefixes.extend(registries.flatten().map(|entry| entry.path()));
+    }
+    // The standard library's sources (`core/src/...`).
+    let rustc = env::var("RUSTC").unwrap_or_else(|_| "rustc".into());
+    if let Ok(out) = Command::new(rustc).args(["--print", "sysroot"]).output() {
+        let sysroot = String::from_utf8_lossy(&out.stdout).trim().to_string();
+        if out.status.success() && !sysroot.is_empty() {
+            prefixes.push(Path::new(&sysroot).join("lib/rustlib/src/rust/library"));
+        }
+    }
+    prefixes
+        .iter()
+        .map(|p| format!("--remap-path-prefix={}/=", p.display()))
+        .collect::<Vec<_>>()
+        .join("\x1f")
+}
+
+/// Shrinks the library component with binaryen's `wasm-opt` (`WASM_OPT`, else `wasm-opt` on
+/// the PATH; `make setup` installs Debian's): ~100 KB smaller. Without it the component is
+/// left as built, with a warning.
+fn shrink_library(component: &Path, work: &Path) {
+    let wasm_opt = env::var_os("WASM_OPT").map_or_else(|| PathBuf::from("wasm-opt"), PathBuf::from);
+    let found = Command::new(&wasm_opt)
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !found {
+        println!(
+            "cargo:warning=wasm-opt (binaryen) not found: the library component is not shrunk \
+             (make setup installs it; or set WASM_OPT)"
+        );
+        return;
+    }
+    if let Err(e) = shrink::shrink(component, &wasm_opt, work) {
+        panic!("shrinking the library component: {e}");
+    }
+}
+
+/// Builds the component crate for `wasm32-wasip2` in release mode with `extra` arguments and
+/// `envs`; returns the path of the `.wasm`.
+fn build_component(
+    root: &Path,
+    target_dir: &Path,
+    extra: &[&str],
+    envs: &[(&str, &str)],
+) -> PathBuf {
     let cargo = env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     let mut cmd = Command::new(cargo);
     cmd.current_dir(root)
@@ -78,6 +154,7 @@ fn build_component(root: &Path, target_dir: &Path, extra: &[&str]) -> PathBuf {
             cmd.env_remove(key);
         }
     }
+    cmd.envs(envs.iter().copied());
     let status = cmd.status().expect("running cargo to build the component");
     assert!(
         status.success(),
