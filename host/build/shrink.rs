@@ -3,9 +3,10 @@
 //! section (names for tools, not used to run it) dropped.
 //!
 //! A component is a sequence of sections; the core module is one top-level section (id 1)
-//! whose body is the module. `wasm-opt` keeps a module's imports and exports (their names are
-//! all the component's other sections refer to), so the optimised module replaces the old one
-//! byte for byte, with its new size. The result is validated where it is used: the host
+//! whose body is the module. `wasm-opt` keeps a module's exports and may drop an import
+//! nothing calls (the component refers to the module by those names only, and a core
+//! instantiation may be given more imports than the module asks for), so the optimised
+//! module replaces the old one in place, with its new size. The result is validated where it is used: the host
 //! compiles it, and the tests run it.
 
 use std::ops::Range;
@@ -57,7 +58,11 @@ struct Section {
     body: Range<usize>,
 }
 
+/// The top-level sections of a component (`\0asm`, version 13, layer 1), or `None`.
 fn sections(component: &[u8]) -> Option<Vec<Section>> {
+    if component.get(..8)? != b"\0asm\x0d\x00\x01\x00" {
+        return None;
+    }
     let mut out = Vec::new();
     let mut at = 8;
     while at < component.len() {
@@ -77,12 +82,12 @@ fn sections(component: &[u8]) -> Option<Vec<Section>> {
 fn is_custom(component: &[u8], section: &Section, name: &str) -> bool {
     section.id == 0
         && read_leb(component, section.body.start)
-            .and_then(|(len, at)| component.get(at..at + len))
+            .and_then(|(len, at)| component.get(at..at.checked_add(len)?))
             .is_some_and(|n| n == name.as_bytes())
 }
 
 /// Shrinks the component at `path` in place with `wasm_opt`, working in `work` (a directory).
-/// Errors say what failed; the component is left as it was then.
+/// Errors say what failed; the component is then left as it was (it is written once, last).
 pub fn shrink(path: &Path, wasm_opt: &Path, work: &Path) -> Result<(), String> {
     let component = std::fs::read(path).map_err(|e| format!("reading {}: {e}", path.display()))?;
     let sections = sections(&component).ok_or("the component's sections do not parse")?;

@@ -76,16 +76,23 @@ pub fn encode(data: &[u8]) -> Vec<u8> {
     compressor.set_format_and_level(DataFormat::Raw, 1);
     let mut chunk = vec![0u8; 32 * 1024];
     let mut input = data;
+    // Deflating into memory fails only on a misuse of the compressor (a bug, not bad input):
+    // stop with its status rather than loop on it.
     while !input.is_empty() {
         let res = deflate(&mut compressor, input, &mut chunk, MZFlush::None);
+        if let Err(status) = res.status {
+            panic!("deflate into memory failed: {status:?}");
+        }
         out.extend_from_slice(&chunk[..res.bytes_written]);
         input = &input[res.bytes_consumed..];
     }
     loop {
         let res = deflate(&mut compressor, &[], &mut chunk, MZFlush::Finish);
         out.extend_from_slice(&chunk[..res.bytes_written]);
-        if matches!(res.status, Ok(MZStatus::StreamEnd)) {
-            break;
+        match res.status {
+            Ok(MZStatus::StreamEnd) => break,
+            Ok(_) => {}
+            Err(status) => panic!("deflate into memory failed: {status:?}"),
         }
     }
     out.extend_from_slice(&crc32(data).to_le_bytes());

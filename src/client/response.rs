@@ -10,7 +10,10 @@ pub fn json_rows<T: serde::de::DeserializeOwned>(body: &[u8], what: &str) -> Res
     body.split(|b| *b == b'\n')
         .filter(|line| !line.iter().all(u8::is_ascii_whitespace))
         .map(|line| {
-            // As text: one serde_json reader (`str`) in the component, not two.
+            // As text: one serde_json reader (`str`) in the component, not two. A row that is
+            // not UTF-8 is refused, in fields `T` ignores too (ClickHouse does not check the
+            // bytes it writes by default): a caller that reads free text (DESCRIBE TABLE's
+            // comments) passes the body through `String::from_utf8_lossy` first.
             let text = std::str::from_utf8(line).map_err(|e| e.to_string());
             text.and_then(|t| serde_json::from_str(t).map_err(|e| e.to_string()))
                 .map_err(|e| {
@@ -204,6 +207,26 @@ pub fn interpret(
 mod tests {
     use super::*;
     use crate::client::error::ErrorKind;
+
+    /// Rows are read as text: blank lines skipped, a row that is not UTF-8 refused as
+    /// `permanent`, naming what was asked.
+    #[test]
+    fn json_rows_read_text() {
+        #[derive(serde::Deserialize, Debug, PartialEq)]
+        struct Column {
+            name: String,
+        }
+        let body = b"{\"name\":\"n\",\"comment\":\"x\"}\n\n{\"name\":\"m\"}\n";
+        let rows: Vec<Column> = json_rows(body, "DESCRIBE TABLE").unwrap();
+        assert_eq!(
+            rows,
+            [Column { name: "n".into() }, Column { name: "m".into() }]
+        );
+        let bad = json_rows::<Column>(b"{\"name\":\"x\",\"comment\":\"\xff\"}", "DESCRIBE TABLE")
+            .unwrap_err();
+        assert_eq!(bad.kind, ErrorKind::Permanent);
+        assert!(bad.message.contains("DESCRIBE TABLE"), "{}", bad.message);
+    }
 
     fn answer(status: u16, headers: &[(&str, &str)], body: &str) -> HttpResponse {
         HttpResponse {

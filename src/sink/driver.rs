@@ -499,7 +499,11 @@ impl<T: Transport, P: Platform> ColumnTypeSource for Sink<T, P> {
             ty: String,
         }
         let response = self.client.execute_owned(query)?;
-        let columns: Vec<Column> = json_rows(&response.body, "DESCRIBE TABLE")?;
+        // Comments and default expressions are free text, whose bytes ClickHouse writes
+        // unchecked: read the answer lossily (the names and types read are the table's
+        // identifiers; a name that is not UTF-8 is one no row of ours can name anyway).
+        let body = String::from_utf8_lossy(&response.body);
+        let columns: Vec<Column> = json_rows(body.as_bytes(), "DESCRIBE TABLE")?;
         Ok(self
             .types
             .get_or_init(|| ColumnTypes::new(columns.into_iter().map(|c| (c.name, c.ty)))))
@@ -1048,6 +1052,23 @@ mod tests {
             .unwrap_err();
         assert!(e.message.contains("column 'id'"), "{}", e.message);
         assert_eq!(t.sent.borrow().len(), 1);
+    }
+
+    /// A column COMMENT whose bytes are not UTF-8 does not fail the DESCRIBE.
+    #[test]
+    fn a_comment_that_is_not_utf8_does_not_fail_the_column_types() {
+        let mut answer = described(&[("id", "UInt32")]).unwrap();
+        answer.body = b"{\"name\":\"id\",\"type\":\"UInt32\",\"comment\":\"\xff\"}\n".to_vec();
+        let t = Scripted::new(vec![Ok(answer)]);
+        let e = sink(&t, 10, false)
+            .send_json(b"{\"id\":null}\n")
+            .unwrap_err();
+        assert!(
+            e.message
+                .starts_with("row index 0, column 'id': null for a column of type UInt32"),
+            "{}",
+            e.message
+        );
     }
 
     #[test]

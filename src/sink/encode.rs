@@ -389,8 +389,9 @@ impl JsonInput<'_> {
                 .iter()
                 .zip(&out.columns)
                 .all(|((k, _), c)| same_text(k, c));
-        // Keys that are the columns in order pass, except the first row's keys that name the
-        // columns (they may repeat one).
+        // Keys that are the columns in order pass (configured columns are unique: the sink's
+        // options refuse a repeated name), except the first row's keys that name the columns
+        // (they may repeat one).
         if !in_order || (index == 0 && !configured) {
             check_keys(
                 index,
