@@ -3,6 +3,7 @@
 
 use serde_json::Value;
 
+use crate::client::response::json_text;
 use crate::client::{Client, Error, ErrorKind, Query, Transport};
 
 /// What `ping` reports.
@@ -27,17 +28,12 @@ pub const PING_SQL: &str = "SELECT version() AS version, timezone() AS timezone,
 /// Connects, authenticates and asks the server who it is.
 pub fn ping<T: Transport>(client: &Client<T>) -> Result<ServerInfo, Error> {
     let response = client.execute(&Query::read("ping", PING_SQL).format("JSONEachRow"))?;
-    // Read as text (serde_json's `str` reader is in the component anyway; a second, `slice`
-    // reader would cost it ~2 KB).
-    let text = std::str::from_utf8(&response.body).map_err(|e| e.to_string());
-    let row: Value = text
-        .and_then(|t| serde_json::from_str(t).map_err(|e| e.to_string()))
-        .map_err(|e| {
-            Error::new(
-                ErrorKind::Transient,
-                format!("the server's answer to ping is not a JSON row: {e}"),
-            )
-        })?;
+    let row: Value = json_text(&response.body).map_err(|e| {
+        Error::new(
+            ErrorKind::Transient,
+            format!("the server's answer to ping is not a JSON row: {e}"),
+        )
+    })?;
     let field = |name: &str| -> Result<String, Error> {
         row.get(name)
             .and_then(Value::as_str)

@@ -4,24 +4,28 @@
 use super::error::{classify_server, Error, Operation, ServerError};
 use super::secrets::Redactor;
 
-/// The rows of a `JSONEachRow` answer, each read into `T` (blank lines skipped); a row of any
-/// other shape is `permanent`, naming `what` was asked: never a default.
+/// One JSON value read from an answer's bytes as text: one serde_json reader (`str`) in the
+/// component, not two. Bytes that are not UTF-8 are refused, in fields `T` ignores too
+/// (ClickHouse does not check the bytes it writes by default): a caller that reads free text
+/// (DESCRIBE TABLE's comments) passes the body through `String::from_utf8_lossy` first. The
+/// error says why, for the caller's message.
+pub fn json_text<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> Result<T, String> {
+    let text = std::str::from_utf8(bytes).map_err(|e| e.to_string())?;
+    serde_json::from_str(text).map_err(|e| e.to_string())
+}
+
+/// The rows of a `JSONEachRow` answer, each read into `T` by [`json_text`] (blank lines
+/// skipped); a row of any other shape is `permanent`, naming `what` was asked: never a default.
 pub fn json_rows<T: serde::de::DeserializeOwned>(body: &[u8], what: &str) -> Result<Vec<T>, Error> {
     body.split(|b| *b == b'\n')
         .filter(|line| !line.iter().all(u8::is_ascii_whitespace))
         .map(|line| {
-            // As text: one serde_json reader (`str`) in the component, not two. A row that is
-            // not UTF-8 is refused, in fields `T` ignores too (ClickHouse does not check the
-            // bytes it writes by default): a caller that reads free text (DESCRIBE TABLE's
-            // comments) passes the body through `String::from_utf8_lossy` first.
-            let text = std::str::from_utf8(line).map_err(|e| e.to_string());
-            text.and_then(|t| serde_json::from_str(t).map_err(|e| e.to_string()))
-                .map_err(|e| {
-                    Error::new(
-                        super::error::ErrorKind::Permanent,
-                        format!("unexpected answer to {what}: {e}"),
-                    )
-                })
+            json_text(line).map_err(|e| {
+                Error::new(
+                    super::error::ErrorKind::Permanent,
+                    format!("unexpected answer to {what}: {e}"),
+                )
+            })
         })
         .collect()
 }

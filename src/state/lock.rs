@@ -30,6 +30,7 @@ use std::time::Duration;
 
 use serde_json::Value;
 
+use crate::client::response::json_text;
 use crate::client::{Error, ErrorKind, Query, Transport};
 use crate::platform::Platform;
 
@@ -386,15 +387,12 @@ pub(crate) fn holder_and<T: Transport, P: Platform>(
         also: Value,
     }
     let response = s.execute(Step::Holder, &query)?;
-    let text = std::str::from_utf8(&response.body).map_err(|e| e.to_string());
-    let row: Row = text
-        .and_then(|t| serde_json::from_str(t).map_err(|e| e.to_string()))
-        .map_err(|e| {
-            Error::new(
-                ErrorKind::Permanent,
-                format!("unexpected answer to the lock query: {e}"),
-            )
-        })?;
+    let row: Row = json_text(&response.body).map_err(|e| {
+        Error::new(
+            ErrorKind::Permanent,
+            format!("unexpected answer to the lock query: {e}"),
+        )
+    })?;
     let token = row.holder.unwrap_or_default();
     Ok(((!token.is_empty()).then_some(token), also.map(|_| row.also)))
 }
