@@ -5,7 +5,9 @@
 use std::path::{Path, PathBuf};
 
 use clickhouse_component_tests::native::Sql;
-use clickhouse_component_tests::{cli, clickhouse, unique_name, Server};
+use std::process::{Command, Stdio};
+
+use clickhouse_component_tests::{cache_dir, cli, cli_binary, clickhouse, unique_name, Server};
 
 /// The start of the warning for a password on the command line.
 const WARNING: &str = "warning: a password given on the command line";
@@ -535,4 +537,33 @@ fn edit_runs_the_editor_and_writes_only_a_changed_valid_state() {
         "{}\n"
     );
     assert_eq!(get("new"), "{\"singer_state\":{}}\n");
+}
+
+/// `make run`'s quick start runs to the end with standard input closed (no terminal to answer a
+/// prompt): every command of it that would ask passes `--force` / `--yes`.
+#[test]
+fn quick_start_runs_unattended() {
+    let server = clickhouse();
+    let mut cmd = Command::new("bash");
+    server
+        .export_to(&mut cmd)
+        .arg(clickhouse_component_tests::repo_root().join("scripts/quickstart"))
+        .env("CLICKHOUSE_COMPONENT_CLI", cli_binary())
+        .env("CLICKHOUSE_COMPONENT_CACHE_DIR", cache_dir())
+        .stdin(Stdio::null());
+    let out = cmd.output().unwrap();
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert!(out.status.success(), "{:?}\n{stdout}\n{stderr}", out.status);
+    assert!(!stderr.contains("Aborted"), "{stderr}");
+    for expected in [
+        "running under the lock",
+        "tap-gitlab--target-jsonl",
+        "sent 10001 rows in 11 chunks",
+        "the server rejected the data, nothing was written",
+    ] {
+        assert!(stdout.contains(expected), "{expected:?} missing:\n{stdout}\n{stderr}");
+    }
 }
