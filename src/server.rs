@@ -25,9 +25,16 @@ pub struct ServerInfo {
 pub const PING_SQL: &str = "SELECT version() AS version, timezone() AS timezone, \
      currentUser() AS user, currentDatabase() AS database";
 
+/// Most bytes of ping's answer (one short row): a server that answers more is not answering it.
+const PING_ANSWER_BYTES: usize = 64 * 1024;
+
 /// Connects, authenticates and asks the server who it is.
 pub fn ping<T: Transport>(client: &Client<T>) -> Result<ServerInfo, Error> {
-    let response = client.execute(&Query::read("ping", PING_SQL).format("JSONEachRow"))?;
+    let response = client.execute(
+        &Query::read("ping", PING_SQL)
+            .format("JSONEachRow")
+            .small_answer(PING_ANSWER_BYTES),
+    )?;
     let row: Value = json_text(&response.body).map_err(|e| {
         Error::new(
             ErrorKind::Transient,

@@ -34,7 +34,7 @@ pub use bindings::{
     Compression, LockEngine, Receipt, ServerInfo, SinkOptions, State, StoreOptions, Value,
 };
 pub use component::{CachePolicy, ComponentSource, LoadKind, LoadReport};
-pub use limits::{CallDeadlineExceeded, Limits};
+pub use limits::{CallDeadlineExceeded, Limits, MemoryLimitExceeded};
 pub use pool::{Network, NetworkError, Resolve, SystemResolver, TlsOptions};
 pub use runtime::{
     default_allow_list, CallError, CapturedOutput, CommandInput, Instance, LockHandle,

@@ -46,6 +46,48 @@ impl Default for Limits {
 #[error("the call did not finish within its deadline of {:.1} s (--call-timeout-seconds); the instance was stopped", .0.as_secs_f64())]
 pub struct CallDeadlineExceeded(pub Duration);
 
+/// What a call that trapped after its memory could not grow is told (the guest could not
+/// allocate: Rust's allocation-failure path aborts).
+#[derive(Debug, thiserror::Error)]
+#[error("the component ran out of memory: it needed more than its limit of {} MiB (--max-memory-mib, CLICKHOUSE_MAX_MEMORY_MIB)", .0 >> 20)]
+pub struct MemoryLimitExceeded(pub usize);
+
+/// The guest's memory limit. A growth past it is refused, not trapped: `memory.grow` answers
+/// -1, so the guest's fallible reservations (a decoded answer, a response body) fail with a
+/// clean error; the refusal is remembered, so that a trap that follows it (an infallible
+/// allocation aborting) is reported as [`MemoryLimitExceeded`] rather than a bare trap.
+#[derive(Debug)]
+pub(crate) struct GuestMemory {
+    /// Most bytes of linear memory.
+    pub limit: usize,
+    /// Whether a growth was refused during the current call.
+    pub refused: bool,
+}
+
+impl wasmtime::ResourceLimiter for GuestMemory {
+    fn memory_growing(
+        &mut self,
+        _current: usize,
+        desired: usize,
+        _maximum: Option<usize>,
+    ) -> wasmtime::Result<bool> {
+        if desired > self.limit {
+            self.refused = true;
+            return Ok(false);
+        }
+        Ok(true)
+    }
+
+    fn table_growing(
+        &mut self,
+        _current: usize,
+        _desired: usize,
+        _maximum: Option<usize>,
+    ) -> wasmtime::Result<bool> {
+        Ok(true)
+    }
+}
+
 /// The deadline of the call in progress, if it has one.
 #[derive(Clone, Copy, Debug, Default)]
 pub(crate) struct CallDeadline {

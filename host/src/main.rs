@@ -5,18 +5,47 @@
 
 mod cli;
 
+use std::io::Write;
 use std::process::ExitCode;
 
 use clap::{CommandFactory, FromArgMatches};
 use cli::HostCli;
 use clickhouse_component::cli::output::sanitize;
 use clickhouse_component::cli::Command;
+use clickhouse_component::client::{Endpoint, Redactor};
 use clickhouse_component_host::config::{
     password_on_command_line, PASSWORD_ON_COMMAND_LINE_WARNING,
 };
 use clickhouse_component_host::CallError;
 
-fn main() -> ExitCode {
+/// The host's log (stderr) with the connection's secrets redacted from every line: at trace
+/// level wasmtime logs each WASI call with its arguments, the request target among them (a
+/// secret setting travels in it).
+#[derive(Clone)]
+struct RedactedStderr(std::sync::Arc<Redactor>);
+
+impl Write for RedactedStderr {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let text = String::from_utf8_lossy(buf);
+        std::io::stderr().write_all(self.0.redact_whole(&text).as_bytes())?;
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        std::io::stderr().flush()
+    }
+}
+
+impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for RedactedStderr {
+    type Writer = RedactedStderr;
+
+    fn make_writer(&'a self) -> Self::Writer {
+        self.clone()
+    }
+}
+
+/// Logs to stderr, filtered by `RUST_LOG`, with `secrets` redacted.
+fn init_logging(secrets: Vec<String>) {
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| {
@@ -26,12 +55,25 @@ fn main() -> ExitCode {
             }),
         )
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .with_writer(std::io::stderr)
+        .with_writer(RedactedStderr(std::sync::Arc::new(Redactor::new(secrets))))
         .init();
+}
+
+fn main() -> ExitCode {
     let raw_args: Vec<String> = std::env::args().collect();
     let matches = HostCli::command().get_matches_from(&raw_args);
     let cli = HostCli::from_arg_matches(&matches)
         .unwrap_or_else(|e| e.format(&mut HostCli::command()).exit());
+    // A connection that does not parse sends nothing (and says why without its secrets).
+    let secrets = cli
+        .cli
+        .global
+        .connection()
+        .ok()
+        .and_then(|c| Endpoint::parse(&c).ok())
+        .map(|e| e.secrets())
+        .unwrap_or_default();
+    init_logging(secrets);
     // As mysql and psql do: arguments are visible to every user of the machine.
     if password_on_command_line(&matches) {
         eprintln!("{PASSWORD_ON_COMMAND_LINE_WARNING}");
@@ -71,13 +113,15 @@ fn main() -> ExitCode {
             &mut std::io::stderr(),
         ),
         Err(CallError::Runner(e)) => {
+            tracing::debug!(error = ?e, "runner failure");
+            let message = clickhouse_component_host::runtime::runner_message(&e);
             if json {
                 println!(
                     "{}",
-                    serde_json::json!({"ok": false, "error": {"kind": "runner", "message": format!("{e:#}")}})
+                    serde_json::json!({"ok": false, "error": {"kind": "runner", "message": message}})
                 );
             } else {
-                eprintln!("error (runner): {}", sanitize(&format!("{e:#}")));
+                eprintln!("error (runner): {}", sanitize(&message));
             }
             1
         }

@@ -19,7 +19,9 @@ use crate::bindings::{
     Value, WitError, WitErrorKind,
 };
 use crate::component::{self, CachePolicy, ComponentSource, LoadReport};
-use crate::limits::{self, CallDeadline, CallDeadlineExceeded, Limits};
+use crate::limits::{
+    self, CallDeadline, CallDeadlineExceeded, GuestMemory, Limits, MemoryLimitExceeded,
+};
 use crate::pool::{ConnectionPool, Network};
 use wasmtime::component::{ComponentExportIndex, InstancePre, ResourceAny, TypedFunc};
 
@@ -160,10 +162,10 @@ impl Runtime {
             table: ResourceTable::new(),
             wasi,
             http: WasiHttpCtx::new(),
-            memory: wasmtime::StoreLimitsBuilder::new()
-                .memory_size(limits.max_memory_bytes)
-                .trap_on_grow_failure(true)
-                .build(),
+            memory: GuestMemory {
+                limit: limits.max_memory_bytes,
+                refused: false,
+            },
             limits,
             hooks: Hooks {
                 // Per instance: its connections are driven by the runtime that uses it.
@@ -311,7 +313,7 @@ pub enum CallError {
     #[error("{0}")]
     Component(Error),
     /// The runtime failed (trap, resource misuse).
-    #[error("runner failure: {0:#}")]
+    #[error("runner failure: {}", runner_message(.0))]
     Runner(anyhow::Error),
 }
 
@@ -336,6 +338,29 @@ impl CallError {
     pub fn exit_code(&self) -> i32 {
         self.kind().map_or(1, ErrorKind::exit_code)
     }
+}
+
+/// A runner failure as a user reads it: one line, no wasm or Rust stack frames (whatever
+/// `RUST_BACKTRACE` says): the memory limit or the call deadline when either ended the call,
+/// the trap's own words for another trap, else the error's chain without its backtrace.
+pub fn runner_message(e: &anyhow::Error) -> String {
+    if let Some(m) = e.downcast_ref::<MemoryLimitExceeded>() {
+        return m.to_string();
+    }
+    if let Some(d) = e.downcast_ref::<CallDeadlineExceeded>() {
+        return d.to_string();
+    }
+    if let Some(trap) = e.downcast_ref::<wasmtime::Trap>() {
+        return format!("the component trapped: {trap}");
+    }
+    let backtrace = e
+        .downcast_ref::<wasmtime::WasmBacktrace>()
+        .map(ToString::to_string);
+    e.chain()
+        .map(ToString::to_string)
+        .filter(|part| Some(part) != backtrace.as_ref() && !part.contains("wasm backtrace:"))
+        .collect::<Vec<_>>()
+        .join(": ")
 }
 
 impl From<anyhow::Error> for CallError {
@@ -370,7 +395,20 @@ impl Instance {
     /// Starts the clock of a call (its deadline, from [`Limits::call_timeout`]).
     fn begin_call(&mut self) {
         let limit = self.store.data().limits.call_timeout;
-        self.store.data_mut().hooks.call = CallDeadline::starting_now(limit);
+        let state = self.store.data_mut();
+        state.hooks.call = CallDeadline::starting_now(limit);
+        state.memory.refused = false;
+    }
+
+    /// A failure of the runtime during a call: when the guest's memory could not grow during
+    /// it, the trap that followed is its running out of memory ([`MemoryLimitExceeded`]).
+    fn runner(&self, e: wasmtime::Error) -> CallError {
+        let e = anyhow::Error::from(e);
+        let memory = &self.store.data().memory;
+        if memory.refused && e.downcast_ref::<CallDeadlineExceeded>().is_none() {
+            return CallError::Runner(e.context(MemoryLimitExceeded(memory.limit)));
+        }
+        CallError::Runner(e)
     }
 
     /// The deadline of this instance's outgoing requests (none by default); clone it to set
@@ -387,7 +425,8 @@ impl Instance {
             .connector
             .clickhouse_connector_server()
             .call_ping(&mut self.store, &conn)
-            .await?;
+            .await
+            .map_err(|e| self.runner(e))?;
         flatten(result)
     }
 
@@ -409,7 +448,7 @@ impl Instance {
             Ok(Err(())) => Ok(1),
             Err(e) => match e.downcast_ref::<wasmtime_wasi::I32Exit>() {
                 Some(exit) => Ok(exit.0),
-                None => Err(e.into()),
+                None => Err(self.runner(e)),
             },
         }
     }
@@ -427,7 +466,8 @@ impl Instance {
             .clickhouse_connector_state_store()
             .store()
             .call_open(&mut self.store, &conn, options)
-            .await?;
+            .await
+            .map_err(|e| self.runner(e))?;
         flatten(result).map(StoreHandle)
     }
 
@@ -439,14 +479,22 @@ impl Instance {
     ) -> Result<Option<State>, CallError> {
         self.begin_call();
         let r = self.connector.clickhouse_connector_state_store().store();
-        flatten(r.call_get(&mut self.store, s.0, id).await?)
+        flatten(
+            r.call_get(&mut self.store, s.0, id)
+                .await
+                .map_err(|e| self.runner(e))?,
+        )
     }
 
     /// `store.set`.
     pub async fn state_set(&mut self, s: StoreHandle, state: &State) -> Result<(), CallError> {
         self.begin_call();
         let r = self.connector.clickhouse_connector_state_store().store();
-        flatten(r.call_set(&mut self.store, s.0, state).await?)
+        flatten(
+            r.call_set(&mut self.store, s.0, state)
+                .await
+                .map_err(|e| self.runner(e))?,
+        )
     }
 
     /// `store.update`.
@@ -457,14 +505,22 @@ impl Instance {
     ) -> Result<State, CallError> {
         self.begin_call();
         let r = self.connector.clickhouse_connector_state_store().store();
-        flatten(r.call_update(&mut self.store, s.0, state).await?)
+        flatten(
+            r.call_update(&mut self.store, s.0, state)
+                .await
+                .map_err(|e| self.runner(e))?,
+        )
     }
 
     /// `store.delete`.
     pub async fn state_delete(&mut self, s: StoreHandle, id: &str) -> Result<u64, CallError> {
         self.begin_call();
         let r = self.connector.clickhouse_connector_state_store().store();
-        flatten(r.call_delete(&mut self.store, s.0, id).await?)
+        flatten(
+            r.call_delete(&mut self.store, s.0, id)
+                .await
+                .map_err(|e| self.runner(e))?,
+        )
     }
 
     /// `store.ids`.
@@ -475,7 +531,11 @@ impl Instance {
     ) -> Result<Vec<String>, CallError> {
         self.begin_call();
         let r = self.connector.clickhouse_connector_state_store().store();
-        flatten(r.call_ids(&mut self.store, s.0, pattern).await?)
+        flatten(
+            r.call_ids(&mut self.store, s.0, pattern)
+                .await
+                .map_err(|e| self.runner(e))?,
+        )
     }
 
     /// `store.get-all`.
@@ -486,7 +546,11 @@ impl Instance {
     ) -> Result<Vec<State>, CallError> {
         self.begin_call();
         let r = self.connector.clickhouse_connector_state_store().store();
-        flatten(r.call_get_all(&mut self.store, s.0, pattern).await?)
+        flatten(
+            r.call_get_all(&mut self.store, s.0, pattern)
+                .await
+                .map_err(|e| self.runner(e))?,
+        )
     }
 
     /// `store.set-all`.
@@ -497,42 +561,65 @@ impl Instance {
     ) -> Result<(), CallError> {
         self.begin_call();
         let r = self.connector.clickhouse_connector_state_store().store();
-        flatten(r.call_set_all(&mut self.store, s.0, states).await?)
+        flatten(
+            r.call_set_all(&mut self.store, s.0, states)
+                .await
+                .map_err(|e| self.runner(e))?,
+        )
     }
 
     /// `store.clear-all`.
     pub async fn state_clear_all(&mut self, s: StoreHandle) -> Result<u64, CallError> {
         self.begin_call();
         let r = self.connector.clickhouse_connector_state_store().store();
-        flatten(r.call_clear_all(&mut self.store, s.0).await?)
+        flatten(
+            r.call_clear_all(&mut self.store, s.0)
+                .await
+                .map_err(|e| self.runner(e))?,
+        )
     }
 
     /// `store.lock`.
     pub async fn lock(&mut self, s: StoreHandle, id: &str) -> Result<LockHandle, CallError> {
         self.begin_call();
         let r = self.connector.clickhouse_connector_state_store().store();
-        flatten(r.call_lock(&mut self.store, s.0, id).await?).map(LockHandle)
+        flatten(
+            r.call_lock(&mut self.store, s.0, id)
+                .await
+                .map_err(|e| self.runner(e))?,
+        )
+        .map(LockHandle)
     }
 
     /// `lock.token`.
     pub async fn lock_token(&mut self, lock: LockHandle) -> Result<String, CallError> {
         self.begin_call();
         let r = self.connector.clickhouse_connector_state_store().lock();
-        Ok(r.call_token(&mut self.store, lock.0).await?)
+        Ok(r.call_token(&mut self.store, lock.0)
+            .await
+            .map_err(|e| self.runner(e))?)
     }
 
     /// `lock.renew`.
     pub async fn lock_renew(&mut self, lock: LockHandle) -> Result<(), CallError> {
         self.begin_call();
         let r = self.connector.clickhouse_connector_state_store().lock();
-        flatten(r.call_renew(&mut self.store, lock.0).await?)
+        flatten(
+            r.call_renew(&mut self.store, lock.0)
+                .await
+                .map_err(|e| self.runner(e))?,
+        )
     }
 
     /// `lock.set`: a write fenced by the lock.
     pub async fn lock_set(&mut self, lock: LockHandle, state: &State) -> Result<(), CallError> {
         self.begin_call();
         let r = self.connector.clickhouse_connector_state_store().lock();
-        flatten(r.call_set(&mut self.store, lock.0, state).await?)
+        flatten(
+            r.call_set(&mut self.store, lock.0, state)
+                .await
+                .map_err(|e| self.runner(e))?,
+        )
     }
 
     /// `lock.update`: Meltano update under this lock, fenced by it.
@@ -543,29 +630,47 @@ impl Instance {
     ) -> Result<State, CallError> {
         self.begin_call();
         let r = self.connector.clickhouse_connector_state_store().lock();
-        flatten(r.call_update(&mut self.store, lock.0, state).await?)
+        flatten(
+            r.call_update(&mut self.store, lock.0, state)
+                .await
+                .map_err(|e| self.runner(e))?,
+        )
     }
 
     /// `lock.delete`: deletes the locked id's state, fenced by the lock.
     pub async fn lock_delete(&mut self, lock: LockHandle) -> Result<u64, CallError> {
         self.begin_call();
         let r = self.connector.clickhouse_connector_state_store().lock();
-        flatten(r.call_delete(&mut self.store, lock.0).await?)
+        flatten(
+            r.call_delete(&mut self.store, lock.0)
+                .await
+                .map_err(|e| self.runner(e))?,
+        )
     }
 
     /// `lock.release`, then drops the handle.
     pub async fn lock_release(&mut self, lock: LockHandle) -> Result<(), CallError> {
         self.begin_call();
         let r = self.connector.clickhouse_connector_state_store().lock();
-        let result = flatten(r.call_release(&mut self.store, lock.0).await?);
-        lock.0.resource_drop_async(&mut self.store).await?;
+        let result = flatten(
+            r.call_release(&mut self.store, lock.0)
+                .await
+                .map_err(|e| self.runner(e))?,
+        );
+        lock.0
+            .resource_drop_async(&mut self.store)
+            .await
+            .map_err(|e| self.runner(e))?;
         result
     }
 
     /// Drops a lock handle without an explicit release (the component releases it, best effort).
     pub async fn lock_drop(&mut self, lock: LockHandle) -> Result<(), CallError> {
         self.begin_call();
-        lock.0.resource_drop_async(&mut self.store).await?;
+        lock.0
+            .resource_drop_async(&mut self.store)
+            .await
+            .map_err(|e| self.runner(e))?;
         Ok(())
     }
 
@@ -578,7 +683,12 @@ impl Instance {
         self.begin_call();
         let conn = to_wit_connection(connection);
         let r = self.connector.clickhouse_connector_table_sink().sink();
-        flatten(r.call_open(&mut self.store, &conn, options).await?).map(SinkHandle)
+        flatten(
+            r.call_open(&mut self.store, &conn, options)
+                .await
+                .map_err(|e| self.runner(e))?,
+        )
+        .map(SinkHandle)
     }
 
     /// `sink.send`.
@@ -589,7 +699,11 @@ impl Instance {
     ) -> Result<Receipt, CallError> {
         self.begin_call();
         let r = self.connector.clickhouse_connector_table_sink().sink();
-        flatten(r.call_send(&mut self.store, sink.0, rows).await?)
+        flatten(
+            r.call_send(&mut self.store, sink.0, rows)
+                .await
+                .map_err(|e| self.runner(e))?,
+        )
     }
 
     /// `sink.send-json`.
@@ -600,28 +714,39 @@ impl Instance {
     ) -> Result<Receipt, CallError> {
         self.begin_call();
         let r = self.connector.clickhouse_connector_table_sink().sink();
-        flatten(r.call_send_json(&mut self.store, sink.0, data).await?)
+        flatten(
+            r.call_send_json(&mut self.store, sink.0, data)
+                .await
+                .map_err(|e| self.runner(e))?,
+        )
     }
 
     /// `sink.close` (idempotent); the handle stays valid until [`Instance::drop_sink`].
     pub async fn sink_close(&mut self, sink: SinkHandle) -> Result<(), CallError> {
         self.begin_call();
         let r = self.connector.clickhouse_connector_table_sink().sink();
-        r.call_close(&mut self.store, sink.0).await?;
+        r.call_close(&mut self.store, sink.0)
+            .await
+            .map_err(|e| self.runner(e))?;
         Ok(())
     }
 
     /// Drops a sink handle.
     pub async fn drop_sink(&mut self, sink: SinkHandle) -> Result<(), CallError> {
         self.begin_call();
-        sink.0.resource_drop_async(&mut self.store).await?;
+        sink.0
+            .resource_drop_async(&mut self.store)
+            .await
+            .map_err(|e| self.runner(e))?;
         Ok(())
     }
 
     /// Closes a store handle.
     pub async fn close_store(&mut self, s: StoreHandle) -> Result<(), CallError> {
         self.begin_call();
-        s.0.resource_drop_async(&mut self.store).await?;
+        s.0.resource_drop_async(&mut self.store)
+            .await
+            .map_err(|e| self.runner(e))?;
         Ok(())
     }
 }
@@ -675,7 +800,7 @@ pub struct HostState {
     wasi: WasiCtx,
     http: WasiHttpCtx,
     /// The guest's memory limit.
-    memory: wasmtime::StoreLimits,
+    memory: GuestMemory,
     limits: Limits,
     hooks: Hooks,
 }

@@ -21,6 +21,7 @@ use crate::client::retry::DEFAULT_RETRIES;
 use crate::client::{Client, Compression, Error, ErrorKind, Query, Transport};
 use crate::hex::hex;
 use crate::platform::Platform;
+use crate::sink::encode::MAX_ROW_BYTES;
 use crate::sink::{Receipt, Sink, SinkOptions, StartedSend};
 use crate::state::{State, StateStore};
 
@@ -572,7 +573,6 @@ pub fn read_ndjson_from(
     mut send: impl FnMut(&[u8], &Position) -> Result<(), Error>,
 ) -> Result<(), Error> {
     let mut reader = BufReader::with_capacity(1 << 20, input);
-    let read_error = |e: std::io::Error| Error::invalid(format!("reading the input: {e}"));
     let other_input = || {
         Error::invalid(
             "the input is not the one the checkpoint was written for (its first bytes differ, or it is shorter): use another --checkpoint id for another input",
@@ -581,11 +581,13 @@ pub fn read_ndjson_from(
     let mut hash = Sha256::new();
     let mut consumed = 0u64;
     let mut line = Vec::new();
+    let mut line_no = 0u64;
     let mut cut_at = None;
     if let Some(resume) = resume {
         while consumed < resume.bytes {
             line.clear();
-            let n = reader.read_until(b'\n', &mut line).map_err(read_error)?;
+            line_no += 1;
+            let n = read_line(&mut reader, &mut line, line_no)?;
             if n == 0 || consumed + n as u64 > resume.bytes {
                 return Err(other_input());
             }
@@ -607,7 +609,8 @@ pub fn read_ndjson_from(
     };
     loop {
         line.clear();
-        let n = reader.read_until(b'\n', &mut line).map_err(read_error)?;
+        line_no += 1;
+        let n = read_line(&mut reader, &mut line, line_no)?;
         if n == 0 {
             break;
         }
@@ -666,7 +669,6 @@ pub fn read_batches(
     mut send: impl FnMut(&[u8]) -> Result<(), Error>,
 ) -> Result<(), Error> {
     let mut reader = BufReader::with_capacity(1 << 20, input);
-    let read_error = |e: std::io::Error| Error::invalid(format!("reading the input: {e}"));
     let first = loop {
         let (skip, len, first) = {
             let buf = reader.fill_buf().map_err(read_error)?;
@@ -684,10 +686,12 @@ pub fn read_batches(
     }
     let mut batch = Vec::new();
     let mut rows = 0usize;
+    let mut line_no = 0u64;
     loop {
         // Each line is read straight into the batch, and taken back out if blank.
         let start = batch.len();
-        if reader.read_until(b'\n', &mut batch).map_err(read_error)? == 0 {
+        line_no += 1;
+        if read_line(&mut reader, &mut batch, line_no)? == 0 {
             break;
         }
         if batch[start..].iter().all(u8::is_ascii_whitespace) {
@@ -710,6 +714,39 @@ pub fn read_batches(
     Ok(())
 }
 
+/// Reads one line onto `buf` (through its `\n`, or to the end of the input) as `read_until`
+/// does, but refuses a line over [`MAX_ROW_BYTES`] (plus its line end) having read no more of
+/// it than that: whatever the input, a line takes bounded memory. Returns the bytes read.
+fn read_line(reader: &mut impl BufRead, buf: &mut Vec<u8>, line_no: u64) -> Result<usize, Error> {
+    let start = buf.len();
+    loop {
+        let available = reader.fill_buf().map_err(read_error)?;
+        if available.is_empty() {
+            return Ok(buf.len() - start);
+        }
+        let (take, ends) = match memchr::memchr(b'\n', available) {
+            Some(at) => (at + 1, true),
+            None => (available.len(), false),
+        };
+        if buf.len() - start + take > MAX_ROW_BYTES + 2 {
+            return Err(Error::invalid(format!(
+                "input line {line_no} is over {} MiB, the most one row may be (nothing of its batch was sent)",
+                MAX_ROW_BYTES >> 20
+            )));
+        }
+        buf.extend_from_slice(&available[..take]);
+        reader.consume(take);
+        if ends {
+            return Ok(buf.len() - start);
+        }
+    }
+}
+
+/// An input that could not be read.
+fn read_error(e: std::io::Error) -> Error {
+    Error::invalid(format!("reading the input: {e}"))
+}
+
 /// Streams the elements of a top-level JSON array, `batch_size` at a time.
 fn read_array(
     reader: BufReader<&mut dyn Read>,
@@ -720,6 +757,8 @@ fn read_array(
         batch_size: usize,
         send: F,
         failure: Option<Error>,
+        /// Bytes read since the last element ended (see [`ElementBound`]).
+        read: std::rc::Rc<std::cell::Cell<usize>>,
     }
     impl<'de, F: FnMut(&[u8]) -> Result<(), Error>> Visitor<'de> for &mut Elements<F> {
         type Value = ();
@@ -729,7 +768,9 @@ fn read_array(
         fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
             let mut batch = b"[".to_vec();
             let mut rows = 0usize;
+            self.read.set(0);
             while let Some(item) = seq.next_element::<Box<RawValue>>()? {
+                self.read.set(0);
                 if rows > 0 {
                     batch.push(b',');
                 }
@@ -761,17 +802,56 @@ fn read_array(
             d.deserialize_seq(self)
         }
     }
+    let read = std::rc::Rc::new(std::cell::Cell::new(0));
     let mut elements = Elements {
         batch_size,
         send,
         failure: None,
+        read: read.clone(),
     };
-    let mut de = serde_json::Deserializer::from_reader(reader);
+    let over = read.clone();
+    let bounded = ElementBound {
+        inner: reader,
+        read,
+    };
+    let mut de = serde_json::Deserializer::from_reader(bounded);
     let result = (&mut elements).deserialize(&mut de).and_then(|()| de.end());
     if let Some(e) = elements.failure {
         return Err(e);
     }
-    result.map_err(|e| Error::invalid(format!("the JSON array is not valid JSON: {e}")))
+    result.map_err(|e| {
+        if over.get() == usize::MAX {
+            Error::invalid(format!(
+                "an element of the JSON array is over {} MiB, the most one row may be (nothing of its batch was sent)",
+                MAX_ROW_BYTES >> 20
+            ))
+        } else if e.is_io() {
+            Error::invalid(format!("reading the input: {e}"))
+        } else {
+            Error::invalid(format!("the JSON array is not valid JSON: {e}"))
+        }
+    })
+}
+
+/// The input of a JSON array, failing once more than [`MAX_ROW_BYTES`] have been read since
+/// the last element ended (the count then stays at `usize::MAX`): one element (a row) is never
+/// held whole past that.
+struct ElementBound<R> {
+    inner: R,
+    read: std::rc::Rc<std::cell::Cell<usize>>,
+}
+
+impl<R: Read> Read for ElementBound<R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let read = self.read.get();
+        if read > MAX_ROW_BYTES + 64 {
+            self.read.set(usize::MAX);
+            return Err(std::io::Error::other("row over the limit"));
+        }
+        let n = self.inner.read(buf)?;
+        self.read.set(read + n);
+        Ok(n)
+    }
 }
 
 #[cfg(test)]
@@ -940,6 +1020,51 @@ mod tests {
         })
         .unwrap();
         out
+    }
+
+    /// An input that starts with `head`, then never ends: `x` forever.
+    struct Endless(std::io::Cursor<Vec<u8>>);
+
+    impl Read for Endless {
+        fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+            match self.0.read(buf)? {
+                0 => {
+                    buf.fill(b'x');
+                    Ok(buf.len())
+                }
+                n => Ok(n),
+            }
+        }
+    }
+
+    #[test]
+    fn a_line_or_element_over_the_row_limit_stops_the_read() {
+        for (head, want) in [
+            ("{\"a\":1}\n{\"a\":\"", "input line 2 is over 64 MiB"),
+            (
+                "[{\"a\":1},{\"a\":\"",
+                "an element of the JSON array is over 64 MiB",
+            ),
+        ] {
+            let mut sent = Vec::new();
+            let mut input = Endless(std::io::Cursor::new(head.as_bytes().to_vec()));
+            let e = read_batches(&mut input, 1, |b| {
+                sent.push(b.len());
+                Ok(())
+            })
+            .unwrap_err();
+            assert_eq!(e.kind, ErrorKind::InvalidInput);
+            assert!(e.message.starts_with(want), "{}", e.message);
+            // The first row went; nothing of the long one did.
+            assert_eq!(sent.len(), 1, "{head}");
+        }
+        let mut input = Endless(std::io::Cursor::new(b"{\"a\":1}\n{".to_vec()));
+        let e = read_ndjson_from(&mut input, 5, None, |_, _| Ok(())).unwrap_err();
+        assert!(
+            e.message.starts_with("input line 2 is over"),
+            "{}",
+            e.message
+        );
     }
 
     #[test]

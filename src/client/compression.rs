@@ -9,7 +9,7 @@
 use std::io::{Read, Write};
 
 use super::error::{Error, TransportError, TransportFailure};
-use super::response::HttpResponse;
+use super::response::{append_within, HttpResponse, Overflow};
 
 /// The answer encoding large reads ask for (`Accept-Encoding`, with `enable_http_compression=1`):
 /// LZ4 frames, cheap to decode in the component.
@@ -44,32 +44,24 @@ pub fn decode_answer(mut answer: HttpResponse) -> Result<HttpResponse, Transport
             ),
         ));
     }
-    let mut decoded = Vec::new();
-    let result = lz4_flex::frame::FrameDecoder::new(answer.body.as_slice())
-        .take(MAX_DECODED_ANSWER + 1)
-        .read_to_end(&mut decoded);
-    match result {
-        Ok(_) if decoded.len() as u64 > MAX_DECODED_ANSWER => Err(TransportError::new(
-            TransportFailure::TooLarge,
-            format!(
-                "the lz4 answer decodes to more than {} MiB",
-                MAX_DECODED_ANSWER >> 20
-            ),
-        )),
-        // The decoder takes input that stops at a block boundary as the frame's end: an answer
-        // cut there would lose its last rows silently. A whole frame ends with its end mark.
-        Ok(_) if success && !ends_with_end_mark(&answer.body) => Err(TransportError::new(
-            TransportFailure::Protocol,
+    // The decoder takes input that stops at a block boundary as the frame's end: an answer
+    // cut there would lose its last rows silently. A whole frame ends with its end mark, which
+    // is checked before anything is decoded.
+    if success && !ends_with_end_mark(&answer.body) {
+        return Err(TransportError::new(
+            TransportFailure::Other,
             "the lz4 answer is cut short (its frame has no end mark)",
-        )),
-        Ok(_) => {
+        ));
+    }
+    match decode_bounded(&answer.body, MAX_DECODED_ANSWER) {
+        Ok(decoded) => {
             answer.body = decoded;
             answer
                 .headers
                 .retain(|(n, _)| !n.eq_ignore_ascii_case("content-encoding"));
             Ok(answer)
         }
-        Err(_) if !success => {
+        Err(Bounded::Failed(decoded, _)) if !success => {
             answer.body = if decoded.is_empty() {
                 b"(the server's error message was lz4-compressed and does not decode)".to_vec()
             } else {
@@ -77,10 +69,53 @@ pub fn decode_answer(mut answer: HttpResponse) -> Result<HttpResponse, Transport
             };
             Ok(answer)
         }
-        Err(e) => Err(TransportError::new(
-            TransportFailure::Protocol,
+        Err(Bounded::TooLarge(what)) => Err(TransportError::new(TransportFailure::TooLarge, what)),
+        Err(Bounded::Failed(_, e)) => Err(TransportError::new(
+            TransportFailure::Other,
             format!("the lz4 answer does not decode: {e}"),
         )),
+    }
+}
+
+/// Why [`decode_bounded`] stopped.
+enum Bounded {
+    /// Over the cap, or more than the component's memory can hold (the message says which).
+    TooLarge(String),
+    /// Not a valid frame: what decoded before the fault, and the fault.
+    Failed(Vec<u8>, std::io::Error),
+}
+
+/// Decodes an LZ4 frame into at most `cap` bytes, each decoded piece counted against the cap
+/// before the output grows to hold it ([`append_within`]): a bomb (a small frame that decodes
+/// to more) is refused before memory grows past the cap, and at any memory limit room that
+/// cannot be had is an error, never a trap.
+fn decode_bounded(frame: &[u8], cap: u64) -> Result<Vec<u8>, Bounded> {
+    let cap = usize::try_from(cap).unwrap_or(usize::MAX);
+    let mut decoder = lz4_flex::frame::FrameDecoder::new(frame);
+    let mut decoded: Vec<u8> = Vec::new();
+    let mut chunk = vec![0u8; 64 * 1024];
+    loop {
+        let n = match decoder.read(&mut chunk) {
+            Ok(0) => return Ok(decoded),
+            Ok(n) => n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(Bounded::Failed(decoded, e)),
+        };
+        match append_within(&mut decoded, &chunk[..n], cap) {
+            Ok(()) => {}
+            Err(Overflow::Cap) => {
+                return Err(Bounded::TooLarge(format!(
+                    "the lz4 answer decodes to more than {} MiB",
+                    cap >> 20
+                )))
+            }
+            Err(Overflow::Memory) => {
+                return Err(Bounded::TooLarge(format!(
+                    "the lz4 answer decodes to more than this instance's memory holds ({} MiB decoded so far)",
+                    decoded.len() >> 20
+                )))
+            }
+        }
     }
 }
 
@@ -169,18 +204,58 @@ impl Compression {
     }
 }
 
-/// Whether an LZ4 frame ends with its end mark (a zero block size), followed by the content
-/// checksum when its header says there is one (FLG bit 2). ClickHouse's LZ4 writer answers
-/// nothing with the end mark alone (no header): that is a whole (empty) answer too.
-fn ends_with_end_mark(frame: &[u8]) -> bool {
-    if frame == [0, 0, 0, 0] {
+/// Whether the answer is whole LZ4 frames: walked block by block (each block's size read from
+/// its header, never its data), every frame ends with its end mark (a zero block size) and its
+/// content checksum when its header says there is one, and nothing follows the last. Looking
+/// only at the last bytes is not enough: a block's data may end in zeros, so a frame cut after
+/// such a block would pass. ClickHouse's LZ4 writer answers nothing with the end mark alone (no
+/// header): that is a whole (empty) answer too.
+fn ends_with_end_mark(answer: &[u8]) -> bool {
+    if answer == [0, 0, 0, 0] {
         return true;
     }
-    let Some(&flags) = frame.get(4) else {
-        return false;
+    const MAGIC: [u8; 4] = [0x04, 0x22, 0x4d, 0x18];
+    let u32_at = |at: usize| -> Option<usize> {
+        let b = answer.get(at..at.checked_add(4)?)?;
+        Some(u32::from_le_bytes([b[0], b[1], b[2], b[3]]) as usize)
     };
-    let tail = if flags & 0x04 != 0 { 8 } else { 4 };
-    frame.len() >= 7 + tail && frame[frame.len() - tail..][..4] == [0, 0, 0, 0]
+    let mut at = 0;
+    while at < answer.len() {
+        if answer.get(at..at + 4) != Some(&MAGIC[..]) {
+            return false;
+        }
+        let Some(&flags) = answer.get(at + 4) else {
+            return false;
+        };
+        let block_checksums = flags & 0x10 != 0;
+        let content_checksum = flags & 0x04 != 0;
+        // Magic, FLG, BD, an optional content size and dictionary id, the header checksum.
+        at += 4
+            + 2
+            + if flags & 0x08 != 0 { 8 } else { 0 }
+            + if flags & 0x01 != 0 { 4 } else { 0 }
+            + 1;
+        loop {
+            let Some(size) = u32_at(at) else {
+                return false;
+            };
+            at += 4;
+            if size == 0 {
+                break;
+            }
+            at = match at.checked_add((size & 0x7fff_ffff) + if block_checksums { 4 } else { 0 }) {
+                Some(next) => next,
+                None => return false,
+            };
+        }
+        if content_checksum {
+            at += 4;
+        }
+        if at > answer.len() {
+            return false;
+        }
+    }
+    at == answer.len()
 }
 
 #[cfg(test)]
@@ -282,7 +357,7 @@ mod tests {
         // A successful answer that does not decode, or in a method not asked for, is an error.
         let err =
             decode_answer(answer(200, Some("lz4"), wire[..wire.len() / 2].to_vec())).unwrap_err();
-        assert_eq!(err.failure, TransportFailure::Protocol);
+        assert_eq!(err.failure, TransportFailure::Other);
         // Cut at a block boundary (here: without its end mark), it is refused, not a prefix.
         let err =
             decode_answer(answer(200, Some("lz4"), wire[..wire.len() - 4].to_vec())).unwrap_err();
@@ -311,6 +386,43 @@ mod tests {
         assert!(bomb.len() < 2 << 20);
         let err = decode_answer(answer(200, Some("lz4"), bomb)).unwrap_err();
         assert_eq!(err.failure, TransportFailure::TooLarge);
+    }
+
+    #[test]
+    fn decoding_never_grows_past_the_cap() {
+        let frame = Compression::Lz4.encode(vec![7u8; 3 << 20]);
+        let decoded = decode_bounded(&frame, 4 << 20).ok().unwrap();
+        assert_eq!(decoded.len(), 3 << 20);
+        assert!(decoded.capacity() <= 4 << 20, "{}", decoded.capacity());
+        // One byte over: refused, having held at most the cap.
+        let Err(Bounded::TooLarge(message)) = decode_bounded(&frame, (3 << 20) - 1) else {
+            panic!("not refused");
+        };
+        assert!(message.contains("more than 2 MiB"), "{message}");
+        // A frame without its end mark is refused before decoding (no prefix taken as whole),
+        // also when its last block's data ends in zeros (as compressed zeros do).
+        let cut = &frame[..frame.len() - 4];
+        let err = decode_answer(answer(200, Some("lz4"), cut.to_vec())).unwrap_err();
+        assert!(err.detail.contains("cut short"), "{}", err.detail);
+        // The frame's header, one stored block of eight zero bytes, no end mark.
+        assert_eq!(frame[4] & 0x09, 0, "no content size, no dictionary id");
+        let mut zeros_last = frame[..7].to_vec();
+        zeros_last.extend_from_slice(&(8u32 | 0x8000_0000).to_le_bytes());
+        zeros_last.extend_from_slice(&[0; 8]);
+        assert!(!ends_with_end_mark(&zeros_last));
+        zeros_last.extend_from_slice(&[0; 4]);
+        assert!(ends_with_end_mark(&zeros_last));
+        // Two whole frames are whole; a frame with a content checksum is whole only with it.
+        let mut two = frame.clone();
+        two.extend_from_slice(&frame);
+        assert!(ends_with_end_mark(&two));
+        let mut info = lz4_flex::frame::FrameInfo::new();
+        info.content_checksum = true;
+        let mut encoder = lz4_flex::frame::FrameEncoder::with_frame_info(info, Vec::new());
+        std::io::Write::write_all(&mut encoder, &[7u8; 100_000]).unwrap();
+        let checked = encoder.finish().unwrap();
+        assert!(ends_with_end_mark(&checked));
+        assert!(!ends_with_end_mark(&checked[..checked.len() - 4]));
     }
 
     #[test]

@@ -179,6 +179,13 @@ impl Endpoint {
     /// Values that must never appear in a message: the password and secret-looking settings.
     pub fn secrets(&self) -> Vec<String> {
         let mut secrets = vec![self.password.clone()];
+        if !self.password.is_empty() {
+            // The form HTTP Basic sends it in (when a credential holds a control character).
+            secrets.push(super::request::basic_credentials(
+                &self.user,
+                &self.password,
+            ));
+        }
         secrets.extend(
             self.settings
                 .iter()
@@ -708,5 +715,7 @@ mod tests {
         assert!(secrets.contains(&"abc".to_string()));
         assert!(secrets.contains(&"t".to_string()));
         assert!(!secrets.contains(&"4".to_string()));
+        // HTTP Basic's form of `u:pw`.
+        assert!(secrets.contains(&"dTpwdw==".to_string()));
     }
 }

@@ -293,7 +293,7 @@ pub enum TransportFailure {
     Timeout,
     /// The connection was closed or reset after the request started.
     Reset,
-    /// The answer was not valid HTTP, or incomplete.
+    /// The answer was not ClickHouse's HTTP: not valid HTTP, or in an encoding never asked for.
     Protocol,
     /// The answer was larger than the host allows (its response size limit).
     TooLarge,
@@ -337,10 +337,13 @@ pub fn classify_transport(failure: &TransportFailure, op: Operation) -> ErrorKin
             Operation::Read => ErrorKind::Permanent,
             Operation::Write => ErrorKind::Uncertain,
         },
-        TransportFailure::Timeout
-        | TransportFailure::Reset
-        | TransportFailure::Protocol
-        | TransportFailure::Other => match op {
+        // Not ClickHouse's HTTP (another protocol on the port, an answer in an encoding never
+        // asked for): the same request meets the same thing; a write may still have run.
+        TransportFailure::Protocol => match op {
+            Operation::Read => ErrorKind::Misconfigured,
+            Operation::Write => ErrorKind::Uncertain,
+        },
+        TransportFailure::Timeout | TransportFailure::Reset | TransportFailure::Other => match op {
             Operation::Read => ErrorKind::Transient,
             Operation::Write => ErrorKind::Uncertain,
         },
@@ -437,10 +440,13 @@ mod tests {
             assert_eq!(classify_transport(f, Read), Disconnected, "{f:?}");
             assert_eq!(classify_transport(f, Write), Disconnected, "{f:?}");
         }
-        for f in [F::Timeout, F::Reset, F::Protocol, F::Other] {
+        for f in [F::Timeout, F::Reset, F::Other] {
             assert_eq!(classify_transport(&f, Read), Transient, "{f:?}");
             assert_eq!(classify_transport(&f, Write), Uncertain, "{f:?}");
         }
+        // Not ClickHouse's HTTP: repeating a read meets the same thing.
+        assert_eq!(classify_transport(&F::Protocol, Read), Misconfigured);
+        assert_eq!(classify_transport(&F::Protocol, Write), Uncertain);
         assert_eq!(classify_transport(&F::Denied, Write), Misconfigured);
         assert_eq!(classify_transport(&F::TlsCertificate, Read), Misconfigured);
         assert_eq!(classify_transport(&F::InvalidRequest, Read), InvalidInput);

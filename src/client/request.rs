@@ -40,10 +40,33 @@ pub struct HttpRequest {
     pub body: Vec<u8>,
     /// Connect timeout.
     pub connect_timeout: Duration,
-    /// First-byte and between-bytes timeout.
+    /// First-byte and between-bytes timeout: no byte sent or received for this long ends the
+    /// request.
     pub request_timeout: Duration,
+    /// Most bytes of a successful answer (as sent, before any decoding); a longer one fails
+    /// the request without being read further.
+    pub max_answer_bytes: usize,
+    /// The whole answer must have arrived within this time from the start (small answers:
+    /// one that trickles in cannot hold a call); `None`: as long as it makes progress.
+    pub answer_deadline: Option<Duration>,
     /// Whether the request may change data (decides how interruptions are classified).
     pub operation: Operation,
+}
+
+/// Most bytes of a small answer (the default): a state (two parts of at most 10 MiB each,
+/// escaped), a table's columns, the lock's rows. Larger reads are [`Answer::Large`].
+pub const SMALL_ANSWER_BYTES: usize = 64 << 20;
+
+/// What answer a statement expects, which bounds how large it may be and how long it may take.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Answer {
+    /// A few rows, at most this many bytes, and whole within the request timeout (unless the
+    /// statement carries INSERT data, which may take as long as it makes progress).
+    Small(usize),
+    /// Many rows (ids, get-all): up to
+    /// [`MAX_DECODED_ANSWER`](super::compression::MAX_DECODED_ANSWER), as long as it makes
+    /// progress.
+    Large,
 }
 
 /// One ClickHouse statement with its typed parameters, settings and data.
@@ -69,6 +92,8 @@ pub struct Query {
     /// External data (a temporary table the statement reads): when present the SQL travels
     /// in the URL and the body is `multipart/form-data` holding the table.
     pub external: Option<ExternalTable>,
+    /// How large the answer may be, and whether it has a total deadline.
+    pub answer: Answer,
     /// Read or write.
     pub operation: Operation,
 }
@@ -101,6 +126,7 @@ impl Query {
             compression: Compression::None,
             compressed_answer: false,
             external: None,
+            answer: Answer::Small(SMALL_ANSWER_BYTES),
             operation: Operation::Read,
         }
     }
@@ -143,10 +169,19 @@ impl Query {
         self
     }
 
-    /// Asks for the answer compressed (see [`Query::compressed_answer`](Query#structfield.compressed_answer)).
+    /// A large read: asks for the answer compressed (see
+    /// [`Query::compressed_answer`](Query#structfield.compressed_answer)) and expects
+    /// [`Answer::Large`].
     pub fn compressed_answer(mut self) -> Self {
         self.compressed_answer = true;
+        self.answer = Answer::Large;
         self.setting(settings::ENABLE_HTTP_COMPRESSION, "1")
+    }
+
+    /// Expects an answer of at most `max_bytes` ([`Answer::Small`]).
+    pub fn small_answer(mut self, max_bytes: usize) -> Self {
+        self.answer = Answer::Small(max_bytes);
+        self
     }
 
     /// The same statement without asking for a compressed answer.
@@ -175,13 +210,19 @@ impl Query {
     /// As [`Query::to_http`], moving the data into the request instead of copying it.
     pub fn into_http(mut self, endpoint: &Endpoint) -> Result<HttpRequest, Error> {
         let mut url = String::from("/?");
+        // The longest part of the URL so far, for the message when the URL is too long.
+        let mut longest: (usize, String) = (0, String::new());
         let mut push = |key: &str, value: &str| {
             if url.len() > 2 {
                 url.push('&');
             }
+            let before = url.len();
             url.push_str(&encode_component(key));
             url.push('=');
             url.push_str(&encode_component(value));
+            if url.len() - before > longest.0 {
+                longest = (url.len() - before, key.to_string());
+            }
         };
         if let Some(db) = &endpoint.database {
             push(settings::DATABASE, db);
@@ -218,6 +259,7 @@ impl Query {
                 compression::ANSWER_ENCODING.as_bytes().to_vec(),
             ));
         }
+        let inserts = self.data.is_some();
         let body = match (self.data.take(), self.external.take()) {
             (Some(_), Some(_)) => {
                 return Err(Error::invalid(
@@ -252,6 +294,9 @@ impl Query {
             }
             (None, None) => self.sql.clone().into_bytes(),
         };
+        if url.len() > MAX_REQUEST_TARGET_BYTES {
+            return Err(too_long(url.len(), &longest));
+        }
         Ok(HttpRequest {
             method: Method::Post,
             tls: endpoint.tls,
@@ -261,8 +306,48 @@ impl Query {
             body,
             connect_timeout: endpoint.connect_timeout,
             request_timeout: endpoint.request_timeout,
+            max_answer_bytes: match self.answer {
+                Answer::Small(max) => max,
+                Answer::Large => {
+                    usize::try_from(compression::MAX_DECODED_ANSWER).unwrap_or(usize::MAX)
+                }
+            },
+            answer_deadline: match self.answer {
+                Answer::Small(_) if !inserts => Some(endpoint.request_timeout),
+                _ => None,
+            },
             operation: self.operation,
         })
+    }
+}
+
+/// The longest request target (path and query) a request may have: the URL as a whole is
+/// limited to 65,534 bytes by the HTTP stack wasi:http hosts use (the `http` crate's `Uri`; a
+/// server's `http_max_uri_size` is 1 MiB), with room left for the scheme and authority.
+pub const MAX_REQUEST_TARGET_BYTES: usize = 60_000;
+
+/// The error for a URL of `bytes` that is too long, naming its longest part (`key`, with its
+/// encoded length): which input to shorten.
+fn too_long(bytes: usize, (part_bytes, key): &(usize, String)) -> Error {
+    let part = if key == settings::QUERY {
+        "the statement (an INSERT's column list, or a state id, travels in it)".to_string()
+    } else if key == settings::DATABASE {
+        "the database name".to_string()
+    } else if let Some(param) = key.strip_prefix(settings::PARAM_PREFIX) {
+        format!("the value of query parameter '{param}' (a database, table or id name)")
+    } else {
+        format!("the setting '{}'", shorten(key))
+    };
+    Error::invalid(format!(
+        "the request's URL would be {bytes} bytes, over the {MAX_REQUEST_TARGET_BYTES} it may be: its longest part is {part}, {part_bytes} bytes URL-encoded; shorten it"
+    ))
+}
+
+/// At most 64 characters of a name, for a message.
+fn shorten(name: &str) -> String {
+    match name.char_indices().nth(64) {
+        Some((cut, _)) => format!("{}…", &name[..cut]),
+        None => name.to_string(),
     }
 }
 
@@ -328,14 +413,19 @@ fn headers(endpoint: &Endpoint, operation: &str) -> Vec<(String, Vec<u8>)> {
             endpoint.password.clone().into_bytes(),
         ));
     } else {
-        let raw = format!("{}:{}", endpoint.user, endpoint.password);
         let mut value = b"Basic ".to_vec();
-        value.extend(base64(raw.as_bytes()).into_bytes());
+        value.extend(basic_credentials(&endpoint.user, &endpoint.password).into_bytes());
         headers.push(("authorization".into(), value));
     }
     headers.push(("user-agent".into(), USER_AGENT.as_bytes().to_vec()));
     headers.push((OPERATION_HEADER.into(), operation.as_bytes().to_vec()));
     headers
+}
+
+/// HTTP Basic's credentials: the base64 of `user:password` (also a form of the password the
+/// [`Redactor`](super::secrets::Redactor) removes from messages: a server may echo the header).
+pub fn basic_credentials(user: &str, password: &str) -> String {
+    base64(format!("{user}:{password}").as_bytes())
 }
 
 /// Standard base64 with padding.
@@ -523,6 +613,38 @@ mod tests {
             .to_http(&ep)
             .unwrap_err();
         assert!(err.message.contains("not an identifier"));
+    }
+
+    #[test]
+    fn a_url_too_long_names_its_longest_part() {
+        let e = endpoint("http://h:8123");
+        let columns: Vec<String> = (0..8000).map(|i| format!("`column_{i}`")).collect();
+        let insert = format!("INSERT INTO t ({}) FORMAT JSONEachRow", columns.join(", "));
+        let err = Query::write("insert", insert)
+            .data(b"{}".to_vec())
+            .to_http(&e)
+            .unwrap_err();
+        assert_eq!(err.kind, crate::client::ErrorKind::InvalidInput);
+        assert!(
+            err.message.contains("its longest part is the statement"),
+            "{}",
+            err.message
+        );
+        assert!(err.message.contains("over the 60000"), "{}", err.message);
+        let err = Query::read("get", "SELECT 1")
+            .param("id", "x".repeat(70_000))
+            .to_http(&e)
+            .unwrap_err();
+        assert!(
+            err.message.contains("query parameter 'id'"),
+            "{}",
+            err.message
+        );
+        // At the limit it is built.
+        assert!(Query::read("get", "SELECT 1")
+            .param("id", "x".repeat(50_000))
+            .to_http(&e)
+            .is_ok());
     }
 
     #[test]

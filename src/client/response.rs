@@ -1,7 +1,7 @@
 //! Reads ClickHouse's HTTP answers: success with its `X-ClickHouse-Summary`, or an error from
 //! the status, `X-ClickHouse-Exception-Code` and the `Code: N. DB::Exception: ... (NAME)` body.
 
-use super::error::{classify_server, Error, Operation, ServerError};
+use super::error::{classify_server, Error, ErrorKind, Operation, ServerError};
 use super::secrets::Redactor;
 
 /// One JSON value read from an answer's bytes as text: one serde_json reader (`str`) in the
@@ -159,6 +159,33 @@ pub fn parse_exception(body: &str) -> ExceptionText {
     }
 }
 
+/// Why [`append_within`] refused bytes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Overflow {
+    /// They would take the buffer past its cap.
+    Cap,
+    /// The room for them could not be had (the instance's memory limit).
+    Memory,
+}
+
+/// Appends `bytes` to `out` unless that takes it past `cap` bytes. The buffer doubles as a
+/// `Vec` does, but never past `cap`, and its growth is a fallible reservation: a buffer of
+/// answer bytes never holds more than its cap, and memory that cannot be had is an error,
+/// never a trap.
+pub fn append_within(out: &mut Vec<u8>, bytes: &[u8], cap: usize) -> Result<(), Overflow> {
+    let needed = out.len().checked_add(bytes.len()).ok_or(Overflow::Cap)?;
+    if needed > cap {
+        return Err(Overflow::Cap);
+    }
+    if out.capacity() < needed {
+        let target = (out.len() * 2).max(needed).max(64 * 1024).min(cap);
+        out.try_reserve_exact(target - out.len())
+            .map_err(|_| Overflow::Memory)?;
+    }
+    out.extend_from_slice(bytes);
+    Ok(())
+}
+
 /// Turns an HTTP answer into a [`Response`] or a classified, redacted [`Error`].
 pub fn interpret(
     http: HttpResponse,
@@ -177,6 +204,21 @@ pub fn interpret(
             elapsed_us: http.elapsed_us,
             body: http.body,
         });
+    }
+    if (300..400).contains(&http.status) && header_code.is_none() {
+        // ClickHouse never redirects: something else answers at this URL (a proxy, a login
+        // page). Not followed (the credentials would go along); repeating it cannot help.
+        let to = http
+            .header("location")
+            .map(|l| format!(" to '{}'", l.escape_debug()))
+            .unwrap_or_default();
+        return Err(redactor.error(
+            ErrorKind::Misconfigured,
+            &format!(
+                "HTTP {} from the server: a redirect{to}, which the client does not follow (ClickHouse does not redirect): set the URL to the ClickHouse server itself",
+                http.status
+            ),
+        ));
     }
     let text = String::from_utf8_lossy(&http.body);
     let parsed = parse_exception(&text);
@@ -230,6 +272,18 @@ mod tests {
             .unwrap_err();
         assert_eq!(bad.kind, ErrorKind::Permanent);
         assert!(bad.message.contains("DESCRIBE TABLE"), "{}", bad.message);
+    }
+
+    #[test]
+    fn appends_stay_within_the_cap() {
+        let mut out = Vec::new();
+        for _ in 0..10 {
+            append_within(&mut out, &[1u8; 100_000], 1_000_000).unwrap();
+        }
+        assert_eq!(out.len(), 1_000_000);
+        assert!(out.capacity() <= 1_000_000, "{}", out.capacity());
+        assert_eq!(append_within(&mut out, &[1], 1_000_000), Err(Overflow::Cap));
+        assert_eq!(out.len(), 1_000_000);
     }
 
     fn answer(status: u16, headers: &[(&str, &str)], body: &str) -> HttpResponse {

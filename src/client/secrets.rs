@@ -53,13 +53,18 @@ impl Redactor {
 
     /// The text with every secret replaced by `***`, capped at [`MAX_MESSAGE_CHARS`].
     pub fn redact(&self, text: &str) -> String {
+        cap(self.redact_whole(text))
+    }
+
+    /// The text with every secret replaced by `***`, whatever its length (a log line).
+    pub fn redact_whole(&self, text: &str) -> String {
         let mut out = text.to_string();
         for secret in &self.secrets {
             if out.contains(secret.as_str()) {
                 out = out.replace(secret.as_str(), "***");
             }
         }
-        cap(out)
+        out
     }
 
     /// A new error with a redacted message.

@@ -9,11 +9,12 @@ use wasip2::http::types::{
     ErrorCode, Fields, FutureIncomingResponse, IncomingBody, Method as WasiMethod, OutgoingBody,
     OutgoingRequest, RequestOptions, Scheme,
 };
+use wasip2::io::poll::{self, Pollable};
 use wasip2::io::streams::StreamError;
 
 use super::error::{TransportError, TransportFailure};
 use super::request::{HttpRequest, Method};
-use super::response::HttpResponse;
+use super::response::{append_within, HttpResponse};
 use super::transport::{InFlight, Transport};
 
 /// Largest read asked of the response stream at once.
@@ -37,7 +38,8 @@ impl Transport for WasiHttpTransport {
         let started = monotonic_clock::now();
         match begin(request) {
             Ok((future, write_result)) => {
-                InFlight::pending(move || answer(future, write_result, started))
+                let limits = AnswerLimits::of(request, started);
+                InFlight::pending(move || answer(future, write_result, started, limits))
             }
             Err(e) => InFlight::ready(Err(e)),
         }
@@ -81,7 +83,6 @@ fn begin(
         .map_err(|()| invalid("path rejected"))?;
 
     let options = RequestOptions::new();
-    let nanos = |d: std::time::Duration| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
     // Hosts may not support every timeout; an unsupported one is not an error.
     let _ = options.set_connect_timeout(Some(nanos(request.connect_timeout)));
     let _ = options.set_first_byte_timeout(Some(nanos(request.request_timeout)));
@@ -94,8 +95,78 @@ fn begin(
 
     // Write the body. A failure here usually means the request itself failed (refused,
     // denied): the response future then carries the real cause.
-    let write_result = write_body(body, &request.body);
+    let write_result = write_body(body, &request.body, nanos(request.request_timeout));
     Ok((future, write_result))
+}
+
+/// How long the guest waits for an answer and how much of it it reads. Enforced here, in the
+/// component, whatever the host does with the request options: no progress (no byte) for the
+/// request timeout ends the request, so does a small answer not whole by its deadline, and a
+/// successful answer longer than its cap is not read further.
+#[derive(Clone, Copy, Debug)]
+struct AnswerLimits {
+    /// Monotonic nanoseconds without a byte that end the request.
+    idle_ns: u64,
+    /// Monotonic instant by which the whole answer must have arrived, if any.
+    deadline: Option<u64>,
+    /// Most bytes of a successful answer.
+    max_bytes: usize,
+}
+
+impl AnswerLimits {
+    fn of(request: &HttpRequest, started: u64) -> AnswerLimits {
+        AnswerLimits {
+            idle_ns: nanos(request.request_timeout),
+            deadline: request
+                .answer_deadline
+                .map(|d| started.saturating_add(nanos(d))),
+            max_bytes: request.max_answer_bytes,
+        }
+    }
+
+    /// The instant the next wait ends at, counted from the last progress.
+    fn wait_until(&self, last_progress: u64) -> (u64, Waited) {
+        let idle_end = last_progress.saturating_add(self.idle_ns);
+        match self.deadline {
+            Some(deadline) if deadline < idle_end => (deadline, Waited::PastDeadline),
+            _ => (idle_end, Waited::Idle),
+        }
+    }
+
+    fn timeout(&self, waited: Waited) -> TransportError {
+        let secs = |ns: u64| ns as f64 / 1e9;
+        TransportError::new(
+            TransportFailure::Timeout,
+            match waited {
+                Waited::Idle => format!(
+                    "nothing arrived for {:.1} s (the request timeout)",
+                    secs(self.idle_ns)
+                ),
+                Waited::PastDeadline => format!(
+                    "the answer was not whole within {:.1} s (the request timeout; a small answer must arrive whole within it)",
+                    secs(self.idle_ns)
+                ),
+            },
+        )
+    }
+}
+
+/// Which limit a wait ran into.
+#[derive(Clone, Copy, Debug)]
+enum Waited {
+    Idle,
+    PastDeadline,
+}
+
+/// A duration in nanoseconds, as wasi:clocks counts (saturating).
+fn nanos(d: std::time::Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
+}
+
+/// Blocks until `pollable` is ready (true) or the monotonic clock reaches `until` (false).
+fn ready_by(pollable: &Pollable, until: u64) -> bool {
+    let timer = monotonic_clock::subscribe_instant(until);
+    poll::poll(&[pollable, &timer]).contains(&0)
 }
 
 /// Waits for the answer to a request [`begin`] sent and reads it whole.
@@ -103,6 +174,7 @@ fn answer(
     future: FutureIncomingResponse,
     write_result: Result<(), String>,
     started: u64,
+    limits: AnswerLimits,
 ) -> Result<HttpResponse, TransportError> {
     let incoming = loop {
         match future.get() {
@@ -114,7 +186,14 @@ fn answer(
                     "response already taken",
                 ))
             }
-            None => future.subscribe().block(),
+            None => {
+                // The host's first-byte timeout (set in the request options) bounds this too;
+                // the guest does not rely on it.
+                let (until, waited) = limits.wait_until(started);
+                if !ready_by(&future.subscribe(), until) {
+                    return Err(limits.timeout(waited));
+                }
+            }
         }
     };
     if let Err(detail) = write_result {
@@ -131,12 +210,13 @@ fn answer(
     let body_resource = incoming
         .consume()
         .map_err(|()| TransportError::new(TransportFailure::Other, "response body unavailable"))?;
-    let limit = if (200..300).contains(&status) {
-        usize::MAX
+    let success = (200..300).contains(&status);
+    let limit = if success {
+        limits.max_bytes
     } else {
         MAX_ERROR_BODY
     };
-    let body = read_body(&body_resource, limit)?;
+    let body = read_body(&body_resource, limit, success, &limits)?;
     let _trailers = IncomingBody::finish(body_resource);
     let elapsed_ns = monotonic_clock::now().saturating_sub(started);
     Ok(HttpResponse {
@@ -147,8 +227,9 @@ fn answer(
     })
 }
 
-/// Writes all of `data` and finishes the body; never flushes after the last write.
-fn write_body(body: OutgoingBody, data: &[u8]) -> Result<(), String> {
+/// Writes all of `data` and finishes the body; never flushes after the last write. The host
+/// taking no byte for `idle_ns` (a server that does not read) ends the write.
+fn write_body(body: OutgoingBody, data: &[u8], idle_ns: u64) -> Result<(), String> {
     let stream = body
         .write()
         .map_err(|()| "request body stream unavailable".to_string())?;
@@ -156,7 +237,13 @@ fn write_body(body: OutgoingBody, data: &[u8]) -> Result<(), String> {
     while !rest.is_empty() {
         let permitted = match stream.check_write() {
             Ok(0) => {
-                stream.subscribe().block();
+                let until = monotonic_clock::now().saturating_add(idle_ns);
+                if !ready_by(&stream.subscribe(), until) {
+                    return Err(format!(
+                        "writing the request body: no byte taken for {:.1} s (the request timeout)",
+                        idle_ns as f64 / 1e9
+                    ));
+                }
                 continue;
             }
             Ok(n) => usize::try_from(n).unwrap_or(usize::MAX).min(rest.len()),
@@ -171,15 +258,60 @@ fn write_body(body: OutgoingBody, data: &[u8]) -> Result<(), String> {
     OutgoingBody::finish(body, None).map_err(|code| format!("finishing the request body: {code:?}"))
 }
 
-/// Reads the body to its end, or until `limit` bytes (the rest is dropped with the stream).
-fn read_body(body: &IncomingBody, limit: usize) -> Result<Vec<u8>, TransportError> {
+/// Reads the body to its end, within `limits`' idle time and deadline. An error answer is read
+/// up to `limit` bytes (the rest is dropped with the stream); a successful one longer than
+/// `limit` is refused ([`TransportFailure::TooLarge`]), never taken in part. The buffer grows
+/// with a fallible reservation: an answer the instance's memory cannot hold is an error too.
+fn read_body(
+    body: &IncomingBody,
+    limit: usize,
+    whole: bool,
+    limits: &AnswerLimits,
+) -> Result<Vec<u8>, TransportError> {
     let stream = body.stream().map_err(|()| {
         TransportError::new(TransportFailure::Other, "response stream unavailable")
     })?;
     let mut out = Vec::new();
-    while out.len() < limit {
-        match stream.blocking_read(READ_CHUNK.min((limit - out.len()) as u64)) {
-            Ok(chunk) => out.extend_from_slice(&chunk),
+    let mut last_progress = monotonic_clock::now();
+    loop {
+        // One byte past the limit tells a successful answer over it from one at it.
+        let room = limit
+            .saturating_add(usize::from(whole))
+            .saturating_sub(out.len());
+        if room == 0 {
+            if whole {
+                return Err(TransportError::new(
+                    TransportFailure::TooLarge,
+                    format!(
+                        "the answer is over {} bytes, the most this statement's answer may be",
+                        limit
+                    ),
+                ));
+            }
+            break;
+        }
+        match stream.read(READ_CHUNK.min(room as u64)) {
+            Ok(chunk) if chunk.is_empty() => {
+                let (until, waited) = limits.wait_until(last_progress);
+                if !ready_by(&stream.subscribe(), until) {
+                    return Err(limits.timeout(waited));
+                }
+            }
+            Ok(chunk) => {
+                last_progress = monotonic_clock::now();
+                // The read asked for at most `room` bytes: only memory can refuse them.
+                if append_within(&mut out, &chunk, limit.saturating_add(usize::from(whole)))
+                    .is_err()
+                {
+                    return Err(TransportError::new(
+                        TransportFailure::TooLarge,
+                        format!(
+                            "the answer is larger than this instance's memory holds ({} MiB read)",
+                            out.len() >> 20
+                        ),
+                    ));
+                }
+            }
             Err(StreamError::Closed) => break,
             Err(StreamError::LastOperationFailed(e)) => {
                 return Err(match wasip2::http::types::http_error_code(&e) {

@@ -357,9 +357,11 @@ impl JsonInput<'_> {
         out: &mut Encoded,
         index: usize,
     ) -> Result<(), Error> {
+        check_row_size(item.len(), index)?;
         if self.scan && scan_flat_object(item, fields) {
             return self.accept(item, fields, out, index);
         }
+        check_row_depth(item, index)?;
         *fields = read_row(item, index)?;
         self.accept(item.trim(), fields, out, index)
     }
@@ -430,6 +432,66 @@ impl JsonInput<'_> {
 /// guest's `memcmp` per key cost more than the compare).
 fn same_text(a: &str, b: &str) -> bool {
     a.len() == b.len() && a.bytes().zip(b.bytes()).all(|(x, y)| x == y)
+}
+
+/// Most bytes one row may have (its JSON text): a row over it is refused before anything is
+/// sent. Far above any row onestep-clickhouse sends in practice; it bounds the memory one row
+/// takes in the CLI, which reads rows one line at a time.
+pub const MAX_ROW_BYTES: usize = 64 << 20;
+
+/// Most levels of objects and arrays one row may nest, the row's own object included: the
+/// server's default `input_format_json_max_depth` (1000), past which it refuses the row anyway
+/// (onestep-clickhouse's Python rows cannot nest so deep either: Python's recursion limit is
+/// 1000 frames).
+pub const MAX_ROW_DEPTH: usize = 1000;
+
+/// Refuses a row over [`MAX_ROW_BYTES`].
+pub fn check_row_size(bytes: usize, index: usize) -> Result<(), Error> {
+    if bytes > MAX_ROW_BYTES {
+        return Err(row_too_large(index));
+    }
+    Ok(())
+}
+
+/// The error for row `index` over [`MAX_ROW_BYTES`].
+pub fn row_too_large(index: usize) -> Error {
+    Error::invalid(format!(
+        "row index {index} is over {} MiB, the most one row may be",
+        MAX_ROW_BYTES >> 20
+    ))
+}
+
+/// Refuses a row whose objects and arrays nest deeper than [`MAX_ROW_DEPTH`] (counted over
+/// the text, strings skipped; what is not JSON is left to the reader that words the error).
+fn check_row_depth(item: &str, index: usize) -> Result<(), Error> {
+    let mut depth = 0usize;
+    let mut bytes = item.bytes();
+    while let Some(b) = bytes.next() {
+        match b {
+            b'"' => {
+                while let Some(b) = bytes.next() {
+                    match b {
+                        b'\\' => {
+                            bytes.next();
+                        }
+                        b'"' => break,
+                        _ => {}
+                    }
+                }
+            }
+            b'[' | b'{' => {
+                depth += 1;
+                if depth > MAX_ROW_DEPTH {
+                    return Err(Error::invalid(format!(
+                        "row index {index} nests objects and arrays more than {MAX_ROW_DEPTH} levels deep, the most one row may"
+                    )));
+                }
+            }
+            b']' | b'}' => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+    }
+    Ok(())
 }
 
 /// Reads row `index` with serde_json: the slow path, for what [`scan_flat_object`] leaves.
@@ -519,6 +581,7 @@ fn encode_json_with<'a>(
                 let compact = keys.as_deref().and_then(|k| scan_in_order(bytes, pos, k));
                 if let Some((end, null)) = compact {
                     if let (Some(next), false) = (next_line(end), null && types.is_some()) {
+                        check_row_size(end - pos, index)?;
                         out.lines
                             .push(Line::Input(input.base + pos, input.base + end));
                         index += 1;
@@ -533,6 +596,7 @@ fn encode_json_with<'a>(
                 .then(|| scan_flat_object_at(text, pos, &mut fields))
                 .flatten();
             if let Some((end, next)) = scanned.and_then(|end| Some((end, next_line(end)?))) {
+                check_row_size(end - pos, index)?;
                 input.accept(&text[pos..end], &fields, &mut out, index)?;
                 index += 1;
                 pos = next;
@@ -574,6 +638,36 @@ mod tests {
         let e = encode_json(data.as_bytes(), c.as_deref(), None).unwrap_err();
         assert_eq!(e.kind, ErrorKind::InvalidInput);
         e.message
+    }
+
+    #[test]
+    fn rows_over_the_size_or_depth_limit_are_refused() {
+        // MAX_ROW_DEPTH levels, the row's object included: accepted; one more: refused.
+        let nested = |levels: usize| {
+            format!(
+                "{{\"j\":{}1{}}}\n",
+                "[".repeat(levels - 1),
+                "]".repeat(levels - 1)
+            )
+        };
+        assert!(encode_json(nested(MAX_ROW_DEPTH).as_bytes(), None, None).is_ok());
+        let message = err_json(&nested(MAX_ROW_DEPTH + 1), None);
+        assert!(message.contains("more than 1000 levels"), "{message}");
+        // Brackets inside strings are not nesting.
+        let strings = format!("{{\"s\":\"{}\\\"{}\"}}", "[".repeat(5000), "{".repeat(5000));
+        assert!(encode_json(strings.as_bytes(), None, None).is_ok());
+        // Bytes: one row over the limit, as NDJSON and in an array, names its index.
+        let big = format!("{{\"s\":\"{}\"}}", "x".repeat(MAX_ROW_BYTES));
+        let message = err_json(&format!("{{\"s\":\"a\"}}\n{big}\n"), None);
+        assert!(
+            message.starts_with("row index 1 is over 64 MiB"),
+            "{message}"
+        );
+        let message = err_json(&format!("[{big}]"), None);
+        assert!(
+            message.starts_with("row index 0 is over 64 MiB"),
+            "{message}"
+        );
     }
 
     #[test]

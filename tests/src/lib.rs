@@ -2,10 +2,11 @@
 //! by `CLICKHOUSE_URL`, else the local ClickHouse started on a free loopback port), one
 //! component runtime, and the path of the CLI binary.
 
-use std::io::{BufRead, BufReader};
+use std::io::{BufRead, BufReader, Read, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::OnceLock;
+use std::time::Duration;
 
 use clickhouse_component::client::ConnectionOptions;
 use clickhouse_component_host::{CachePolicy, ComponentSource, Runtime};
@@ -436,6 +437,14 @@ pub fn engine_name(engine: clickhouse_component_host::LockEngine) -> &'static st
 pub fn raw_http_server(
     answer: impl Fn(std::net::TcpStream) + Send + Sync + Clone + 'static,
 ) -> String {
+    raw_http_server_with_head(move |stream, _head| answer(stream))
+}
+
+/// [`raw_http_server`], handing `answer` the request head too (request line and headers). The
+/// request's body (by its `Content-Length`) is read before `answer` runs, as a server does.
+pub fn raw_http_server_with_head(
+    answer: impl Fn(std::net::TcpStream, String) + Send + Sync + Clone + 'static,
+) -> String {
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let url = format!("http://{}", listener.local_addr().unwrap());
     std::thread::spawn(move || {
@@ -444,15 +453,39 @@ pub fn raw_http_server(
             let answer = answer.clone();
             std::thread::spawn(move || {
                 let mut reader = BufReader::new(stream.try_clone().unwrap());
+                let mut head = String::new();
                 let mut line = String::new();
                 while reader.read_line(&mut line).is_ok_and(|n| n > 2) {
+                    head.push_str(&line);
                     line.clear();
                 }
-                answer(stream);
+                let length = head
+                    .lines()
+                    .find_map(|l| {
+                        let (name, value) = l.split_once(':')?;
+                        name.eq_ignore_ascii_case("content-length")
+                            .then(|| value.trim().parse::<u64>().ok())?
+                    })
+                    .unwrap_or(0);
+                let _ = std::io::copy(&mut reader.by_ref().take(length), &mut std::io::sink());
+                answer(stream, head);
             });
         }
     });
     url
+}
+
+/// A server that answers every request with a 200 whose body arrives one byte every 200 ms,
+/// forever (so neither a first-byte nor a between-bytes timeout ever fires). Returns its URL.
+pub fn trickling_server() -> String {
+    raw_http_server(|mut stream| {
+        let _ = stream.write_all(
+            b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 100000000\r\n\r\n",
+        );
+        while stream.write_all(b"x").is_ok() {
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    })
 }
 
 /// Creates the table critical sections record into.

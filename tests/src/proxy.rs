@@ -61,6 +61,9 @@ pub enum Fault {
     StallUntilReleased,
     /// Hold the request before forwarding it until released, then forward it normally.
     Pause,
+    /// Answer with these bytes (a whole HTTP reply, as a misbehaving server would send it)
+    /// without forwarding anything, then close the client's connection.
+    Respond(std::sync::Arc<Vec<u8>>),
 }
 
 /// One request as the proxy saw it.
@@ -709,9 +712,15 @@ fn session(
         };
         let fault = decide(shared, &mut request);
         let close_after = header_has_token(&request.head, "connection", "close");
-        let hold = match fault {
+        let hold = match &fault {
             Fault::Refuse => return Ok(End::Reset),
             Fault::Pause => Some(shared.hold(Stage::BeforeForward, &request)),
+            Fault::Respond(reply) => {
+                writer.write_all(&reply)?;
+                writer.flush()?;
+                let _ = writer.shutdown(Shutdown::Write);
+                return Ok(End::Close);
+            }
             _ => None,
         };
         if !shared.wait(hold, None) || shared.lock().refusing {

@@ -564,6 +564,9 @@ fn quick_start_runs_unattended() {
         "sent 10001 rows in 11 chunks",
         "the server rejected the data, nothing was written",
     ] {
-        assert!(stdout.contains(expected), "{expected:?} missing:\n{stdout}\n{stderr}");
+        assert!(
+            stdout.contains(expected),
+            "{expected:?} missing:\n{stdout}\n{stderr}"
+        );
     }
 }

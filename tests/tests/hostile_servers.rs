@@ -1,0 +1,405 @@
+//! Hostile servers and inputs, through the CLI (the real component in the real host): a
+//! password never leaks in any form it is sent in, a decoding bomb and an answer that never
+//! ends are clean errors in bounded memory, a trickling answer cannot hold a call, answers that
+//! are not ClickHouse's HTTP are not retried, and a row too long for memory is refused. Each
+//! run reports its peak RSS and time (`--nocapture` shows them).
+
+use std::io::{Read, Write};
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use clickhouse_component_tests::native::Sql;
+use clickhouse_component_tests::proxy::{Fault, Proxy, Rule};
+use clickhouse_component_tests::{
+    cli, clickhouse, raw_http_server, raw_http_server_with_head, trickling_server, unique_name,
+    Server,
+};
+
+/// What a measured run printed and took.
+struct Run {
+    code: i32,
+    stdout: String,
+    stderr: String,
+    /// Peak resident set size of the process, in MiB.
+    peak_rss_mib: f64,
+    took: Duration,
+}
+
+impl Run {
+    fn output(&self) -> String {
+        format!("{}{}", self.stdout, self.stderr)
+    }
+
+    /// No stack frames, whatever `RUST_BACKTRACE` says (the runs set it to 1).
+    fn assert_no_frames(&self) {
+        let out = self.output();
+        for frame in [
+            "wasm backtrace",
+            "stack backtrace",
+            "0x",
+            "<unknown>!",
+            "panicked",
+        ] {
+            assert!(!out.contains(frame), "{frame:?} in:\n{out}");
+        }
+    }
+}
+
+/// Runs `cmd` (stdin from `stdin`, if any) and measures its peak RSS with `wait4`.
+fn measured(
+    mut cmd: Command,
+    stdin: Option<Box<dyn FnOnce(std::process::ChildStdin) + Send>>,
+) -> Run {
+    cmd.env("RUST_BACKTRACE", "1")
+        .stdin(if stdin.is_some() {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        })
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let started = Instant::now();
+    let mut child = cmd.spawn().expect("starting the CLI");
+    let feeder = stdin.map(|feed| {
+        let pipe = child.stdin.take().unwrap();
+        std::thread::spawn(move || feed(pipe))
+    });
+    let mut out = child.stdout.take().unwrap();
+    let mut err = child.stderr.take().unwrap();
+    let out_reader = std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = out.read_to_string(&mut s);
+        s
+    });
+    let err_reader = std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = err.read_to_string(&mut s);
+        s
+    });
+    let pid = child.id() as libc::pid_t;
+    let mut status = 0;
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    let waited = unsafe { libc::wait4(pid, &mut status, 0, &mut usage) };
+    assert_eq!(waited, pid, "wait4");
+    let took = started.elapsed();
+    if let Some(feeder) = feeder {
+        let _ = feeder.join();
+    }
+    let code = if libc::WIFEXITED(status) {
+        libc::WEXITSTATUS(status)
+    } else {
+        -1
+    };
+    Run {
+        code,
+        stdout: out_reader.join().unwrap(),
+        stderr: err_reader.join().unwrap(),
+        peak_rss_mib: usage.ru_maxrss as f64 / 1024.0,
+        took,
+    }
+}
+
+/// A server that is no ClickHouse, at `url`, with this password.
+fn fake(url: String, password: &str) -> Server {
+    Server {
+        url,
+        user: "default".into(),
+        password: password.into(),
+        local: false,
+    }
+}
+
+/// Exit codes by kind (README, Errors and exit codes).
+const MISCONFIGURED: i32 = 3;
+const TRANSIENT: i32 = 5;
+const PERMANENT: i32 = 7;
+const INVALID_INPUT: i32 = 2;
+
+#[test]
+fn a_password_sent_in_http_basic_is_never_echoed() {
+    // A control character makes the client use HTTP Basic (a header value cannot carry it).
+    let password = "S3cretXYZ\u{1}";
+    let basic = "ZGVmYXVsdDpTM2NyZXRYWVoB"; // base64("default:S3cretXYZ\x01")
+    let url = raw_http_server_with_head(|mut stream, head| {
+        let body = format!("Code: 516. DB::Exception: you sent: {head} (AUTHENTICATION_FAILED)");
+        let _ = write!(
+            stream,
+            "HTTP/1.1 403 Forbidden\r\nX-ClickHouse-Exception-Code: 516\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+            body.len()
+        );
+    });
+    let server = fake(url, password);
+    for args in [&["check"][..], &["--json", "check"]] {
+        let mut cmd = cli(&server);
+        cmd.args(args).env("RUST_LOG", "trace");
+        let run = measured(cmd, None);
+        let out = run.output();
+        assert_eq!(run.code, MISCONFIGURED, "{out}");
+        // The echo came back (the test sees the header), redacted.
+        assert!(
+            out.to_ascii_lowercase()
+                .contains("authorization: basic ***"),
+            "{out}"
+        );
+        assert!(!out.contains(basic), "the Basic credentials leaked:\n{out}");
+        assert!(!out.contains("S3cretXYZ"), "the password leaked:\n{out}");
+    }
+}
+
+#[test]
+fn a_secret_setting_is_not_in_the_trace() {
+    let url = raw_http_server(|mut stream| {
+        let _ = stream.write_all(
+            b"HTTP/1.1 500 Internal Server Error\r\nX-ClickHouse-Exception-Code: 999\r\nContent-Length: 4\r\nConnection: close\r\n\r\nnope",
+        );
+    });
+    let server = fake(format!("{url}/?s3_secret_access_key=T0pS3cretKey"), "pw");
+    let mut cmd = cli(&server);
+    cmd.arg("check").env("RUST_LOG", "trace");
+    let run = measured(cmd, None);
+    assert!(
+        run.stderr.contains("TRACE") || run.stderr.contains("DEBUG"),
+        "no trace:\n{}",
+        run.stderr
+    );
+    assert!(!run.output().contains("T0pS3cretKey"), "{}", run.output());
+}
+
+/// An lz4 answer whose frame decodes to `decoded` zero bytes, as a whole HTTP reply.
+fn lz4_reply(decoded: usize, cut_end_mark: bool) -> Vec<u8> {
+    let mut encoder = lz4_flex::frame::FrameEncoder::new(Vec::new());
+    let zeros = vec![0u8; 1 << 20];
+    for _ in 0..decoded >> 20 {
+        encoder.write_all(&zeros).unwrap();
+    }
+    let mut frame = encoder.finish().unwrap();
+    if cut_end_mark {
+        frame.truncate(frame.len() - 4);
+    }
+    let mut reply = format!(
+        "HTTP/1.1 200 OK\r\nContent-Encoding: lz4\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        frame.len()
+    )
+    .into_bytes();
+    reply.extend_from_slice(&frame);
+    reply
+}
+
+/// `state list` through a proxy to the local ClickHouse that answers the ids read with `reply`.
+fn list_answered_with(reply: Vec<u8>, extra: &[&str]) -> (Run, usize) {
+    let server = clickhouse();
+    let proxy = Proxy::start(&server.url);
+    let rule = proxy.add(Rule::head_contains(
+        "x-component-operation: ids",
+        Fault::Respond(Arc::new(reply)),
+    ));
+    let mut cmd = cli(&proxy.server(server));
+    cmd.env("CLICKHOUSE_RETRIES", "0")
+        .env("CLICKHOUSE_SCHEMA", unique_name("bomb"))
+        .args(extra)
+        .args(["state", "list"]);
+    let run = measured(cmd, None);
+    (run, proxy.hits(rule))
+}
+
+#[test]
+fn an_lz4_bomb_is_a_clean_permanent_error_at_any_memory_limit() {
+    // 1.2 MB on the wire, 300 MiB decoded: past the 256 MiB cap.
+    let bomb = lz4_reply(300 << 20, false);
+    assert!(bomb.len() < 2 << 20, "{}", bomb.len());
+    for (extra, want) in [
+        (&[][..], "decodes to more than 256 MiB"),
+        (&["--max-memory-mib", "64"][..], "memory holds"),
+    ] {
+        let (run, hits) = list_answered_with(bomb.clone(), extra);
+        eprintln!(
+            "lz4 bomb {extra:?}: exit {}, peak RSS {:.0} MiB, {:.2} s",
+            run.code,
+            run.peak_rss_mib,
+            run.took.as_secs_f64()
+        );
+        assert_eq!(run.code, PERMANENT, "{}", run.output());
+        assert!(run.stderr.contains(want), "{}", run.output());
+        assert_eq!(hits, 1, "a permanent error is not retried");
+        run.assert_no_frames();
+    }
+}
+
+#[test]
+fn an_lz4_frame_without_its_end_mark_is_refused_not_taken_in_part() {
+    let (run, _) = list_answered_with(lz4_reply(8 << 20, true), &[]);
+    assert_eq!(run.code, TRANSIENT, "{}", run.output());
+    assert!(run.stderr.contains("cut short"), "{}", run.output());
+    run.assert_no_frames();
+}
+
+#[test]
+fn a_trickling_answer_ends_at_the_request_timeout() {
+    let server = fake(trickling_server(), "pw");
+    let mut cmd = cli(&server);
+    cmd.args(["--request-timeout-ms", "2000", "check"]);
+    let run = measured(cmd, None);
+    eprintln!(
+        "trickle: exit {}, peak RSS {:.0} MiB, {:.2} s",
+        run.code,
+        run.peak_rss_mib,
+        run.took.as_secs_f64()
+    );
+    assert_eq!(run.code, TRANSIENT, "{}", run.output());
+    assert!(
+        run.stderr.contains("not whole within 2.0 s"),
+        "{}",
+        run.output()
+    );
+    // It bytes kept coming: only the total deadline ends it (well before 30 s of trickle).
+    assert!(run.took < Duration::from_secs(30), "{:?}", run.took);
+    run.assert_no_frames();
+}
+
+#[test]
+fn the_call_deadline_is_a_clean_error() {
+    let server = fake(trickling_server(), "pw");
+    let mut cmd = cli(&server);
+    cmd.args([
+        "--call-timeout-seconds",
+        "1",
+        "--request-timeout-ms",
+        "60000",
+        "check",
+    ]);
+    let run = measured(cmd, None);
+    assert_eq!(run.code, 1, "{}", run.output());
+    assert!(
+        run.stderr
+            .contains("did not finish within its deadline of 1.0 s"),
+        "{}",
+        run.output()
+    );
+    run.assert_no_frames();
+}
+
+#[test]
+fn an_answer_that_never_ends_is_refused_in_bounded_memory() {
+    let url = raw_http_server(|mut stream| {
+        let _ = stream.write_all(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n");
+        let mut chunk = format!("{:x}\r\n", 64 * 1024).into_bytes();
+        chunk.extend_from_slice(&[b'x'; 64 * 1024]);
+        chunk.extend_from_slice(b"\r\n");
+        let started = Instant::now();
+        while started.elapsed() < Duration::from_secs(120) && stream.write_all(&chunk).is_ok() {}
+    });
+    let mut cmd = cli(&fake(url, "pw"));
+    cmd.arg("check");
+    let run = measured(cmd, None);
+    eprintln!(
+        "endless 200: exit {}, peak RSS {:.0} MiB, {:.2} s",
+        run.code,
+        run.peak_rss_mib,
+        run.took.as_secs_f64()
+    );
+    assert_eq!(run.code, PERMANENT, "{}", run.output());
+    assert!(
+        run.stderr
+            .contains("the most this statement's answer may be"),
+        "{}",
+        run.output()
+    );
+    assert!(
+        run.peak_rss_mib < 150.0,
+        "peak RSS {:.0} MiB",
+        run.peak_rss_mib
+    );
+}
+
+/// A server answering every request with `reply`, counting them.
+fn counting_server(reply: &'static [u8]) -> (String, Arc<AtomicUsize>) {
+    let count = Arc::new(AtomicUsize::new(0));
+    let seen = count.clone();
+    let url = raw_http_server(move |mut stream| {
+        seen.fetch_add(1, Ordering::SeqCst);
+        let _ = stream.write_all(reply);
+    });
+    (url, count)
+}
+
+#[test]
+fn answers_that_are_not_clickhouse_http_are_misconfigured_and_not_retried() {
+    let cases: [(&str, &'static [u8]); 3] = [
+        (
+            "a redirect",
+            b"HTTP/1.1 307 Temporary Redirect\r\nLocation: http://elsewhere.test/\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
+        ),
+        (
+            "an encoding not asked for",
+            b"HTTP/1.1 200 OK\r\nContent-Encoding: gzip\r\nContent-Length: 4\r\nConnection: close\r\n\r\nabcd",
+        ),
+        ("not HTTP", b"SSH-2.0-OpenSSH_9.2\r\nProtocol mismatch.\r\n"),
+    ];
+    for (what, reply) in cases {
+        let (url, count) = counting_server(reply);
+        let mut cmd = cli(&fake(url, "pw"));
+        // Retries allowed: a misconfiguration is not retried anyway.
+        cmd.env("CLICKHOUSE_RETRIES", "3").args(["state", "list"]);
+        let run = measured(cmd, None);
+        assert_eq!(run.code, MISCONFIGURED, "{what}: {}", run.output());
+        assert!(
+            run.stderr.contains("misconfigured"),
+            "{what}: {}",
+            run.output()
+        );
+        assert_eq!(count.load(Ordering::SeqCst), 1, "{what}: retried");
+    }
+}
+
+#[test]
+fn a_row_over_the_limit_is_refused_before_it_is_sent_in_bounded_memory() {
+    let server = clickhouse();
+    let sql = Sql::new(&server.connection());
+    let db = unique_name("long_line");
+    sql.exec("CREATE DATABASE {db:Identifier}", &[("db", &db)]);
+    sql.exec(
+        "CREATE TABLE {db:Identifier}.t (s String) ENGINE = MergeTree ORDER BY s",
+        &[("db", &db)],
+    );
+    // One good row, then a line that never ends (400 MB of it, or until the CLI stops reading).
+    let mut cmd = cli(server);
+    cmd.env("CLICKHOUSE_DATABASE", &db)
+        .args(["sink", "--table", "t"]);
+    let run = measured(
+        cmd,
+        Some(Box::new(|mut pipe| {
+            let _ = pipe.write_all(b"{\"s\":\"fine\"}\n{\"s\":\"");
+            let chunk = vec![b'x'; 1 << 20];
+            for _ in 0..400 {
+                if pipe.write_all(&chunk).is_err() {
+                    return;
+                }
+            }
+        })),
+    );
+    eprintln!(
+        "long line: exit {}, peak RSS {:.0} MiB, {:.2} s",
+        run.code,
+        run.peak_rss_mib,
+        run.took.as_secs_f64()
+    );
+    assert_eq!(run.code, INVALID_INPUT, "{}", run.output());
+    assert!(
+        run.stderr.contains("input line 2 is over 64 MiB"),
+        "{}",
+        run.output()
+    );
+    // Both rows were one batch: nothing was sent.
+    assert_eq!(
+        sql.count("SELECT count() FROM {db:Identifier}.t", &[("db", &db)]),
+        0
+    );
+    assert!(
+        run.peak_rss_mib < 400.0,
+        "peak RSS {:.0} MiB",
+        run.peak_rss_mib
+    );
+    run.assert_no_frames();
+}
