@@ -595,9 +595,9 @@ impl Instance {
     pub async fn lock_token(&mut self, lock: LockHandle) -> Result<String, CallError> {
         self.begin_call();
         let r = self.connector.clickhouse_connector_state_store().lock();
-        Ok(r.call_token(&mut self.store, lock.0)
+        r.call_token(&mut self.store, lock.0)
             .await
-            .map_err(|e| self.runner(e))?)
+            .map_err(|e| self.runner(e))
     }
 
     /// `lock.renew`.

@@ -143,7 +143,7 @@ fn describe_failure(failure: &error::TransportFailure) -> &'static str {
         F::Timeout => "no answer from the server within the request timeout",
         F::Reset => "the connection to the server was closed before the answer was complete",
         F::Protocol => "the server's answer was not ClickHouse's HTTP (is the URL's port the HTTP interface's, 8123 or 8443, and not the native protocol's 9000?)",
-        F::TooLarge => "the server's answer is larger than the host allows (its response size limit, --max-response-mib)",
+        F::TooLarge => "the server's answer is too large",
         F::InvalidRequest => "the request could not be built",
         F::Other => "the request failed",
     }

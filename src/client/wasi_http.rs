@@ -23,6 +23,9 @@ const READ_CHUNK: u64 = 256 * 1024;
 /// message needs (messages are capped at 500 characters anyway); the rest is not read.
 const MAX_ERROR_BODY: usize = 64 * 1024;
 
+/// What an answer over the host's own cap is (the reference host's option for it).
+const HOST_CAP: &str = "the host's response size limit, --max-response-mib";
+
 /// Sends requests through the host's `wasi:http/outgoing-handler`.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct WasiHttpTransport;
@@ -319,12 +322,14 @@ fn read_body(
                     // A host's own body error reaches the guest as text only.
                     None => {
                         let detail = e.to_debug_string();
-                        let failure = if detail.contains("body size exceeds limit") {
-                            TransportFailure::TooLarge
+                        if detail.contains("body size exceeds limit") {
+                            TransportError::new(
+                                TransportFailure::TooLarge,
+                                format!("{detail} ({HOST_CAP})"),
+                            )
                         } else {
-                            TransportFailure::Reset
-                        };
-                        TransportError::new(failure, detail)
+                            TransportError::new(TransportFailure::Reset, detail)
+                        }
                     }
                 });
             }
@@ -381,6 +386,7 @@ fn from_error_code(code: ErrorCode) -> TransportError {
     };
     let detail = match &code {
         ErrorCode::InternalError(Some(msg)) => format!("wasi:http internal-error: {msg}"),
+        ErrorCode::HttpResponseBodySize(_) => format!("wasi:http {code:?} ({HOST_CAP})"),
         other => format!("wasi:http {other:?}"),
     };
     TransportError::new(failure, detail)

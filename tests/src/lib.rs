@@ -488,6 +488,23 @@ pub fn trickling_server() -> String {
     })
 }
 
+/// A whole HTTP reply (200, `Content-Encoding: lz4`) whose LZ4 frame decodes to `decoded` zero
+/// bytes (the component's own encoder), without its end mark when `cut_end_mark`: a decoding
+/// bomb, or a frame cut at a block boundary.
+pub fn lz4_reply(decoded: usize, cut_end_mark: bool) -> Vec<u8> {
+    let mut frame = clickhouse_component::client::Compression::Lz4.encode(vec![0u8; decoded]);
+    if cut_end_mark {
+        frame.truncate(frame.len() - 4);
+    }
+    let mut reply = format!(
+        "HTTP/1.1 200 OK\r\nContent-Encoding: lz4\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        frame.len()
+    )
+    .into_bytes();
+    reply.extend_from_slice(&frame);
+    reply
+}
+
 /// Creates the table critical sections record into.
 pub fn create_section_log(sql: &native::Sql, db: &str, table: &str) {
     sql.exec(

@@ -13,8 +13,8 @@ use std::time::{Duration, Instant};
 use clickhouse_component_tests::native::Sql;
 use clickhouse_component_tests::proxy::{Fault, Proxy, Rule};
 use clickhouse_component_tests::{
-    cli, clickhouse, raw_http_server, raw_http_server_with_head, trickling_server, unique_name,
-    Server,
+    cli, clickhouse, lz4_reply, raw_http_server, raw_http_server_with_head, trickling_server,
+    unique_name, Server,
 };
 
 /// What a measured run printed and took.
@@ -165,26 +165,6 @@ fn a_secret_setting_is_not_in_the_trace() {
         run.stderr
     );
     assert!(!run.output().contains("T0pS3cretKey"), "{}", run.output());
-}
-
-/// An lz4 answer whose frame decodes to `decoded` zero bytes, as a whole HTTP reply.
-fn lz4_reply(decoded: usize, cut_end_mark: bool) -> Vec<u8> {
-    let mut encoder = lz4_flex::frame::FrameEncoder::new(Vec::new());
-    let zeros = vec![0u8; 1 << 20];
-    for _ in 0..decoded >> 20 {
-        encoder.write_all(&zeros).unwrap();
-    }
-    let mut frame = encoder.finish().unwrap();
-    if cut_end_mark {
-        frame.truncate(frame.len() - 4);
-    }
-    let mut reply = format!(
-        "HTTP/1.1 200 OK\r\nContent-Encoding: lz4\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
-        frame.len()
-    )
-    .into_bytes();
-    reply.extend_from_slice(&frame);
-    reply
 }
 
 /// `state list` through a proxy to the local ClickHouse that answers the ids read with `reply`.

@@ -8,7 +8,10 @@ use std::process::Command;
 
 use clickhouse_component_host::component::EMBEDDED_COMPONENT_PATH;
 use clickhouse_component_tests::native::Sql;
-use clickhouse_component_tests::{cli, clickhouse, output_with_stdin, unique_name, Server};
+use clickhouse_component_tests::proxy::{Fault, Proxy, Rule};
+use clickhouse_component_tests::{
+    cli, clickhouse, lz4_reply, output_with_stdin, trickling_server, unique_name, Server,
+};
 use serde_json::Value;
 
 /// The wasmtime version the host embeds, from the workspace's Cargo.toml (its one place): the
@@ -276,4 +279,40 @@ fn wasmtime_invokes_a_library_export() {
     assert_eq!(out.code, 0, "{}", out.stderr);
     assert!(out.stdout.starts_with("ok("), "{}", out.stdout);
     assert!(out.stdout.contains("version:"), "{}", out.stdout);
+}
+
+/// The component's own deadline on a small answer holds under the stock CLI too: a trickling
+/// answer ends `check` at the request timeout.
+#[test]
+fn a_trickling_answer_ends_at_the_request_timeout_under_wasmtime() {
+    let server = Server {
+        url: trickling_server(),
+        user: "default".into(),
+        password: "pw".into(),
+        local: false,
+    };
+    let started = std::time::Instant::now();
+    let w = under_wasmtime(&server, &["--request-timeout-ms", "2000", "check"], b"");
+    assert_eq!(w.code, 5, "{} {}", w.stdout, w.stderr);
+    assert!(w.stderr.contains("not whole within 2.0 s"), "{}", w.stderr);
+    assert!(started.elapsed() < std::time::Duration::from_secs(30));
+}
+
+/// A decoding bomb is a clean `permanent` error under the stock CLI too (no memory limit
+/// there: the decode cap is what stops it).
+#[test]
+fn an_lz4_bomb_is_a_clean_error_under_wasmtime() {
+    let proxy = Proxy::start(&clickhouse().url);
+    proxy.add(Rule::head_contains(
+        "x-component-operation: ids",
+        Fault::Respond(std::sync::Arc::new(lz4_reply(300 << 20, false))),
+    ));
+    let w = under_wasmtime(&proxy.server(clickhouse()), &["state", "list"], b"");
+    assert_eq!(w.code, 7, "{} {}", w.stdout, w.stderr);
+    assert!(
+        w.stderr.contains("decodes to more than 256 MiB"),
+        "{}",
+        w.stderr
+    );
+    assert!(!w.stderr.contains("backtrace"), "{}", w.stderr);
 }
