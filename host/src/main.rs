@@ -60,6 +60,14 @@ fn init_logging(secrets: Vec<String>) {
 }
 
 fn main() -> ExitCode {
+    // `lock ID -- COMMAND` starts this binary again as the command's watchdog.
+    #[cfg(unix)]
+    if std::env::args_os()
+        .nth(1)
+        .is_some_and(|a| a == cli::watchdog::ARG)
+    {
+        return cli::watchdog::main();
+    }
     let raw_args: Vec<String> = std::env::args().collect();
     let matches = HostCli::command().get_matches_from(&raw_args);
     let cli = HostCli::from_arg_matches(&matches)

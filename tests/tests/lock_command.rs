@@ -1,7 +1,8 @@
 //! `lock ID -- COMMAND` never outlives its lease: when ClickHouse stops answering, the command
 //! is stopped (SIGTERM, then SIGKILL) before the lease can end and the host exits with its
 //! lease-lost code; signals sent to the host reach the command, and the lock is released when
-//! the command exits (a failed release is only a warning).
+//! the command exits (a failed release is only a warning). No process of the command's group outlives the host: what the command
+//! leaves running is killed when it exits, and a watchdog kills the group if the host is killed.
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Output, Stdio};
@@ -281,4 +282,129 @@ fn renewals_are_retried_through_a_short_outage() {
         "{renewals:?}"
     );
     let _ = std::fs::remove_file(pidfile);
+}
+
+/// The processes of process group `pgid` that still run, as (pid, name); zombies do not count
+/// (orphans are reaped by PID 1, which in some containers never reaps).
+fn group_members(pgid: i32) -> Vec<(i32, String)> {
+    // ESRCH: no process at all has this group id.
+    if unsafe { libc::kill(-pgid, 0) } != 0 {
+        return Vec::new();
+    }
+    let mut members = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|s| s.parse::<i32>().ok())
+        else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+            continue;
+        };
+        // "pid (comm) STATE PPID PGRP ...": comm may contain spaces and parentheses.
+        let (Some(open), Some(close)) = (stat.find('('), stat.rfind(')')) else {
+            continue;
+        };
+        let fields: Vec<&str> = stat[close + 1..].split_whitespace().collect();
+        if fields.len() > 2 && fields[2] == pgid.to_string() && !["Z", "X"].contains(&fields[0]) {
+            members.push((pid, stat[open + 1..close].to_string()));
+        }
+    }
+    members
+}
+
+/// Polls until process group `pgid` has no running process; returns how long that took from
+/// `since`, or panics (listing what still runs) at `deadline`.
+fn wait_group_gone(pgid: i32, since: Instant, deadline: Instant) -> Duration {
+    loop {
+        let members = group_members(pgid);
+        if members.is_empty() {
+            return since.elapsed();
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{:?} after the signal, process group {pgid} still runs: {members:?}",
+            since.elapsed()
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// Kills process group `pgid` when dropped, so that a failing test leaves nothing behind.
+struct KillGroup(i32);
+
+impl Drop for KillGroup {
+    fn drop(&mut self) {
+        unsafe { libc::kill(-self.0, libc::SIGKILL) };
+    }
+}
+
+/// `lock --stale-after-seconds 10 [extra] job -- sh -c SCRIPT` against the test server, with
+/// PIDFILE in SCRIPT replaced by a fresh path; returns the host, the command's process group
+/// (read from that file) and the database.
+fn start_guarded(extra: &[&str], script: &str) -> (Child, i32, String) {
+    let db = unique_name("lock_guard");
+    let pidfile = temp_path("lock_guard_pid");
+    let script = script.replace("PIDFILE", pidfile.to_str().unwrap());
+    let mut host = cli(clickhouse())
+        .args(["--json", "lock", "--state-database", &db])
+        .args(["--stale-after-seconds", "10"])
+        .args(extra)
+        .args(["job", "--", "sh", "-c", &script])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("starting the CLI");
+    let pgid = wait_for_pid(&pidfile, &mut host);
+    let _ = std::fs::remove_file(&pidfile);
+    (host, pgid, db)
+}
+
+/// Waits until process group `pgid` runs processes named `names` (each at least once).
+fn wait_for_members(pgid: i32, names: &[&str]) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let members = group_members(pgid);
+        if names.iter().all(|n| members.iter().any(|(_, m)| m == n)) {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "process group {pgid} runs {members:?}, not {names:?}"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+#[test]
+fn no_process_of_the_command_outlives_a_killed_host() {
+    // Lease 10 s: the second holder could take the lock 10 s after the last renewal.
+    let (mut host, pgid, _db) = start_guarded(&[], "echo $$ > PIDFILE; sleep 30 | cat");
+    let _cleanup = KillGroup(pgid);
+    wait_for_members(pgid, &["sh", "sleep", "cat"]);
+    unsafe { libc::kill(host.id() as i32, libc::SIGKILL) };
+    let killed = Instant::now();
+    host.wait().unwrap();
+    // Well before the lease could end (and before another holder could get the lock).
+    let gone = wait_group_gone(pgid, killed, killed + Duration::from_secs(5));
+    eprintln!("DEBUG the command's process group was gone {gone:?} after SIGKILL of the host");
+}
+
+#[test]
+fn what_the_command_leaves_running_in_its_group_is_killed_when_it_exits() {
+    let (host, pgid, _db) = start_guarded(
+        &[],
+        // Not holding the host's output open: the host's output ends when the host exits.
+        "echo $$ > PIDFILE; sleep 30 >/dev/null 2>&1 & exit 0",
+    );
+    let _cleanup = KillGroup(pgid);
+    let out = wait_exit(host, Duration::from_secs(20));
+    let exited = Instant::now();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    // The background sleep would otherwise run on without the lock.
+    wait_group_gone(pgid, exited, exited + Duration::from_secs(2));
 }

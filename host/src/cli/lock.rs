@@ -11,8 +11,13 @@
 //! command's process group gets SIGTERM, then SIGKILL after `--term-grace`, so it is gone
 //! `--stop-before` minus `--term-grace` before the lease can end; the host then exits with
 //! [`LEASE_LOST_EXIT_CODE`]. SIGINT, SIGTERM, SIGHUP and SIGQUIT sent to the host are passed on
-//! to the command (which runs in a process group of its own). The lock is released when the
-//! command exits; a failed release is a warning (the lease then ends by itself).
+//! to the command (which runs in a process group of its own). When the command exits, whatever
+//! else still runs in its process group gets SIGKILL, then the lock is released; a failed
+//! release is a warning (the lease then ends by itself).
+//!
+//! Should the host itself die, SIGKILL included, its [watchdog](super::watchdog) (a process of
+//! its own, started before the command) kills the command's process group: no process of it
+//! runs on without the lock.
 
 use std::cell::Cell;
 use std::time::{Duration, Instant};
@@ -28,6 +33,8 @@ use clickhouse_component_host::{
 };
 use serde_json::json;
 use tokio::sync::{mpsc, oneshot, watch};
+
+use super::watchdog::Watchdog;
 
 /// Exit code when the command was stopped because its lease could no longer be guaranteed
 /// (the error kinds use 2-10).
@@ -177,40 +184,31 @@ pub async fn run(
         let renewed = instance.lock_renew(lock).await;
         deadline.set(None);
         if let Err(e) = renewed {
-            deadline.set(Some(Instant::now() + MIN_RELEASE_TIME));
-            // Bounded here too: the component repeats a failing release until the lease ends.
-            let _ = tokio::time::timeout(MIN_RELEASE_TIME * 2, instance.lock_release(lock)).await;
+            release_early(&mut instance, lock, &deadline).await;
             return Err(e);
         }
         last_ok = attempt;
     }
-    let mut signals = Signals::new().map_err(|e| CallError::Runner(e.into()))?;
-    let mut command = tokio::process::Command::new(&args.command[0]);
-    // The command's own `state set/merge/clear` on this id write fenced by this lock instead
-    // of waiting for it (see StoreArgs::held_lock).
-    command
-        .args(&args.command[1..])
-        .env("CLICKHOUSE_LOCK_ID", &args.id)
-        .env("CLICKHOUSE_LOCK_TOKEN", &token)
-        .kill_on_drop(true);
-    // The host's environment minus the ClickHouse password, unless --pass-credentials.
-    if !host.pass_credentials {
-        for (name, value) in withheld_credentials(|name| std::env::var_os(name)) {
-            match value {
-                Some(value) => command.env(name, value),
-                None => command.env_remove(name),
-            };
+    let runner = |e: std::io::Error| CallError::Runner(e.into());
+    let mut signals = Signals::new().map_err(runner)?;
+    let mut command = command(host, args, &token);
+    let watchdog = match Watchdog::arm(&mut command) {
+        Ok(watchdog) => watchdog,
+        Err(e) => {
+            release_early(&mut instance, lock, &deadline).await;
+            return Err(CallError::Runner(
+                anyhow::Error::from(e).context("starting the watchdog of the command"),
+            ));
         }
-    }
-    #[cfg(unix)]
-    command.process_group(0);
+    };
     let held_from = Instant::now();
-    let mut child = match command.spawn() {
+    let spawned = command.spawn();
+    drop(command);
+    let mut child = match spawned {
         Ok(child) => child,
         Err(e) => {
-            deadline.set(Some(Instant::now() + MIN_RELEASE_TIME));
-            // Bounded here too: the component repeats a failing release until the lease ends.
-            let _ = tokio::time::timeout(MIN_RELEASE_TIME * 2, instance.lock_release(lock)).await;
+            watchdog.disarm().await;
+            release_early(&mut instance, lock, &deadline).await;
             eprintln!("lock: cannot run '{}': {e}", args.command[0]);
             return Ok((
                 127,
@@ -250,42 +248,16 @@ pub async fn run(
             &mut signals,
         )
         .await?;
+        // Whatever else runs in its process group goes too: it would run without the lock.
+        send_signal(&mut child, group, SIGKILL);
+        watchdog.disarm().await;
         let held = held_from.elapsed();
         // Cut short a renewal in flight, then release.
         stopping.set(true);
         deadline.set(Some(Instant::now()));
         let last_ok = status_rx.borrow().last_ok;
-        let until = timing
-            .lease_end(last_ok)
-            .max(Instant::now() + MIN_RELEASE_TIME);
-        let (reply_tx, reply_rx) = oneshot::channel();
-        let _ = release_tx.send((until, reply_tx));
-        let released = tokio::select! {
-            reply = reply_rx => match reply {
-                Ok(Ok(())) => Ok(()),
-                Ok(Err(e)) => Err(e.to_string()),
-                Err(_) => Err("the component stopped".to_string()),
-            },
-            signal = signals.recv() => Err(format!("gave up on {}", signal_name(signal))),
-            _ = tokio::time::sleep_until((until + MIN_RELEASE_TIME).into()) => {
-                Err("it did not finish in time".to_string())
-            }
-        };
-        if let Err(e) = &released {
-            let left = timing
-                .lease_end(last_ok)
-                .saturating_duration_since(Instant::now());
-            let when = if left.is_zero() {
-                "its lease has ended".to_string()
-            } else {
-                format!("it frees itself when its lease ends, within {}", secs(left))
-            };
-            eprintln!(
-                "lock: warning: could not release '{id}' ({}); {when}",
-                sanitize(e)
-            );
-        }
-        Ok::<_, CallError>((outcome, held, released.is_ok()))
+        let released = release(&id, timing, last_ok, &release_tx, &mut signals).await;
+        Ok::<_, CallError>((outcome, held, released))
     };
     let (outcome, held, released) = {
         tokio::pin!(agent);
@@ -294,19 +266,101 @@ pub async fn run(
             never = &mut agent => match never {},
         }
     };
-    let mut report = json!({
+    let report = json!({
         "id": args.id,
         "token": token,
         "waited_ms": waited.as_secs_f64() * 1e3,
         "held_ms": held.as_secs_f64() * 1e3,
         "released": released,
     });
-    let code = match outcome {
+    Ok(finish(&id, timing, outcome, report))
+}
+
+/// The command to run under the lock, with its environment.
+fn command(host: &HostArgs, args: &LockArgs, token: &str) -> tokio::process::Command {
+    let mut command = tokio::process::Command::new(&args.command[0]);
+    // The command's own `state set/merge/clear` on this id write fenced by this lock instead
+    // of waiting for it (see StoreArgs::held_lock).
+    command
+        .args(&args.command[1..])
+        .env("CLICKHOUSE_LOCK_ID", &args.id)
+        .env("CLICKHOUSE_LOCK_TOKEN", token)
+        .kill_on_drop(true);
+    // The host's environment minus the ClickHouse password, unless --pass-credentials.
+    if !host.pass_credentials {
+        for (name, value) in withheld_credentials(|name| std::env::var_os(name)) {
+            match value {
+                Some(value) => command.env(name, value),
+                None => command.env_remove(name),
+            };
+        }
+    }
+    command
+}
+
+/// Releases the lock when the command did not run, bounded (the component repeats a failing
+/// release until the lease ends).
+async fn release_early(instance: &mut Instance, lock: LockHandle, deadline: &RequestDeadline) {
+    deadline.set(Some(Instant::now() + MIN_RELEASE_TIME));
+    let _ = tokio::time::timeout(MIN_RELEASE_TIME * 2, instance.lock_release(lock)).await;
+}
+
+/// Asks the renewal agent to release the lock (at the latest when the lease ends, and at least
+/// [`MIN_RELEASE_TIME`]); a failure, a signal or no answer in time is a warning. Whether it
+/// was released.
+async fn release(
+    id: &str,
+    timing: Timing,
+    last_ok: Instant,
+    agent: &mpsc::UnboundedSender<ReleaseRequest>,
+    signals: &mut Signals,
+) -> bool {
+    let until = timing
+        .lease_end(last_ok)
+        .max(Instant::now() + MIN_RELEASE_TIME);
+    let (reply_tx, reply_rx) = oneshot::channel();
+    let _ = agent.send((until, reply_tx));
+    let released = tokio::select! {
+        reply = reply_rx => match reply {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(e)) => Err(e.to_string()),
+            Err(_) => Err("the component stopped".to_string()),
+        },
+        signal = signals.recv() => Err(format!("gave up on {}", signal_name(signal))),
+        _ = tokio::time::sleep_until((until + MIN_RELEASE_TIME).into()) => {
+            Err("it did not finish in time".to_string())
+        }
+    };
+    if let Err(e) = &released {
+        let left = timing
+            .lease_end(last_ok)
+            .saturating_duration_since(Instant::now());
+        let when = if left.is_zero() {
+            "its lease has ended".to_string()
+        } else {
+            format!("it frees itself when its lease ends, within {}", secs(left))
+        };
+        eprintln!(
+            "lock: warning: could not release '{id}' ({}); {when}",
+            sanitize(e)
+        );
+    }
+    released.is_ok()
+}
+
+/// The exit code, and `report` completed, for how the command ended.
+fn finish(
+    id: &str,
+    timing: Timing,
+    outcome: Outcome,
+    mut report: serde_json::Value,
+) -> (i32, serde_json::Value) {
+    match outcome {
         Outcome::Exited(status) => {
             let code = exit_code(status);
             report["ok"] = json!(code == 0);
             report["exit_code"] = json!(code);
-            code
+            (code, report)
         }
         Outcome::Stopped {
             status,
@@ -331,10 +385,9 @@ pub async fn run(
             report["exit_code"] = json!(LEASE_LOST_EXIT_CODE);
             report["command_exit_code"] = json!(exit_code(status));
             report["error"] = json!({"kind": "lease-lost", "message": message});
-            LEASE_LOST_EXIT_CODE
+            (LEASE_LOST_EXIT_CODE, report)
         }
-    };
-    Ok((code, report))
+    }
 }
 
 /// What the renewals have achieved so far.
@@ -510,23 +563,7 @@ async fn supervise(
             _ = status.changed() => {}
             Some(reason) = lost.recv() => break reason,
             _ = tokio::time::sleep_until(term_at.into()) => {
-                let mut attempts = Vec::new();
-                if let Some(error) = &now.last_error {
-                    attempts.push(format!("{} attempt(s) failed, the last with: {error}", now.failures));
-                }
-                if let Some(started) = now.in_flight {
-                    attempts.push(format!("one unanswered after {}", secs(started.elapsed())));
-                }
-                if attempts.is_empty() {
-                    attempts.push("none was attempted".to_string());
-                }
-                break format!(
-                    "no renewal succeeded for {} ({}) and the lease of {} could end within {} (--stop-before)",
-                    secs(now.last_ok.elapsed()),
-                    attempts.join("; "),
-                    secs(timing.lease),
-                    secs(timing.stop_before),
-                );
+                break no_renewal(&now, timing);
             }
         }
     };
@@ -549,13 +586,35 @@ async fn supervise(
             }
         }
     };
-    // Whatever else runs in its process group goes too.
-    send_signal(child, group, SIGKILL);
     Ok(Outcome::Stopped {
         status,
         reason,
         killed,
     })
+}
+
+/// Why the lease is in danger when no renewal succeeded in time.
+fn no_renewal(now: &RenewStatus, timing: Timing) -> String {
+    let mut attempts = Vec::new();
+    if let Some(error) = &now.last_error {
+        attempts.push(format!(
+            "{} attempt(s) failed, the last with: {error}",
+            now.failures
+        ));
+    }
+    if let Some(started) = now.in_flight {
+        attempts.push(format!("one unanswered after {}", secs(started.elapsed())));
+    }
+    if attempts.is_empty() {
+        attempts.push("none was attempted".to_string());
+    }
+    format!(
+        "no renewal succeeded for {} ({}) and the lease of {} could end within {} (--stop-before)",
+        secs(now.last_ok.elapsed()),
+        attempts.join("; "),
+        secs(timing.lease),
+        secs(timing.stop_before),
+    )
 }
 
 #[cfg(unix)]

@@ -5,6 +5,7 @@
 pub mod command;
 pub mod edit;
 pub mod lock;
+pub mod watchdog;
 
 use clap::Parser;
 use clickhouse_component::cli::Cli;
