@@ -32,8 +32,8 @@ pub struct LockArgs {
     /// lease can end). Must be under 2/3 of the lease.
     #[arg(long, value_parser = parse_duration, conflicts_with = "hold")]
     pub stop_before: Option<Duration>,
-    /// With a command: time it has after SIGTERM before SIGKILL (default: a tenth of the
-    /// lease, at most 10s). Must be under --stop-before.
+    /// With a command: time it has after SIGTERM, or after a signal passed on to it, before
+    /// SIGKILL (default: a tenth of the lease, at most 10s). Must be under --stop-before.
     #[arg(long, value_parser = parse_duration, conflicts_with = "hold")]
     pub term_grace: Option<Duration>,
 }

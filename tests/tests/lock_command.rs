@@ -1,7 +1,8 @@
 //! `lock ID -- COMMAND` never outlives its lease: when ClickHouse stops answering, the command
 //! is stopped (SIGTERM, then SIGKILL) before the lease can end and the host exits with its
-//! lease-lost code; signals sent to the host reach the command, and the lock is released when
-//! the command exits (a failed release is only a warning). No process of the command's group outlives the host: what the command
+//! lease-lost code; signals sent to the host reach the command (SIGKILL follows if it outlives
+//! them by `--term-grace`), and the lock is released when the command exits (a failed release
+//! is only a warning). No process of the command's group outlives the host: what the command
 //! leaves running is killed when it exits, and a watchdog kills the group if the host is killed.
 
 use std::path::{Path, PathBuf};
@@ -391,6 +392,61 @@ fn no_process_of_the_command_outlives_a_killed_host() {
     // Well before the lease could end (and before another holder could get the lock).
     let gone = wait_group_gone(pgid, killed, killed + Duration::from_secs(5));
     eprintln!("DEBUG the command's process group was gone {gone:?} after SIGKILL of the host");
+}
+
+#[test]
+fn a_command_that_ignores_a_passed_on_sigterm_is_killed_after_the_grace_and_the_lock_released() {
+    // The shell (the group leader) ignores SIGTERM; so do the sleeps it starts (an ignored
+    // signal stays ignored across exec), but they end by themselves, the loop does not.
+    let (host, pgid, db) = start_guarded(
+        &["--term-grace", "1s"],
+        "trap '' TERM; echo $$ > PIDFILE; while :; do sleep 0.1; done",
+    );
+    let _cleanup = KillGroup(pgid);
+    unsafe { libc::kill(host.id() as i32, libc::SIGTERM) };
+    let sent = Instant::now();
+    // Within the grace plus a margin, well before the 10 s lease could end.
+    let gone = wait_group_gone(pgid, sent, sent + Duration::from_secs(5));
+    eprintln!("DEBUG the command's process group was gone {gone:?} after SIGTERM to the host");
+    // SIGTERM alone did not end it: SIGKILL came after the grace.
+    assert!(gone >= Duration::from_secs(1), "gone after {gone:?}");
+    let out = wait_exit(host, Duration::from_secs(20));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("passing SIGTERM on"), "{stderr}");
+    assert!(
+        stderr.contains("did not exit within 1.000 s (--term-grace) of SIGTERM"),
+        "{stderr}"
+    );
+    // The host's exit code is the command's: killed by SIGKILL.
+    assert_eq!(out.status.code(), Some(128 + libc::SIGKILL), "{stderr}");
+    let v = report(&out);
+    assert_eq!(
+        (
+            v["exit_code"].as_i64(),
+            v["killed"].as_bool(),
+            v["released"].as_bool()
+        ),
+        (Some(i64::from(128 + libc::SIGKILL)), Some(true), Some(true)),
+        "{v}"
+    );
+    // Released: another holder gets the lock at its first attempt.
+    let second = cli(clickhouse())
+        .args([
+            "lock",
+            "--state-database",
+            &db,
+            "--lock-timeout-seconds",
+            "0",
+        ])
+        .args(["job", "--hold", "0s"])
+        .output()
+        .unwrap();
+    assert_eq!(
+        second.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&second.stderr)
+    );
 }
 
 #[test]

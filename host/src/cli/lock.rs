@@ -11,9 +11,11 @@
 //! command's process group gets SIGTERM, then SIGKILL after `--term-grace`, so it is gone
 //! `--stop-before` minus `--term-grace` before the lease can end; the host then exits with
 //! [`LEASE_LOST_EXIT_CODE`]. SIGINT, SIGTERM, SIGHUP and SIGQUIT sent to the host are passed on
-//! to the command (which runs in a process group of its own). When the command exits, whatever
-//! else still runs in its process group gets SIGKILL, then the lock is released; a failed
-//! release is a warning (the lease then ends by itself).
+//! to the command (which runs in a process group of its own); a command still running
+//! `--term-grace` after the first of them gets SIGKILL, and the host exits with its status
+//! (128 + 9; `killed` in the report). When the command exits, whatever else still runs in its
+//! process group gets SIGKILL, then the lock is released; a failed release is a warning (the
+//! lease then ends by itself).
 //!
 //! Should the host itself die, SIGKILL included, its [watchdog](super::watchdog) (a process of
 //! its own, started before the command) kills the command's process group: no process of it
@@ -356,10 +358,11 @@ fn finish(
     mut report: serde_json::Value,
 ) -> (i32, serde_json::Value) {
     match outcome {
-        Outcome::Exited(status) => {
+        Outcome::Exited { status, killed } => {
             let code = exit_code(status);
             report["ok"] = json!(code == 0);
             report["exit_code"] = json!(code);
+            report["killed"] = json!(killed);
             (code, report)
         }
         Outcome::Stopped {
@@ -384,6 +387,7 @@ fn finish(
             report["ok"] = json!(false);
             report["exit_code"] = json!(LEASE_LOST_EXIT_CODE);
             report["command_exit_code"] = json!(exit_code(status));
+            report["killed"] = json!(killed);
             report["error"] = json!({"kind": "lease-lost", "message": message});
             (LEASE_LOST_EXIT_CODE, report)
         }
@@ -529,8 +533,12 @@ fn jitter(d: Duration) -> Duration {
 
 /// How the command ended.
 enum Outcome {
-    /// By itself (or by a signal passed on to it).
-    Exited(std::process::ExitStatus),
+    /// By itself, or by a signal passed on to it (then SIGKILL if it outlived the signal by
+    /// `--term-grace`: `killed`).
+    Exited {
+        status: std::process::ExitStatus,
+        killed: bool,
+    },
     /// Stopped because the lease could no longer be guaranteed.
     Stopped {
         status: std::process::ExitStatus,
@@ -540,7 +548,8 @@ enum Outcome {
     },
 }
 
-/// Waits for the command, passing signals on, and stops it when the lease is in danger.
+/// Waits for the command, passing signals on. When the lease is in danger it sends SIGTERM;
+/// `--term-grace` after that or after the first signal passed on, SIGKILL.
 async fn supervise(
     id: &str,
     child: &mut tokio::process::Child,
@@ -550,46 +559,59 @@ async fn supervise(
     mut lost: mpsc::UnboundedReceiver<String>,
     signals: &mut Signals,
 ) -> Result<Outcome, CallError> {
-    let runner = |e: std::io::Error| CallError::Runner(e.into());
-    let reason = loop {
+    let mut reason: Option<String> = None;
+    // When to send SIGKILL, and the signal that started the grace (none: the lease's SIGTERM).
+    let mut kill: Option<(tokio::time::Instant, Option<i32>)> = None;
+    let mut killed = false;
+    let status = loop {
         let now = status.borrow_and_update().clone();
         let term_at = timing.term_at(now.last_ok);
+        let guarding = reason.is_none();
+        let (kill_at, cause) = kill.unwrap_or((term_at.into(), None));
+        let mut stop = None;
         tokio::select! {
-            exited = child.wait() => return Ok(Outcome::Exited(exited.map_err(runner)?)),
+            exited = child.wait() => break exited.map_err(|e| CallError::Runner(e.into()))?,
             signal = signals.recv() => {
                 eprintln!("lock: passing {} on to the command", signal_name(signal));
                 send_signal(child, group, signal);
+                kill.get_or_insert((tokio::time::Instant::now() + timing.term_grace, Some(signal)));
             }
-            _ = status.changed() => {}
-            Some(reason) = lost.recv() => break reason,
-            _ = tokio::time::sleep_until(term_at.into()) => {
-                break no_renewal(&now, timing);
+            _ = status.changed(), if guarding => {}
+            Some(why) = lost.recv(), if guarding => stop = Some(why),
+            _ = tokio::time::sleep_until(term_at.into()), if guarding => {
+                stop = Some(no_renewal(&now, timing));
             }
-        }
-    };
-    // SIGTERM, then SIGKILL after the grace period; signals meanwhile are passed on.
-    eprintln!(
-        "lock: the lock on '{id}' can no longer be guaranteed: {}; stopping the command (SIGTERM, then SIGKILL after {})",
-        sanitize(&reason),
-        secs(timing.term_grace)
-    );
-    send_signal(child, group, SIGTERM);
-    let kill_at = tokio::time::Instant::now() + timing.term_grace;
-    let mut killed = false;
-    let status = loop {
-        tokio::select! {
-            exited = child.wait() => break exited.map_err(runner)?,
-            signal = signals.recv() => send_signal(child, group, signal),
-            _ = tokio::time::sleep_until(kill_at), if !killed => {
+            _ = tokio::time::sleep_until(kill_at), if kill.is_some() && !killed => {
+                if let Some(signal) = cause {
+                    eprintln!(
+                        "lock: the command did not exit within {} (--term-grace) of {}; killing its process group (SIGKILL)",
+                        secs(timing.term_grace),
+                        signal_name(signal)
+                    );
+                }
                 killed = true;
                 send_signal(child, group, SIGKILL);
             }
         }
+        if let Some(why) = stop {
+            // SIGTERM, then SIGKILL after the grace period; signals meanwhile are passed on.
+            eprintln!(
+                "lock: the lock on '{id}' can no longer be guaranteed: {}; stopping the command (SIGTERM, then SIGKILL after {})",
+                sanitize(&why),
+                secs(timing.term_grace)
+            );
+            send_signal(child, group, SIGTERM);
+            kill.get_or_insert((tokio::time::Instant::now() + timing.term_grace, None));
+            reason = Some(why);
+        }
     };
-    Ok(Outcome::Stopped {
-        status,
-        reason,
-        killed,
+    Ok(match reason {
+        Some(reason) => Outcome::Stopped {
+            status,
+            reason,
+            killed,
+        },
+        None => Outcome::Exited { status, killed },
     })
 }
 
