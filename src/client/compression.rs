@@ -37,7 +37,7 @@ pub fn decode_answer(mut answer: HttpResponse) -> Result<HttpResponse, Transport
             return Ok(answer);
         }
         return Err(TransportError::new(
-            TransportFailure::Protocol,
+            TransportFailure::NotClickHouse,
             format!(
                 "the answer is encoded as '{}', which the component did not ask for and cannot decode",
                 encoding.escape_debug()

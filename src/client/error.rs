@@ -293,8 +293,10 @@ pub enum TransportFailure {
     Timeout,
     /// The connection was closed or reset after the request started.
     Reset,
-    /// The answer was not ClickHouse's HTTP: not valid HTTP, or in an encoding never asked for.
+    /// The answer was not valid HTTP, or incomplete.
     Protocol,
+    /// The answer was HTTP but not ClickHouse's: in an encoding never asked for.
+    NotClickHouse,
     /// The answer was larger than the host allows (its response size limit).
     TooLarge,
     /// The request could not be built (an internal error or an unsendable header value).
@@ -337,13 +339,18 @@ pub fn classify_transport(failure: &TransportFailure, op: Operation) -> ErrorKin
             Operation::Read => ErrorKind::Permanent,
             Operation::Write => ErrorKind::Uncertain,
         },
-        // Not ClickHouse's HTTP (another protocol on the port, an answer in an encoding never
-        // asked for): the same request meets the same thing; a write may still have run.
-        TransportFailure::Protocol => match op {
+        // Not ClickHouse's answer (an encoding never asked for): the same request meets the
+        // same thing; a write may still have run.
+        TransportFailure::NotClickHouse => match op {
             Operation::Read => ErrorKind::Misconfigured,
             Operation::Write => ErrorKind::Uncertain,
         },
-        TransportFailure::Timeout | TransportFailure::Reset | TransportFailure::Other => match op {
+        // Not valid HTTP: wasi:http hosts report a reply cut inside its head the same way
+        // (wasmtime's `HttpProtocolError` for any hyper error), so it may be a fault on the way.
+        TransportFailure::Timeout
+        | TransportFailure::Reset
+        | TransportFailure::Protocol
+        | TransportFailure::Other => match op {
             Operation::Read => ErrorKind::Transient,
             Operation::Write => ErrorKind::Uncertain,
         },
@@ -440,13 +447,13 @@ mod tests {
             assert_eq!(classify_transport(f, Read), Disconnected, "{f:?}");
             assert_eq!(classify_transport(f, Write), Disconnected, "{f:?}");
         }
-        for f in [F::Timeout, F::Reset, F::Other] {
+        for f in [F::Timeout, F::Reset, F::Protocol, F::Other] {
             assert_eq!(classify_transport(&f, Read), Transient, "{f:?}");
             assert_eq!(classify_transport(&f, Write), Uncertain, "{f:?}");
         }
-        // Not ClickHouse's HTTP: repeating a read meets the same thing.
-        assert_eq!(classify_transport(&F::Protocol, Read), Misconfigured);
-        assert_eq!(classify_transport(&F::Protocol, Write), Uncertain);
+        // Not ClickHouse's answer: repeating a read meets the same thing.
+        assert_eq!(classify_transport(&F::NotClickHouse, Read), Misconfigured);
+        assert_eq!(classify_transport(&F::NotClickHouse, Write), Uncertain);
         assert_eq!(classify_transport(&F::Denied, Write), Misconfigured);
         assert_eq!(classify_transport(&F::TlsCertificate, Read), Misconfigured);
         assert_eq!(classify_transport(&F::InvalidRequest, Read), InvalidInput);

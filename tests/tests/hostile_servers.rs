@@ -305,8 +305,10 @@ fn counting_server(reply: &'static [u8]) -> (String, Arc<AtomicUsize>) {
 }
 
 #[test]
-fn answers_that_are_not_clickhouse_http_are_misconfigured_and_not_retried() {
-    let cases: [(&str, &'static [u8]); 3] = [
+fn answers_that_are_not_clickhouse_are_misconfigured_and_not_retried() {
+    // (An answer that is not HTTP at all stays `transient`: wasi:http hosts report it as they
+    // report a reply cut inside its head, which a fault on the way can do.)
+    let cases: [(&str, &'static [u8]); 2] = [
         (
             "a redirect",
             b"HTTP/1.1 307 Temporary Redirect\r\nLocation: http://elsewhere.test/\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
@@ -315,7 +317,6 @@ fn answers_that_are_not_clickhouse_http_are_misconfigured_and_not_retried() {
             "an encoding not asked for",
             b"HTTP/1.1 200 OK\r\nContent-Encoding: gzip\r\nContent-Length: 4\r\nConnection: close\r\n\r\nabcd",
         ),
-        ("not HTTP", b"SSH-2.0-OpenSSH_9.2\r\nProtocol mismatch.\r\n"),
     ];
     for (what, reply) in cases {
         let (url, count) = counting_server(reply);
