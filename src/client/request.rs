@@ -324,7 +324,7 @@ impl Query {
 /// The longest request target (path and query) a request may have: the URL as a whole is
 /// limited to 65,534 bytes by the HTTP stack wasi:http hosts use (the `http` crate's `Uri`; a
 /// server's `http_max_uri_size` is 1 MiB), with room left for the scheme and authority.
-pub const MAX_REQUEST_TARGET_BYTES: usize = 60_000;
+pub const MAX_REQUEST_TARGET_BYTES: usize = 65_000;
 
 /// The error for a URL of `bytes` that is too long, naming its longest part (`key`, with its
 /// encoded length): which input to shorten.
@@ -630,7 +630,7 @@ mod tests {
             "{}",
             err.message
         );
-        assert!(err.message.contains("over the 60000"), "{}", err.message);
+        assert!(err.message.contains("over the 65000"), "{}", err.message);
         let err = Query::read("get", "SELECT 1")
             .param("id", "x".repeat(70_000))
             .to_http(&e)

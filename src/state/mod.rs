@@ -132,7 +132,7 @@ pub fn check_id(id: &str) -> Result<(), Error> {
 /// sends it in the body, as an external table): under the HTTP stack's limit of 65,534 bytes
 /// (the `http` crate's `Uri`, which wasi:http hosts use; a server's `http_max_uri_size` is
 /// 1 MiB), with room for the scheme and authority.
-const MAX_FENCED_URL_BYTES: usize = crate::client::request::MAX_REQUEST_TARGET_BYTES;
+const MAX_FENCED_URL_BYTES: usize = 60_000;
 
 /// A stored part's text as an object (`None`: empty); a part that is not a JSON object is
 /// `permanent` (the store never writes one).
