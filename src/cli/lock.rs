@@ -85,7 +85,7 @@ pub fn run<T: Transport + Clone, P: Platform + Clone>(
     let _ = writeln!(
         runner.stderr,
         "lock: acquired '{}' (token {}) after {:.1} ms",
-        args.id.escape_debug(),
+        crate::state::escape_id(&args.id),
         handle.token,
         waited.as_secs_f64() * 1e3
     );

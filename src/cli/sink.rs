@@ -150,7 +150,7 @@ impl<T: Transport, P: Platform> Checkpoints<T, P> {
         let not_ours = || {
             Error::invalid(format!(
                 "state '{}' exists and is not a sink checkpoint: choose another --checkpoint id",
-                self.id.escape_debug()
+                crate::state::escape_id(&self.id)
             ))
         };
         if !state.partial.is_empty() || state.completed.len() != 1 {
@@ -162,7 +162,7 @@ impl<T: Transport, P: Platform> Checkpoints<T, P> {
             .map_err(|e| {
                 Error::invalid(format!(
                     "state '{}' is not a checkpoint this version can read: {e}",
-                    self.id.escape_debug()
+                    crate::state::escape_id(&self.id)
                 ))
             })
     }
@@ -195,7 +195,7 @@ fn check_same_target(
     let differs = |what: &str, saved: String, now: String| {
         Err(Error::invalid(format!(
             "checkpoint '{}' was written for {what} {saved}, not {now}: use another --checkpoint id (or the same {what})",
-            id.escape_debug()
+            crate::state::escape_id(id)
         )))
     };
     if saved.table != target {
@@ -372,6 +372,10 @@ pub fn run<T: Transport + Clone, P: Platform + Clone>(
             "--checkpoint needs --dedup: a batch committed just before a crash is resent by the next run, and only its token keeps it from being written twice",
         ));
     }
+    if let Some(id) = &args.checkpoint {
+        // The checkpoint is written under this id: a new id's rules.
+        crate::state::check_new_id(id)?;
+    }
     let retries = args
         .store
         .retries
@@ -400,7 +404,6 @@ pub fn run<T: Transport + Clone, P: Platform + Clone>(
                 runner.platform.clone(),
                 &options,
             )?;
-            crate::state::check_id(id)?;
             let checkpoints = Checkpoints {
                 store,
                 id: id.clone(),
@@ -461,7 +464,7 @@ pub fn run<T: Transport + Clone, P: Platform + Clone>(
         let record = match &args.checkpoint {
             Some(id) => format!(
                 "; checkpoint '{}' records {} rows: run the same command again to continue",
-                id.escape_debug(),
+                crate::state::escape_id(id),
                 stream.checkpoint.as_ref().map_or(0, |c| c.rows)
             ),
             None => String::new(),

@@ -413,8 +413,8 @@ fn done<T, P>(
     Output::new(String::new(), json)
 }
 
-fn quoted(id: &str) -> String {
-    id.escape_debug().to_string()
+fn quoted(id: &str) -> std::borrow::Cow<'_, str> {
+    crate::state::escape_id(id)
 }
 
 /// Meltano's confirmation prompt of `set` and `edit`.
@@ -497,7 +497,7 @@ fn prepare<T, P>(
             force,
             ..
         } => {
-            crate::state::check_id(id)?;
+            crate::state::check_new_id(id)?;
             let from = source(
                 state.as_deref(),
                 input_file.as_deref(),
@@ -514,7 +514,7 @@ fn prepare<T, P>(
             from_state_id,
             no_validate,
         } => {
-            crate::state::check_id(id)?;
+            crate::state::check_new_id(id)?;
             let from = source(
                 state.as_deref(),
                 input_file.as_deref(),
@@ -534,7 +534,7 @@ fn prepare<T, P>(
             src, dst, force, ..
         } => prepare_copy(src, dst, *force, MOVE_PROMPT)?,
         StateCommand::Edit { id, .. } => {
-            crate::state::check_id(id)?;
+            crate::state::check_new_id(id)?;
             return Err(Error::new(ErrorKind::Misconfigured, EDIT_UNSUPPORTED).into());
         }
         _ => Prepared::default(),
@@ -547,7 +547,8 @@ const COPY_PROMPT: &str = "This will overwrite state for the destination. Contin
 const MOVE_PROMPT: &str =
     "This will clear the source state and overwrite destination state. Continue?";
 
-/// `copy` / `move`: both ids checked, and the question.
+/// `copy` / `move`: both ids checked (the source is read, and cleared by `move`: any stored id;
+/// the destination is written: a new id's rules), and the question.
 fn prepare_copy(
     src: &str,
     dst: &str,
@@ -555,7 +556,7 @@ fn prepare_copy(
     prompt: &'static str,
 ) -> Result<Prepared, Error> {
     crate::state::check_id(src)?;
-    crate::state::check_id(dst)?;
+    crate::state::check_new_id(dst)?;
     Ok(ask(force, prompt))
 }
 
@@ -629,8 +630,7 @@ fn execute<T: Transport + Clone, P: Platform + Clone>(
             if ids.is_empty() && !global.json {
                 let _ = writeln!(runner.stderr, "No state IDs found.");
             }
-            let text: String = ids.iter().map(|id| format!("{id}\n")).collect();
-            Ok(Output::new(text, json!(ids)))
+            Ok(Output::new(list_text(&ids), json!(ids)))
         }
         StateCommand::Get { id, format } => {
             let state = store.get(id)?.unwrap_or_else(|| State {
@@ -814,6 +814,15 @@ fn copy_or_move<T: Transport + Clone, P: Platform + Clone>(
     ))
 }
 
+/// What `list` prints: one line per id, escaped ([`crate::state::escape_id`]: control
+/// characters, backslashes), so that a line is one id and names it unambiguously (with
+/// --json, the exact ids).
+fn list_text(ids: &[String]) -> String {
+    ids.iter()
+        .map(|id| format!("{}\n", crate::state::escape_id(id)))
+        .collect()
+}
+
 /// What `export` prints.
 fn export_text(states: &[State], format: ExportFormat) -> String {
     match format {
@@ -900,7 +909,7 @@ fn parse_import(text: &str) -> Result<Vec<State>, Error> {
             Some(Value::String(id)) => id,
             _ => return Err(Error::invalid(format!("{what}: \"id\" must be a string"))),
         };
-        crate::state::check_id(&id)
+        crate::state::check_new_id(&id)
             .map_err(|e| Error::invalid(format!("{what}: {}", e.message)))?;
         let partial = import_part(&mut item, "partial", &what)?;
         let completed = import_part(&mut item, "completed", &what)?;
@@ -949,7 +958,7 @@ fn parse_meltano_import(text: &str) -> Result<Vec<State>, Error> {
                 "{what} appears twice (duplicate key)"
             )));
         }
-        crate::state::check_id(&id)
+        crate::state::check_new_id(&id)
             .map_err(|e| Error::invalid(format!("{what}: {}", e.message)))?;
         if !raw.get().trim_start().starts_with('{') {
             return Err(Error::invalid(format!(
@@ -1269,6 +1278,95 @@ mod tests {
         let (code, _, err) = run_offline(&["clear-all"], "y\n");
         assert_eq!(code, 2);
         assert!(!err.contains("Continue?"));
+    }
+
+    #[test]
+    fn writes_refuse_ids_with_control_characters_reads_take_them() {
+        let refused = "state id contains the control character U+001B at byte 3; ids are job names and may not hold control characters";
+        let id = "esc\x1b[31mRED";
+        let state = r#"{"singer_state":{}}"#;
+        for args in [
+            vec!["set", "--force", id, state],
+            vec!["merge", id, state],
+            vec!["copy", "--force", "src", id],
+            vec!["move", "--force", "src", id],
+            vec!["edit", "--force", id],
+        ] {
+            let (code, out, err) = run_offline(&args, "");
+            assert_eq!(code, ErrorKind::InvalidInput.exit_code(), "{args:?}: {err}");
+            assert_eq!(
+                (out.as_str(), err.as_str()),
+                ("", format!("error (invalid-input): {refused}\n").as_str()),
+                "{args:?}"
+            );
+        }
+        for (id, named) in [
+            ("nul\0", "U+0000 at byte 3"),
+            ("bel\x07", "U+0007 at byte 3"),
+            ("id\nnl", "U+000A at byte 2"),
+            ("c1\u{9b}", "U+009B at byte 2"),
+        ] {
+            let (code, _, err) = run_offline(&["set", "--force", id, state], "");
+            assert_eq!(code, 2, "{id:?}");
+            assert!(err.contains(named), "{err}");
+        }
+        // An import with one such id is refused whole (Meltano's exit 1 for an import).
+        let (code, _, err) = run_offline(
+            &["import"],
+            "{\"ok\":{\"completed\":{}},\"bad\\u001b[2J\":{\"completed\":{}}}",
+        );
+        assert_eq!(code, 1);
+        assert!(
+            err.contains(
+                "state 'bad\\x1b[2J': state id contains the control character U+001B at byte 3"
+            ),
+            "{err}"
+        );
+        let (code, _, err) = run_offline(&["import"], "{\"id\":\"a\\nb\"}\n");
+        assert_eq!(code, 1);
+        assert!(
+            err.contains("line 1: state id contains the control character U+000A"),
+            "{err}"
+        );
+        // Reads, deletes and sources take such ids: these get as far as their question (no
+        // answer here, so nothing is sent).
+        for args in [
+            vec!["clear", id],
+            vec!["copy", id, "dst"],
+            vec!["move", id, "dst"],
+        ] {
+            let (code, _, err) = run_offline(&args, "n\n");
+            assert_eq!(code, 1, "{args:?}: {err}");
+            assert!(err.ends_with("Continue? [y/N]: "), "{args:?}: {err}");
+        }
+    }
+
+    #[test]
+    fn ids_are_listed_escaped() {
+        let ids: Vec<String> = [
+            "tap-a",
+            "esc\x1b[31mRED",
+            "escRED",
+            "id\nnl",
+            "back\\slash",
+            "é\u{85}",
+        ]
+        .map(String::from)
+        .to_vec();
+        assert_eq!(
+            list_text(&ids),
+            "tap-a\nesc\\x1b[31mRED\nescRED\nid\\nnl\nback\\\\slash\né\\u{85}\n"
+        );
+        // As printed (through sanitize, which leaves the escaped form alone): one line per id.
+        let mut out = Vec::new();
+        Output::new(list_text(&ids), json!(ids)).emit(false, &mut out);
+        assert_eq!(String::from_utf8(out).unwrap(), list_text(&ids));
+        // --json: the exact ids.
+        let mut out = Vec::new();
+        Output::new(list_text(&ids), json!(ids)).emit(true, &mut out);
+        assert_eq!(serde_json::from_slice::<Value>(&out).unwrap(), json!(ids));
+        // Messages name them the same way.
+        assert_eq!(quoted("a\x07b\\"), "a\\x07b\\\\");
     }
 
     #[test]

@@ -572,13 +572,14 @@ pub fn renew<T: Transport, P: Platform>(
     Ok(())
 }
 
-/// An id short enough for a message.
+/// An id short enough for a message, escaped as ids are printed ([`super::escape_id`]).
 pub(crate) fn shorten(id: &str) -> String {
-    let mut s: String = id.chars().take(100).collect();
-    if s.len() < id.len() {
+    let s: String = id.chars().take(100).collect();
+    let mut s = super::escape_id(&s).into_owned();
+    if id.chars().nth(100).is_some() {
         s.push('…');
     }
-    s.escape_debug().to_string()
+    s
 }
 
 #[cfg(test)]

@@ -96,9 +96,10 @@ pub struct State {
 }
 
 impl State {
-    /// Parses both parts from JSON text (empty text is `{}`), validating the id.
+    /// Parses both parts from JSON text (empty text is `{}`), validating the id as one to be
+    /// written ([`check_new_id`]): the state is given to a write.
     pub fn from_json(id: &str, partial: &str, completed: &str) -> Result<State, Error> {
-        check_id(id)?;
+        check_new_id(id)?;
         Ok(State {
             id: id.to_string(),
             partial: json::parse_part(partial, "partial state")?,
@@ -114,7 +115,10 @@ impl State {
     }
 }
 
-/// Checks a state id: non-empty UTF-8, at most [`MAX_ID_BYTES`] bytes.
+/// Checks a state id that is read, listed, locked for a delete or deleted: non-empty UTF-8,
+/// at most [`MAX_ID_BYTES`] bytes. Any character passes, so that an id Meltano or another
+/// backend wrote (with control characters in it) stays readable and deletable; a write that
+/// creates or overwrites an id checks it with [`check_new_id`].
 pub fn check_id(id: &str) -> Result<(), Error> {
     if id.is_empty() {
         return Err(Error::invalid("state id must not be empty"));
@@ -126,6 +130,46 @@ pub fn check_id(id: &str) -> Result<(), Error> {
         )));
     }
     Ok(())
+}
+
+/// Checks an id that a write creates or overwrites (set, update, set-all, the destination of a
+/// copy, an import, a lock): as [`check_id`], and without control characters (Unicode Cc: C0,
+/// DEL, C1), which ids, being job names, never need and which would reach a terminal or split
+/// a listing. The message names the character by code point, never printing the id raw.
+pub fn check_new_id(id: &str) -> Result<(), Error> {
+    check_id(id)?;
+    match id.char_indices().find(|(_, c)| c.is_control()) {
+        Some((at, c)) => Err(Error::invalid(format!(
+            "state id contains the control character U+{:04X} at byte {at}; ids are job names and may not hold control characters",
+            u32::from(c)
+        ))),
+        None => Ok(()),
+    }
+}
+
+/// An id as text for people (listings, messages): a control character (Unicode Cc) escaped
+/// visibly (`\t`, `\n`, `\r`; `\x1b`-style for the other C0 ones and DEL; `\u{85}`-style
+/// for C1) and a backslash doubled, so the form is unambiguous (two ids never print the same)
+/// and nothing in it drives a terminal. Every other character is kept; an id without
+/// backslashes or control characters prints as it is. JSON output keeps the exact id.
+pub fn escape_id(id: &str) -> std::borrow::Cow<'_, str> {
+    use std::fmt::Write;
+    if !id.chars().any(|c| c == '\\' || c.is_control()) {
+        return std::borrow::Cow::Borrowed(id);
+    }
+    let mut out = String::with_capacity(id.len() + 8);
+    for c in id.chars() {
+        let _ = match c {
+            '\\' => out.write_str("\\\\"),
+            '\t' => out.write_str("\\t"),
+            '\n' => out.write_str("\\n"),
+            '\r' => out.write_str("\\r"),
+            '\u{0}'..='\u{7f}' if c.is_control() => write!(out, "\\x{:02x}", u32::from(c)),
+            c if c.is_control() => write!(out, "\\u{{{:x}}}", u32::from(c)),
+            c => out.write_char(c),
+        };
+    }
+    std::borrow::Cow::Owned(out)
 }
 
 /// The longest request target a fenced write sends with the state in the URL (a larger one
@@ -374,7 +418,7 @@ impl<T: Transport, P: Platform> StateStore<T, P> {
         let mut body = Vec::new();
         let mut seen = std::collections::HashSet::new();
         for state in states {
-            check_id(&state.id)?;
+            check_new_id(&state.id)?;
             if !seen.insert(state.id.as_str()) {
                 return Err(Error::invalid(format!(
                     "state id '{}' appears twice in one set-all",
@@ -428,7 +472,7 @@ impl<T: Transport, P: Platform> StateStore<T, P> {
     /// row and clears the partial; otherwise its partial part is deep-merged into the stored
     /// partial and the stored completed part is kept. Returns the state as stored.
     pub fn update(&self, state: &State) -> Result<State, Error> {
-        check_id(&state.id)?;
+        check_new_id(&state.id)?;
         // The stored parts are read in the query that confirms the lock (one round trip less),
         // as an array: a tuple would print as an object under
         // enable_named_columns_in_function_tuple=1. An aggregate always yields one row, so no
@@ -552,6 +596,7 @@ impl<T: Transport, P: Platform> StateStore<T, P> {
     /// the stored state, then writes fenced by `handle` (`locked`, nothing written, if the
     /// lock was lost). Takes no lock itself.
     pub fn update_held(&self, state: &State, handle: &LockHandle) -> Result<State, Error> {
+        check_new_id(&state.id)?;
         check_held(&state.id, handle)?;
         let stored = self.get(&state.id)?.unwrap_or_default();
         let new = updated(state, stored.partial, stored.completed)?;
@@ -562,6 +607,7 @@ impl<T: Transport, P: Platform> StateStore<T, P> {
     /// Overwrites a state by a caller that already holds the lock on its id (fenced by
     /// `handle`: `locked`, nothing written, if the lock was lost).
     pub fn set_held(&self, state: &State, handle: &LockHandle) -> Result<(), Error> {
+        check_new_id(&state.id)?;
         check_held(&state.id, handle)?;
         self.set_fenced(state, handle, Holding::CallersLock)
     }
@@ -576,7 +622,7 @@ impl<T: Transport, P: Platform> StateStore<T, P> {
     /// Overwrites both parts of one state under its lock (waits for it like [`Self::lock`]);
     /// the write is fenced, so a holder that lost its lock writes nothing.
     pub fn set_locked(&self, state: &State) -> Result<(), Error> {
-        check_id(&state.id)?;
+        check_new_id(&state.id)?;
         let handle = self.lock(&state.id)?;
         let result = self.set_fenced(state, &handle, Holding::OwnLock);
         self.finish_locked(result, &handle)
@@ -584,10 +630,11 @@ impl<T: Transport, P: Platform> StateStore<T, P> {
 
     /// Deletes the state of `id` under its lock (as Meltano does: an `update` racing a delete
     /// cannot bring the state back); returns 1 if there was one, else 0 (lightweight DELETE,
-    /// fenced like every write under the lock).
+    /// fenced like every write under the lock). Any id [`check_id`] takes can be deleted, also
+    /// one a new write could not create (with control characters, written by another backend).
     pub fn delete(&self, id: &str) -> Result<u64, Error> {
         check_id(id)?;
-        let handle = self.lock(id)?;
+        let handle = lock::acquire(&self.session(), &self.tables, id, &self.lock_options)?;
         let result = self.delete_fenced(id, &handle, Holding::OwnLock);
         self.finish_locked(result, &handle)
     }
@@ -770,9 +817,10 @@ impl<T: Transport, P: Platform> StateStore<T, P> {
         (query, glob)
     }
 
-    /// Acquires the lock on `id` (see [`lock`]).
+    /// Acquires the lock on `id` (see [`lock`]), for writes: the id is checked as one to be
+    /// written ([`check_new_id`]).
     pub fn lock(&self, id: &str) -> Result<LockHandle, Error> {
-        check_id(id)?;
+        check_new_id(id)?;
         lock::acquire(&self.session(), &self.tables, id, &self.lock_options)
     }
 
@@ -824,6 +872,86 @@ mod tests {
             .unwrap_err()
             .message
             .contains("limit"));
+    }
+
+    #[test]
+    fn new_ids_hold_no_control_characters() {
+        for (id, named) in [
+            ("esc\x1b[31mRED", "U+001B at byte 3"),
+            ("nul\0", "U+0000 at byte 3"),
+            ("bel\x07", "U+0007 at byte 3"),
+            ("id\nnl", "U+000A at byte 2"),
+            ("tab\there", "U+0009 at byte 3"),
+            ("del\x7f", "U+007F at byte 3"),
+            ("é\u{85}", "U+0085 at byte 2"),
+            ("\u{9b}31m", "U+009B at byte 0"),
+        ] {
+            // Still an id to read, list and delete (another backend may have written it)...
+            assert!(check_id(id).is_ok(), "{id:?}");
+            // ... but not one to write.
+            let e = check_new_id(id).unwrap_err();
+            assert_eq!(e.kind, ErrorKind::InvalidInput);
+            assert_eq!(
+                e.message,
+                format!("state id contains the control character {named}; ids are job names and may not hold control characters")
+            );
+        }
+        for id in [
+            "dev:tap-a-to-target-b",
+            "it's \"quoted\"",
+            "back\\slash",
+            "ünï 🎉 日本",
+            "e\u{301}",
+            "\u{2028}sep",
+            " spaced ",
+        ] {
+            assert!(check_new_id(id).is_ok(), "{id:?}");
+        }
+        assert_eq!(check_new_id("").unwrap_err().kind, ErrorKind::InvalidInput);
+        assert!(check_new_id(&"x".repeat(MAX_ID_BYTES + 1))
+            .unwrap_err()
+            .message
+            .contains("limit"));
+    }
+
+    #[test]
+    fn ids_print_escaped_and_unambiguously() {
+        let plain = "dev:tap-a ünï 🎉 it's \"q\" \u{2028}";
+        assert!(matches!(escape_id(plain), std::borrow::Cow::Borrowed(p) if p == plain));
+        for (id, shown) in [
+            ("esc\x1b[31mRED", "esc\\x1b[31mRED"),
+            ("id\nnl", "id\\nnl"),
+            ("a\tb\rc\0d\x07e\x7f", "a\\tb\\rc\\x00d\\x07e\\x7f"),
+            ("c1\u{85}\u{9b}\u{9f}", "c1\\u{85}\\u{9b}\\u{9f}"),
+            ("back\\slash", "back\\\\slash"),
+        ] {
+            assert_eq!(escape_id(id), shown);
+        }
+        // Two ids never print the same: every id of up to 4 characters from an alphabet of
+        // controls and of what their escapes are spelled with.
+        let alphabet = [
+            'a', '\\', 'x', '1', 'b', 'n', 'u', '{', '8', '5', '}', '\x1b', '\n', '\u{85}',
+        ];
+        let mut ids = vec![String::new()];
+        for _ in 0..4 {
+            let longer: Vec<String> = ids
+                .iter()
+                .flat_map(|id| alphabet.iter().map(move |c| format!("{id}{c}")))
+                .collect();
+            ids.extend(longer);
+            ids.sort();
+            ids.dedup();
+        }
+        let shown: std::collections::HashSet<String> =
+            ids.iter().map(|id| escape_id(id).into_owned()).collect();
+        assert_eq!(shown.len(), ids.len());
+        assert!(shown.iter().all(|s| !s.chars().any(char::is_control)));
+        // Messages name ids in the same form, shortened.
+        assert_eq!(lock::shorten("a\x1bb"), "a\\x1bb");
+        assert_eq!(
+            lock::shorten(&"\n".repeat(150)),
+            format!("{}…", "\\n".repeat(100))
+        );
     }
 
     #[test]

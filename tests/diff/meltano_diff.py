@@ -70,6 +70,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import unicodedata
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -666,6 +667,13 @@ EXPECTED = {
                "1e400 -> Infinity); ours keeps their exact text (README: state values)",
     "id": "ids: ours refuses an empty id or one over 1024 UTF-8 bytes (invalid-input, exit 2, nothing "
           "written); Meltano's SQLite takes any",
+    "id-control": "new ids: ours refuses to write (set, merge, edit, copy/move destination, import) an id "
+                  "with a control character (invalid-input, exit 2, an import exit 1; the character named "
+                  "by code point, the id never printed, nothing written); Meltano takes it. Reads and "
+                  "deletes take such ids (README: State store)",
+    "list-escape": "list: ours prints each id escaped for people (a backslash as \\\\, control characters "
+                   "as \\n, \\x1b, \\u{85}...; one id a line, two ids never alike; --json is exact); "
+                   "Meltano prints ids raw",
     "json": "input: ours refuses duplicate keys, NaN/Infinity, unpaired surrogates (\\ud800: no UTF-8 "
             "text holds one), nesting over 127 levels and states over 10 MiB (exit 1 or 2, nothing "
             "written); Meltano's Python json takes them (the last duplicate wins)",
@@ -776,6 +784,40 @@ def bad_id(i: str) -> bool:
     return i == "" or len(i.encode("utf-8", "surrogatepass")) > MAX_ID_BYTES
 
 
+def control_at(i: str) -> str | None:
+    """How ours names the first control character (Unicode Cc) of id `i` (src/state/mod.rs
+    check_new_id), or None if it has none."""
+    for n, c in enumerate(i):
+        if unicodedata.category(c) == "Cc":
+            return f"control character U+{ord(c):04X} at byte {len(i[:n].encode('utf-8', 'surrogatepass'))}"
+    return None
+
+
+def written_ids(step: Step) -> list[str]:
+    """The ids a step would create or overwrite (checked by ours as new ids); the others it
+    only reads or clears."""
+    op = step.args[0] if step.args else ""
+    if op in ("set", "merge", "edit", "copy", "move"):
+        return step.ids[-1:]
+    return step.ids if op == "import" else []
+
+
+def escape_id(i: str) -> str:
+    """An id as ours prints it for people (src/state/mod.rs escape_id): a backslash doubled,
+    a control character escaped (\\t \\n \\r, \\xNN for other C0 and DEL, \\u{NN} for C1)."""
+    out = []
+    for c in i:
+        if c == "\\":
+            out.append("\\\\")
+        elif c in "\t\n\r":
+            out.append({"\t": "\\t", "\n": "\\n", "\r": "\\r"}[c])
+        elif unicodedata.category(c) == "Cc":
+            out.append(f"\\x{ord(c):02x}" if ord(c) < 0x80 else f"\\u{{{ord(c):x}}}")
+        else:
+            out.append(c)
+    return "".join(out)
+
+
 def explain(step: Step, m: Out, o: Out, o_before: dict | None, m_before: dict | None,
             o_after: dict | None, m_after: dict | None) -> str | None:
     """The declared difference this step shows (ours doing exactly what the rule says), or None."""
@@ -793,7 +835,11 @@ def explain(step: Step, m: Out, o: Out, o_before: dict | None, m_before: dict | 
         return "id"
     if reasons and o.code in (1, 2) and ours_unchanged and any(REFUSAL_WORDS[r] in o.stderr for r in reasons):
         return "json"
-    if bad_ids or reasons:
+    controls = [i for i in written_ids(step) if control_at(i)]
+    if controls and o.code == (1 if op == "import" else 2) and ours_unchanged and o.stdout == "" \
+            and any(control_at(i) in o.stderr for i in controls) and not any(i in o.stderr for i in controls):
+        return "id-control"
+    if bad_ids or reasons or controls:
         return None
     if op == "move" and len(step.ids) == 2 and step.ids[0] == step.ids[1]:
         i = step.ids[0]
@@ -801,8 +847,11 @@ def explain(step: Step, m: Out, o: Out, o_before: dict | None, m_before: dict | 
         ok = o.code == 0 and set(state_diff(o_before, o_after)) <= {i} and i in m_before and \
             i not in m_after and i in o_after and same(merged_exact(o_before.get(i)), merged_exact(o_after[i]))
         return "move-self" if ok else None
+    if op == "list" and m.code == 0 and o.code == 0 and ours_unchanged and \
+            sorted(o.stdout.splitlines()) == sorted(escape_id(i) for i in m.stdout.splitlines()):
+        return "list-escape"
     if op == "list" and step.args[1:2] == ["--pattern"] and len(step.args) == 3:
-        want = sorted(i for i in o_before if fnmatch.fnmatchcase(i, step.args[2]))
+        want = sorted(escape_id(i) for i in o_before if fnmatch.fnmatchcase(i, step.args[2]))
         ok = o.code == 0 and ours_unchanged and sorted(o.stdout.splitlines()) == want
         return "glob" if ok else None
     if op == "merge" and m.code == 0 and o.code == 0:
@@ -848,7 +897,7 @@ def explain(step: Step, m: Out, o: Out, o_before: dict | None, m_before: dict | 
         if op == "list":
             pattern = step.args[2] if step.args[1:2] == ["--pattern"] and len(step.args) == 3 else "*"
             ok = ours_unchanged and sorted(o.stdout.splitlines()) == sorted(
-                i for i in o_before if fnmatch.fnmatchcase(i, pattern))
+                escape_id(i) for i in o_before if fnmatch.fnmatchcase(i, pattern))
         elif op == "merge" and step.inputs and len(step.ids) == 1:
             i = step.ids[0]
             before = (o_before.get(i) or {}).get("partial") or {}

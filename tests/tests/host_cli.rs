@@ -522,6 +522,20 @@ fn edit_runs_the_editor_and_writes_only_a_changed_valid_state() {
     let answer: serde_json::Value =
         serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}"));
     assert_eq!(answer["error"]["kind"], "invalid-input", "{out}");
+    // An id `set` would refuse (a control character) is refused before the editor runs.
+    std::fs::remove_file(dir.join("seen.json")).unwrap();
+    let (code, out, err) = state(
+        server,
+        &db,
+        &["edit", "--force", "esc\u{1b}[2J"],
+        &with(r#"{"singer_state":{}}"#),
+        "",
+    );
+    assert_eq!(
+        (code, out.as_str(), err.as_str()),
+        (2, "", "error (invalid-input): state id contains the control character U+001B at byte 3; ids are job names and may not hold control characters\n")
+    );
+    assert!(!dir.join("seen.json").exists(), "the editor ran");
     // A missing id starts from {}; --json prints the set's result.
     let (code, out, err) = state(
         server,

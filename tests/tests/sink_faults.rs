@@ -836,6 +836,27 @@ fn dedup_is_refused_on_a_table_that_does_not_deduplicate() {
         );
     }
 
+    // A checkpoint id no write may create (a control character) is refused before anything.
+    let out = sink_command(
+        &server,
+        &deduplicating,
+        &["--dedup", "--checkpoint", "c\u{1b}[2J"],
+        &input.path,
+    )
+    .output()
+    .unwrap();
+    let (code, kind, message) = failure(&out);
+    assert_eq!(
+        (code, kind.as_str()),
+        (Some(2), "invalid-input"),
+        "{message}"
+    );
+    assert_eq!(
+        message,
+        "state id contains the control character U+001B at byte 1; ids are job names and may not hold control characters"
+    );
+    assert_eq!(count(&sql, &deduplicating), 0);
+
     // What is refused above works where it should.
     for (table, args) in [
         (&deduplicating, &["--dedup"][..]),

@@ -256,8 +256,6 @@ async fn awkward_ids_round_trip() {
         "quote'single",
         "quote\"double",
         "back`tick`",
-        "new\nline",
-        "tab\there",
         "back\\slash",
         "ünïcødé 🚀",
         "semi;colon -- comment /* x */",
@@ -290,6 +288,79 @@ async fn awkward_ids_round_trip() {
     let mut want: Vec<String> = ids.iter().map(|s| s.to_string()).collect();
     want.sort();
     assert_eq!(all, want);
+}
+
+/// Ids with control characters (ESC, NUL, BEL, newline, C1): every write that would create
+/// or overwrite one is refused with `invalid-input` naming the character (never the raw id),
+/// and nothing is written; one written by another backend (a row in the table) is read,
+/// listed and deleted exactly.
+#[tokio::test]
+async fn ids_with_control_characters_are_written_by_no_one_but_stay_readable() {
+    let (mut i, s, db) = open(StoreOptions::default()).await;
+    let ids = [
+        ("esc\u{1b}[31mRED", "U+001B at byte 3"),
+        ("nul\0x", "U+0000 at byte 3"),
+        ("bel\u{7}x", "U+0007 at byte 3"),
+        ("id\nnl", "U+000A at byte 2"),
+        ("c1\u{85}x", "U+0085 at byte 2"),
+    ];
+    for (id, named) in ids {
+        let st = state(id, json!({}), json!({"singer_state": {}}));
+        let errors = [
+            i.state_set(s, &st).await.unwrap_err(),
+            i.state_update(s, &st).await.unwrap_err(),
+            i.state_set_all(s, &[state("fine", json!({}), json!({})), st.clone()])
+                .await
+                .unwrap_err(),
+            i.lock(s, id).await.unwrap_err(),
+        ];
+        for e in errors {
+            let e = e.into_component();
+            assert_eq!(e.kind, ErrorKind::InvalidInput, "{id:?}: {e}");
+            assert_eq!(
+                e.message,
+                format!("state id contains the control character {named}; ids are job names and may not hold control characters")
+            );
+        }
+    }
+    let count = |table: &str| {
+        sql().count(
+            "SELECT count() FROM {db:Identifier}.{t:Identifier}",
+            &[("db", &db), ("t", table)],
+        )
+    };
+    assert_eq!(count("state"), 0, "nothing may reach the state table");
+    assert_eq!(count("state_component_lock"), 0, "no lock was taken");
+
+    // As Meltano's or another backend would have written them.
+    let rows: Vec<Value> = ids
+        .iter()
+        .enumerate()
+        .map(|(n, (id, _))| json!({"state_id": id, "partial_state": null, "completed_state": json!({"singer_state": {"n": n}}).to_string()}))
+        .collect();
+    sql().insert_json(
+        "INSERT INTO {db:Identifier}.state (state_id, partial_state, completed_state) FORMAT JSONEachRow",
+        &[("db", &db)],
+        &rows,
+    );
+    for (n, (id, _)) in ids.iter().enumerate() {
+        let got = i.state_get(s, id).await.unwrap().expect(id);
+        assert_eq!(got.id, *id);
+        assert_eq!(parts(&got).1, json!({"singer_state": {"n": n}}));
+    }
+    let mut listed = i.state_ids(s, None).await.unwrap();
+    listed.sort();
+    let mut want: Vec<String> = ids.iter().map(|(id, _)| id.to_string()).collect();
+    want.sort();
+    assert_eq!(listed, want);
+    assert_eq!(
+        i.state_ids(s, Some("id\nnl")).await.unwrap(),
+        vec!["id\nnl"]
+    );
+    for (id, _) in ids {
+        assert_eq!(i.state_delete(s, id).await.unwrap(), 1, "{id:?}");
+        assert!(i.state_get(s, id).await.unwrap().is_none(), "{id:?}");
+    }
 }
 
 #[tokio::test]
@@ -985,6 +1056,104 @@ fn cli_state_commands_round_trip() {
     let _ = std::fs::remove_file(file);
 }
 
+/// `state` refuses to write an id with control characters (invalid-input, nothing written,
+/// the character named, the id never printed raw); ids with them that another backend wrote
+/// are listed escaped in plain text (exactly with --json), read with `get`, moved to a good
+/// id and cleared.
+#[test]
+fn cli_refuses_new_ids_with_control_characters_and_lists_stored_ones_escaped() {
+    let server = clickhouse();
+    let db = unique_name("cli_ids");
+    let run_with = |args: &[&str], stdin: &[u8]| {
+        let mut cmd = cli(server);
+        cmd.arg("state").args(["--state-database", &db]).args(args);
+        let out = clickhouse_component_tests::output_with_stdin(&mut cmd, stdin);
+        (
+            out.status.code().unwrap(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let run = |args: &[&str]| run_with(args, b"");
+    let state = r#"{"singer_state":{"b":1}}"#;
+    assert_eq!(run(&["set", "--force", "src", state]).0, 0);
+    let refused = |named: &str| {
+        format!("error (invalid-input): state id contains the control character {named}; ids are job names and may not hold control characters\n")
+    };
+    for (id, named) in [
+        ("esc\u{1b}[31mRED", "U+001B at byte 3"),
+        ("bel\u{7}x", "U+0007 at byte 3"),
+        ("id\nnl", "U+000A at byte 2"),
+    ] {
+        for args in [
+            vec!["set", "--force", id, state],
+            vec!["merge", id, state],
+            vec!["copy", "--force", "src", id],
+            vec!["move", "--force", "src", id],
+        ] {
+            assert_eq!(run(&args), (2, String::new(), refused(named)), "{args:?}");
+        }
+        let import = json!({ id: {"completed": {"singer_state": {}}} }).to_string();
+        let (code, out, err) = run_with(&["import"], import.as_bytes());
+        assert_eq!((code, out.as_str()), (1, ""), "{err}");
+        assert!(err.contains(named) && !err.contains(id), "{err}");
+    }
+    assert_eq!(run(&["list"]).1, "src\n", "nothing was written");
+
+    // As Meltano or another backend would have written them.
+    let ids = [
+        "back\\slash",
+        "bel\u{7}x",
+        "esc\u{1b}[31mRED",
+        "escRED",
+        "id\nnl",
+        "nul\0x",
+    ];
+    let rows: Vec<Value> = ids
+        .iter()
+        .map(|id| json!({"state_id": id, "partial_state": null, "completed_state": json!({"singer_state": {"id": id}}).to_string()}))
+        .collect();
+    sql().insert_json(
+        "INSERT INTO {db:Identifier}.state (state_id, partial_state, completed_state) FORMAT JSONEachRow",
+        &[("db", &db)],
+        &rows,
+    );
+    let (code, out, err) = run(&["list"]);
+    assert_eq!(
+        (code, out.as_str(), err.as_str()),
+        (
+            0,
+            "back\\\\slash\nbel\\x07x\nesc\\x1b[31mRED\nescRED\nid\\nnl\nnul\\x00x\nsrc\n",
+            ""
+        )
+    );
+    let (_, out, _) = run(&["--json", "list"]);
+    let mut want: Vec<&str> = ids.to_vec();
+    want.push("src");
+    assert_eq!(serde_json::from_str::<Value>(&out).unwrap(), json!(want));
+    for id in ["esc\u{1b}[31mRED", "bel\u{7}x", "id\nnl"] {
+        let (code, out, _) = run(&["get", id]);
+        assert_eq!(code, 0);
+        let got: Value = serde_json::from_str(&out).unwrap();
+        assert_eq!(got, json!({"singer_state": {"id": id}}), "{id:?}");
+    }
+    // A bad id can be given a good one (move reads and clears its source) ...
+    assert_eq!(run(&["move", "--force", "id\nnl", "id-nl"]).0, 0);
+    let (_, out, _) = run(&["get", "id-nl"]);
+    assert_eq!(
+        serde_json::from_str::<Value>(&out).unwrap(),
+        json!({"singer_state": {"id": "id\nnl"}})
+    );
+    // ... or cleared.
+    for id in ["esc\u{1b}[31mRED", "bel\u{7}x"] {
+        assert_eq!(run(&["clear", "--force", id]).0, 0, "{id:?}");
+    }
+    assert_eq!(
+        run(&["list"]).1,
+        "back\\\\slash\nescRED\nid-nl\nnul\\x00x\nsrc\n"
+    );
+}
+
 #[test]
 fn cli_lock_runs_a_command_and_passes_its_status_on() {
     let db = unique_name("cli_lock");
@@ -1015,6 +1184,26 @@ fn cli_lock_runs_a_command_and_passes_its_status_on() {
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(2), "needs --hold or a command");
+    // The lock on an id no write may create (a control character) is refused, and the
+    // command does not run: by the host (a command) and by the component (--hold).
+    let ran = std::env::temp_dir().join(format!("{db}.ran"));
+    let touch = format!("touch {}", ran.display());
+    for args in [
+        vec!["--", "sh", "-c", touch.as_str()],
+        vec!["--hold", "100ms"],
+    ] {
+        let out = cli(clickhouse())
+            .args(["lock", "--state-database", &db, "job\u{7}"])
+            .args(&args)
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        assert_eq!(
+            String::from_utf8_lossy(&out.stderr),
+            "error (invalid-input): state id contains the control character U+0007 at byte 3; ids are job names and may not hold control characters\n"
+        );
+        assert!(!ran.exists(), "the command ran");
+    }
 }
 
 /// Writes through a held `lock` resource are fenced by it: they land while it holds, and

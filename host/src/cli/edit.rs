@@ -41,6 +41,8 @@ pub async fn run(
     force: bool,
 ) -> Result<i32, CallError> {
     let json = cli.cli.global.json;
+    // The edit is written under the id: refused now, not after the editor, if `set` would be.
+    clickhouse_component::state::check_new_id(id).map_err(CallError::Component)?;
     let (get, set) = component_commands(cli, raw_args, id)?;
     if !force
         && !ask_to_continue(

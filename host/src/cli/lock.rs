@@ -153,6 +153,8 @@ pub async fn run(
     global: &GlobalArgs,
     args: &LockArgs,
 ) -> Result<(i32, serde_json::Value), CallError> {
+    // Refused here as the component would refuse it, before anything starts.
+    clickhouse_component::state::check_new_id(&args.id).map_err(CallError::Component)?;
     let options = store_options(&args.store)?;
     let lease = options
         .stale_after_ms
@@ -171,7 +173,7 @@ pub async fn run(
     let lock = instance.lock(store, &args.id).await?;
     let token = instance.lock_token(lock).await?;
     let waited = started.elapsed();
-    let id = args.id.escape_debug().to_string();
+    let id = clickhouse_component::state::escape_id(&args.id).into_owned();
     eprintln!(
         "lock: acquired '{id}' (token {token}) after {:.1} ms",
         waited.as_secs_f64() * 1e3
