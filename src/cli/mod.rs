@@ -109,7 +109,8 @@ pub struct GlobalArgs {
     #[arg(long, env = "CLICKHOUSE_CONNECT_TIMEOUT_MS", global = true)]
     pub connect_timeout_ms: Option<u32>,
 
-    /// Time allowed for the first response byte and between bytes, in ms (default 300000).
+    /// No byte sent or received for this long ends a request, in ms (default 300000); a small
+    /// answer (every read but the store's large ones) must also arrive whole within it.
     #[arg(long, env = "CLICKHOUSE_REQUEST_TIMEOUT_MS", global = true)]
     pub request_timeout_ms: Option<u32>,
 

@@ -812,7 +812,6 @@ fn read_array(
         failure: None,
         read: read.clone(),
     };
-    let over = read.clone();
     let bounded = ElementBound {
         inner: reader,
         read,
@@ -823,7 +822,7 @@ fn read_array(
         return Err(e);
     }
     result.map_err(|e| {
-        if over.get() == usize::MAX {
+        if elements.read.get() == usize::MAX {
             Error::invalid(format!(
                 "an element of the JSON array is over {} MiB, the most one row may be (nothing of its batch was sent)",
                 MAX_ROW_BYTES >> 20

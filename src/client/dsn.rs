@@ -33,7 +33,8 @@ pub struct ConnectionOptions {
     pub settings: Vec<(String, String)>,
     /// Connect timeout in milliseconds.
     pub connect_timeout_ms: Option<u32>,
-    /// First-byte / between-bytes timeout in milliseconds.
+    /// Request timeout in milliseconds: no byte for this long ends a request, and a small
+    /// answer must arrive whole within it.
     pub request_timeout_ms: Option<u32>,
 }
 
@@ -77,7 +78,7 @@ pub struct Endpoint {
     pub settings: Vec<(String, String)>,
     /// Connect timeout.
     pub connect_timeout: Duration,
-    /// First-byte and between-bytes timeout.
+    /// Request timeout (see [`ConnectionOptions::request_timeout_ms`]).
     pub request_timeout: Duration,
 }
 

@@ -23,9 +23,6 @@ const READ_CHUNK: u64 = 256 * 1024;
 /// message needs (messages are capped at 500 characters anyway); the rest is not read.
 const MAX_ERROR_BODY: usize = 64 * 1024;
 
-/// What an answer over the host's own cap is (the reference host's option for it).
-const HOST_CAP: &str = "the host's response size limit, --max-response-mib";
-
 /// Sends requests through the host's `wasi:http/outgoing-handler`.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct WasiHttpTransport;
@@ -108,10 +105,12 @@ fn begin(
 /// successful answer longer than its cap is not read further.
 #[derive(Clone, Copy, Debug)]
 struct AnswerLimits {
-    /// Monotonic nanoseconds without a byte that end the request.
+    /// Monotonic instant the request started at.
+    started: u64,
+    /// Nanoseconds without a byte that end the request.
     idle_ns: u64,
-    /// Monotonic instant by which the whole answer must have arrived, if any.
-    deadline: Option<u64>,
+    /// Nanoseconds from the start within which the whole answer must have arrived, if any.
+    total_ns: Option<u64>,
     /// Most bytes of a successful answer.
     max_bytes: usize,
 }
@@ -119,10 +118,9 @@ struct AnswerLimits {
 impl AnswerLimits {
     fn of(request: &HttpRequest, started: u64) -> AnswerLimits {
         AnswerLimits {
+            started,
             idle_ns: nanos(request.request_timeout),
-            deadline: request
-                .answer_deadline
-                .map(|d| started.saturating_add(nanos(d))),
+            total_ns: request.answer_deadline.map(nanos),
             max_bytes: request.max_answer_bytes,
         }
     }
@@ -130,7 +128,7 @@ impl AnswerLimits {
     /// The instant the next wait ends at, counted from the last progress.
     fn wait_until(&self, last_progress: u64) -> (u64, Waited) {
         let idle_end = last_progress.saturating_add(self.idle_ns);
-        match self.deadline {
+        match self.total_ns.map(|t| self.started.saturating_add(t)) {
             Some(deadline) if deadline < idle_end => (deadline, Waited::PastDeadline),
             _ => (idle_end, Waited::Idle),
         }
@@ -147,7 +145,7 @@ impl AnswerLimits {
                 ),
                 Waited::PastDeadline => format!(
                     "the answer was not whole within {:.1} s (the request timeout; a small answer must arrive whole within it)",
-                    secs(self.idle_ns)
+                    secs(self.total_ns.unwrap_or(self.idle_ns))
                 ),
             },
         )
@@ -213,13 +211,7 @@ fn answer(
     let body_resource = incoming
         .consume()
         .map_err(|()| TransportError::new(TransportFailure::Other, "response body unavailable"))?;
-    let success = (200..300).contains(&status);
-    let limit = if success {
-        limits.max_bytes
-    } else {
-        MAX_ERROR_BODY
-    };
-    let body = read_body(&body_resource, limit, success, &limits)?;
+    let body = read_body(&body_resource, (200..300).contains(&status), &limits)?;
     let _trailers = IncomingBody::finish(body_resource);
     let elapsed_ns = monotonic_clock::now().saturating_sub(started);
     Ok(HttpResponse {
@@ -262,27 +254,30 @@ fn write_body(body: OutgoingBody, data: &[u8], idle_ns: u64) -> Result<(), Strin
 }
 
 /// Reads the body to its end, within `limits`' idle time and deadline. An error answer is read
-/// up to `limit` bytes (the rest is dropped with the stream); a successful one longer than
-/// `limit` is refused ([`TransportFailure::TooLarge`]), never taken in part. The buffer grows
+/// up to [`MAX_ERROR_BODY`] (the rest is dropped with the stream); a successful one longer than
+/// its cap is refused ([`TransportFailure::TooLarge`]), never taken in part. The buffer grows
 /// with a fallible reservation: an answer the instance's memory cannot hold is an error too.
 fn read_body(
     body: &IncomingBody,
-    limit: usize,
-    whole: bool,
+    success: bool,
     limits: &AnswerLimits,
 ) -> Result<Vec<u8>, TransportError> {
     let stream = body.stream().map_err(|()| {
         TransportError::new(TransportFailure::Other, "response stream unavailable")
     })?;
+    let limit = if success {
+        limits.max_bytes
+    } else {
+        MAX_ERROR_BODY
+    };
+    // One byte past a successful answer's cap tells an answer over it from one at it.
+    let cap = limit.saturating_add(usize::from(success));
     let mut out = Vec::new();
     let mut last_progress = monotonic_clock::now();
     loop {
-        // One byte past the limit tells a successful answer over it from one at it.
-        let room = limit
-            .saturating_add(usize::from(whole))
-            .saturating_sub(out.len());
+        let room = cap - out.len();
         if room == 0 {
-            if whole {
+            if success {
                 return Err(TransportError::new(
                     TransportFailure::TooLarge,
                     format!(
@@ -303,9 +298,7 @@ fn read_body(
             Ok(chunk) => {
                 last_progress = monotonic_clock::now();
                 // The read asked for at most `room` bytes: only memory can refuse them.
-                if append_within(&mut out, &chunk, limit.saturating_add(usize::from(whole)))
-                    .is_err()
-                {
+                if append_within(&mut out, &chunk, cap).is_err() {
                     return Err(TransportError::new(
                         TransportFailure::TooLarge,
                         format!(
@@ -322,14 +315,12 @@ fn read_body(
                     // A host's own body error reaches the guest as text only.
                     None => {
                         let detail = e.to_debug_string();
-                        if detail.contains("body size exceeds limit") {
-                            TransportError::new(
-                                TransportFailure::TooLarge,
-                                format!("{detail} ({HOST_CAP})"),
-                            )
+                        let failure = if detail.contains("body size exceeds limit") {
+                            TransportFailure::TooLarge
                         } else {
-                            TransportError::new(TransportFailure::Reset, detail)
-                        }
+                            TransportFailure::Reset
+                        };
+                        TransportError::new(failure, detail)
                     }
                 });
             }
@@ -386,7 +377,6 @@ fn from_error_code(code: ErrorCode) -> TransportError {
     };
     let detail = match &code {
         ErrorCode::InternalError(Some(msg)) => format!("wasi:http internal-error: {msg}"),
-        ErrorCode::HttpResponseBodySize(_) => format!("wasi:http {code:?} ({HOST_CAP})"),
         other => format!("wasi:http {other:?}"),
     };
     TransportError::new(failure, detail)

@@ -565,10 +565,13 @@ impl<T: Transport, P: Platform> StateStore<T, P> {
                 .param("c", completed.clone()),
         );
         // The request target as it would be sent (escaped values, the id, the connection's
-        // settings): in the URL if it fits, else the parts go in the body.
-        let query = if in_url.to_http(self.client.endpoint())?.path_and_query.len()
-            <= MAX_FENCED_URL_BYTES
-        {
+        // settings): in the URL if it fits, else the parts go in the body (a target too long
+        // to build at all is one that does not fit; any other fault of the statement shows
+        // when the body's is built).
+        let fits = in_url
+            .to_http(self.client.endpoint())
+            .is_ok_and(|r| r.path_and_query.len() <= MAX_FENCED_URL_BYTES);
+        let query = if fits {
             in_url
         } else {
             let mut rows = escape_param(&partial).into_bytes();

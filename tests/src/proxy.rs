@@ -716,7 +716,7 @@ fn session(
             Fault::Refuse => return Ok(End::Reset),
             Fault::Pause => Some(shared.hold(Stage::BeforeForward, &request)),
             Fault::Respond(reply) => {
-                writer.write_all(&reply)?;
+                writer.write_all(reply)?;
                 writer.flush()?;
                 let _ = writer.shutdown(Shutdown::Write);
                 return Ok(End::Close);

@@ -32,6 +32,16 @@ impl Run {
         format!("{}{}", self.stdout, self.stderr)
     }
 
+    /// Prints what the run cost (shown with `--nocapture`; docs/security.md has the numbers).
+    fn report(&self, what: &str) {
+        eprintln!(
+            "{what}: exit {}, peak RSS {:.0} MiB, {:.2} s",
+            self.code,
+            self.peak_rss_mib,
+            self.took.as_secs_f64()
+        );
+    }
+
     /// No stack frames, whatever `RUST_BACKTRACE` says (the runs set it to 1).
     fn assert_no_frames(&self) {
         let out = self.output();
@@ -218,12 +228,7 @@ fn an_lz4_bomb_is_a_clean_permanent_error_at_any_memory_limit() {
         (&["--max-memory-mib", "64"][..], "memory holds"),
     ] {
         let (run, hits) = list_answered_with(bomb.clone(), extra);
-        eprintln!(
-            "lz4 bomb {extra:?}: exit {}, peak RSS {:.0} MiB, {:.2} s",
-            run.code,
-            run.peak_rss_mib,
-            run.took.as_secs_f64()
-        );
+        run.report(&format!("lz4 bomb {extra:?}"));
         assert_eq!(run.code, PERMANENT, "{}", run.output());
         assert!(run.stderr.contains(want), "{}", run.output());
         assert_eq!(hits, 1, "a permanent error is not retried");
@@ -245,12 +250,7 @@ fn a_trickling_answer_ends_at_the_request_timeout() {
     let mut cmd = cli(&server);
     cmd.args(["--request-timeout-ms", "2000", "check"]);
     let run = measured(cmd, None);
-    eprintln!(
-        "trickle: exit {}, peak RSS {:.0} MiB, {:.2} s",
-        run.code,
-        run.peak_rss_mib,
-        run.took.as_secs_f64()
-    );
+    run.report("trickle");
     assert_eq!(run.code, TRANSIENT, "{}", run.output());
     assert!(
         run.stderr.contains("not whole within 2.0 s"),
@@ -303,12 +303,7 @@ fn an_answer_that_never_ends_is_refused_in_bounded_memory() {
     // the second one measures what the answer costs.
     check();
     let run = check();
-    eprintln!(
-        "endless 200: exit {}, peak RSS {:.0} MiB, {:.2} s",
-        run.code,
-        run.peak_rss_mib,
-        run.took.as_secs_f64()
-    );
+    run.report("endless 200");
     assert_eq!(run.code, PERMANENT, "{}", run.output());
     assert!(
         run.stderr
@@ -390,12 +385,7 @@ fn a_row_over_the_limit_is_refused_before_it_is_sent_in_bounded_memory() {
             }
         })),
     );
-    eprintln!(
-        "long line: exit {}, peak RSS {:.0} MiB, {:.2} s",
-        run.code,
-        run.peak_rss_mib,
-        run.took.as_secs_f64()
-    );
+    run.report("long line");
     assert_eq!(run.code, INVALID_INPUT, "{}", run.output());
     assert!(
         run.stderr.contains("input line 2 is over 64 MiB"),

@@ -35,6 +35,29 @@ fn start_lock(server: &Server, db: &str, extra: &[&str], script: &str) -> Child 
         .expect("starting the CLI")
 }
 
+/// The lock on `job` in `db` was released: another holder gets it at its first attempt.
+fn assert_released(db: &str) {
+    let started = Instant::now();
+    let second = cli(clickhouse())
+        .args([
+            "lock",
+            "--state-database",
+            db,
+            "--lock-timeout-seconds",
+            "0",
+        ])
+        .args(["job", "--hold", "0s"])
+        .output()
+        .unwrap();
+    assert_eq!(
+        second.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&second.stderr)
+    );
+    assert!(started.elapsed() < Duration::from_secs(10));
+}
+
 /// Waits for the command to write its pid (the lock is held and the command runs).
 fn wait_for_pid(path: &Path, host: &mut Child) -> i32 {
     let deadline = Instant::now() + Duration::from_secs(60);
@@ -206,26 +229,7 @@ fn sigterm_to_the_host_reaches_the_command_and_the_lock_is_released() {
         (v["exit_code"].as_i64(), v["released"].as_bool()),
         (Some(3), Some(true))
     );
-    // Released: another holder gets the lock at its first attempt.
-    let started = Instant::now();
-    let second = cli(clickhouse())
-        .args([
-            "lock",
-            "--state-database",
-            &db,
-            "--lock-timeout-seconds",
-            "0",
-        ])
-        .args(["job", "--hold", "0s"])
-        .output()
-        .unwrap();
-    assert_eq!(
-        second.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&second.stderr)
-    );
-    assert!(started.elapsed() < Duration::from_secs(10));
+    assert_released(&db);
     let _ = std::fs::remove_file(pidfile);
     let _ = std::fs::remove_file(got);
 }
@@ -429,24 +433,7 @@ fn a_command_that_ignores_a_passed_on_sigterm_is_killed_after_the_grace_and_the_
         (Some(i64::from(128 + libc::SIGKILL)), Some(true), Some(true)),
         "{v}"
     );
-    // Released: another holder gets the lock at its first attempt.
-    let second = cli(clickhouse())
-        .args([
-            "lock",
-            "--state-database",
-            &db,
-            "--lock-timeout-seconds",
-            "0",
-        ])
-        .args(["job", "--hold", "0s"])
-        .output()
-        .unwrap();
-    assert_eq!(
-        second.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&second.stderr)
-    );
+    assert_released(&db);
 }
 
 #[test]

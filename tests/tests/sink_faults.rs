@@ -787,6 +787,19 @@ fn failure(out: &Output) -> (Option<i32>, String, String) {
 /// written (exit 3, naming the setting), while the same on a deduplicating table works; and
 /// `--retries` or `--checkpoint` without `--dedup` is invalid input (exit 2), while `--retries 0`
 /// without it works.
+/// Runs the sink with `args` on `table`, which must refuse them as `invalid-input` (exit 2);
+/// returns the message.
+fn refused_as_invalid(server: &Server, table: &str, args: &[&str], input: &Path) -> String {
+    let out = sink_command(server, table, args, input).output().unwrap();
+    let (code, kind, message) = failure(&out);
+    assert_eq!(
+        (code, kind.as_str()),
+        (Some(2), "invalid-input"),
+        "{args:?}: {message}"
+    );
+    message
+}
+
 #[test]
 fn dedup_is_refused_on_a_table_that_does_not_deduplicate() {
     let local = LocalClickHouse::start("none");
@@ -816,15 +829,7 @@ fn dedup_is_refused_on_a_table_that_does_not_deduplicate() {
         (&["--retries", "3"][..], "retries need dedup"),
         (&["--checkpoint", "c"][..], "--checkpoint needs --dedup"),
     ] {
-        let out = sink_command(&server, &plain, args, &input.path)
-            .output()
-            .unwrap();
-        let (code, kind, message) = failure(&out);
-        assert_eq!(
-            (code, kind.as_str()),
-            (Some(2), "invalid-input"),
-            "{args:?} without --dedup: {message}"
-        );
+        let message = refused_as_invalid(&server, &plain, args, &input.path);
         assert!(
             message.contains(says),
             "{args:?} without --dedup: {message}"
@@ -837,19 +842,11 @@ fn dedup_is_refused_on_a_table_that_does_not_deduplicate() {
     }
 
     // A checkpoint id no write may create (a control character) is refused before anything.
-    let out = sink_command(
+    let message = refused_as_invalid(
         &server,
         &deduplicating,
         &["--dedup", "--checkpoint", "c\u{1b}[2J"],
         &input.path,
-    )
-    .output()
-    .unwrap();
-    let (code, kind, message) = failure(&out);
-    assert_eq!(
-        (code, kind.as_str()),
-        (Some(2), "invalid-input"),
-        "{message}"
     );
     assert_eq!(
         message,

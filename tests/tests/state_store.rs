@@ -12,7 +12,7 @@ use clickhouse_component_host::{Instance, LockEngine, State, StoreHandle, StoreO
 use clickhouse_component_tests::native::{sql, Sql};
 use clickhouse_component_tests::{
     check_sections, cli, clickhouse, create_section_log, engine_name, instance, record_section,
-    unique_name,
+    unique_name, Server,
 };
 use serde_json::{json, Value};
 
@@ -949,20 +949,23 @@ async fn drop_and_renew(engine: LockEngine) {
     b.lock_release(y).await.unwrap();
 }
 
+/// `state ARGS` in database `db` with `stdin`: its exit code, stdout and stderr.
+fn state_cli(server: &Server, db: &str, args: &[&str], stdin: &[u8]) -> (i32, String, String) {
+    let mut cmd = cli(server);
+    cmd.arg("state").args(["--state-database", db]).args(args);
+    let out = clickhouse_component_tests::output_with_stdin(&mut cmd, stdin);
+    (
+        out.status.code().unwrap(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
 #[test]
 fn cli_state_commands_round_trip() {
     let server = clickhouse();
     let db = unique_name("cli_state");
-    let run_with = |args: &[&str], stdin: &[u8]| {
-        let mut cmd = cli(server);
-        cmd.arg("state").args(["--state-database", &db]).args(args);
-        let out = clickhouse_component_tests::output_with_stdin(&mut cmd, stdin);
-        (
-            out.status.code().unwrap(),
-            String::from_utf8_lossy(&out.stdout).into_owned(),
-            String::from_utf8_lossy(&out.stderr).into_owned(),
-        )
-    };
+    let run_with = |args: &[&str], stdin: &[u8]| state_cli(server, &db, args, stdin);
     let run = |args: &[&str]| run_with(args, b"");
     // Not confirmed (no answer on stdin): nothing is written, as `meltano state set`.
     let (code, out, err) = run(&["set", "job-a", r#"{"singer_state":{"b":1}}"#]);
@@ -1064,16 +1067,7 @@ fn cli_state_commands_round_trip() {
 fn cli_refuses_new_ids_with_control_characters_and_lists_stored_ones_escaped() {
     let server = clickhouse();
     let db = unique_name("cli_ids");
-    let run_with = |args: &[&str], stdin: &[u8]| {
-        let mut cmd = cli(server);
-        cmd.arg("state").args(["--state-database", &db]).args(args);
-        let out = clickhouse_component_tests::output_with_stdin(&mut cmd, stdin);
-        (
-            out.status.code().unwrap(),
-            String::from_utf8_lossy(&out.stdout).into_owned(),
-            String::from_utf8_lossy(&out.stderr).into_owned(),
-        )
-    };
+    let run_with = |args: &[&str], stdin: &[u8]| state_cli(server, &db, args, stdin);
     let run = |args: &[&str]| run_with(args, b"");
     let state = r#"{"singer_state":{"b":1}}"#;
     assert_eq!(run(&["set", "--force", "src", state]).0, 0);
