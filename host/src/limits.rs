@@ -18,7 +18,9 @@ pub const EPOCH_TICK: Duration = Duration::from_millis(50);
 /// Per-instance limits.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Limits {
-    /// Most linear memory the guest may grow to, in bytes; growing past it traps the call.
+    /// Most linear memory the guest may grow to, in bytes; a growth past it is refused
+    /// (`memory.grow` answers -1): a fallible reservation fails cleanly, anything else ends
+    /// the call.
     pub max_memory_bytes: usize,
     /// Longest one call into the component may take (`None`: no limit). Past it, outgoing
     /// requests fail at once and running guest code traps: the call ends with a runner
