@@ -293,7 +293,8 @@ pub enum TransportFailure {
     Timeout,
     /// The connection was closed or reset after the request started.
     Reset,
-    /// The answer was not valid HTTP, or incomplete.
+    /// The answer was not valid HTTP (before any response head: a server speaking another
+    /// protocol). A body broken after a valid head is [`TransportFailure::Reset`].
     Protocol,
     /// The answer was HTTP but not ClickHouse's: in an encoding never asked for.
     NotClickHouse,
@@ -339,18 +340,15 @@ pub fn classify_transport(failure: &TransportFailure, op: Operation) -> ErrorKin
             Operation::Read => ErrorKind::Permanent,
             Operation::Write => ErrorKind::Uncertain,
         },
-        // Not ClickHouse's answer (an encoding never asked for): the same request meets the
-        // same thing; a write may still have run.
-        TransportFailure::NotClickHouse => match op {
+        // Not ClickHouse's answer (an encoding never asked for, or not HTTP at all): the same
+        // request meets the same thing; a write may still have run. (A host that reports a
+        // reply cut before its head as a protocol error, as stock wasmtime does, makes such a
+        // cut read as this too: see docs/security.md.)
+        TransportFailure::NotClickHouse | TransportFailure::Protocol => match op {
             Operation::Read => ErrorKind::Misconfigured,
             Operation::Write => ErrorKind::Uncertain,
         },
-        // Not valid HTTP: wasi:http hosts report a reply cut inside its head the same way
-        // (wasmtime's `HttpProtocolError` for any hyper error), so it may be a fault on the way.
-        TransportFailure::Timeout
-        | TransportFailure::Reset
-        | TransportFailure::Protocol
-        | TransportFailure::Other => match op {
+        TransportFailure::Timeout | TransportFailure::Reset | TransportFailure::Other => match op {
             Operation::Read => ErrorKind::Transient,
             Operation::Write => ErrorKind::Uncertain,
         },
@@ -447,13 +445,15 @@ mod tests {
             assert_eq!(classify_transport(f, Read), Disconnected, "{f:?}");
             assert_eq!(classify_transport(f, Write), Disconnected, "{f:?}");
         }
-        for f in [F::Timeout, F::Reset, F::Protocol, F::Other] {
+        for f in [F::Timeout, F::Reset, F::Other] {
             assert_eq!(classify_transport(&f, Read), Transient, "{f:?}");
             assert_eq!(classify_transport(&f, Write), Uncertain, "{f:?}");
         }
         // Not ClickHouse's answer: repeating a read meets the same thing.
-        assert_eq!(classify_transport(&F::NotClickHouse, Read), Misconfigured);
-        assert_eq!(classify_transport(&F::NotClickHouse, Write), Uncertain);
+        for f in [F::NotClickHouse, F::Protocol] {
+            assert_eq!(classify_transport(&f, Read), Misconfigured, "{f:?}");
+            assert_eq!(classify_transport(&f, Write), Uncertain, "{f:?}");
+        }
         assert_eq!(classify_transport(&F::Denied, Write), Misconfigured);
         assert_eq!(classify_transport(&F::TlsCertificate, Read), Misconfigured);
         assert_eq!(classify_transport(&F::InvalidRequest, Read), InvalidInput);

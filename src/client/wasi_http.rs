@@ -311,7 +311,15 @@ fn read_body(
             Err(StreamError::Closed) => break,
             Err(StreamError::LastOperationFailed(e)) => {
                 return Err(match wasip2::http::types::http_error_code(&e) {
-                    Some(code) => from_error_code(code),
+                    // The head was HTTP: a body broken after it is a cut (hosts such as stock
+                    // wasmtime report any failure of the connection as a protocol error).
+                    Some(code) => match from_error_code(code) {
+                        TransportError {
+                            failure: TransportFailure::Protocol,
+                            detail,
+                        } => TransportError::new(TransportFailure::Reset, detail),
+                        other => other,
+                    },
                     // A host's own body error reaches the guest as text only.
                     None => {
                         let detail = e.to_debug_string();

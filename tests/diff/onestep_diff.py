@@ -157,6 +157,9 @@ class Case:
     batch_size: int | None = None
     settings: dict[str, str] = field(default_factory=dict)
     ours_input: str = "ndjson"  # or "array": the payload as one JSON array
+    # onestep's payload when it differs from `rows` read by json.loads (rows nested deeper than
+    # Python's json reads: built as Python objects instead).
+    objects: list[Any] | None = None
 
     def target(self) -> str:
         return self.table or f"{DB}.{self.name}"
@@ -170,6 +173,8 @@ class Case:
 
     def payload_objects(self) -> list[Any]:
         # onestep takes Python objects: the same payload as json.loads reads it.
+        if self.objects is not None:
+            return self.objects
         if isinstance(self.rows, str):
             return [json.loads(line) for line in self.rows.splitlines() if line.strip()]
         return json.loads(json.dumps(self.rows))
@@ -185,6 +190,20 @@ AWKWARD_ROW = {"id": 1, "weird col": "w c", "a`b": "back`quote", "ünï": "ü", 
 FIVE = [{"id": i, "name": f"n{i}"} for i in range(1, 6)]
 CHECKED = "id UInt32, v Int32, CONSTRAINT v_positive CHECK v > 0"
 UNCLASSIFIED = "onestep re-raises clickhouse-connect's client-side refusal without a kind"
+
+
+def deep(levels: int) -> tuple[str, dict]:
+    """A row whose objects nest `levels` deep (the row's own object included), as NDJSON text
+    and as Python objects built without json (which cannot read past ~995 levels)."""
+    value: Any = 1
+    for _ in range(levels - 1):
+        value = {"k": value}
+    text = '{"id":1,"j":' + '{"k":' * (levels - 1) + "1" + "}" * levels + "\n"
+    return text, {"id": 1, "j": value}
+
+
+DEEP_OK = deep(950)  # about as deep as onestep's Python rows get through json.dumps
+DEEP_OVER = deep(1001)  # past our row limit (1,000 levels, the server's input_format_json_max_depth)
 
 
 def nested(**values: Any) -> dict:
@@ -265,6 +284,14 @@ CASES: list[Case] = [
     Case("batch_size_over_rows", BASIC, FIVE, batch_size=100, expect="accepted", rows_after=FIVE),
     # --- nested and mixed shapes -----------------------------------------------------------
     Case("nested_all_columns", NESTED, NESTED_ROWS, expect="accepted", rows_after=NESTED_ROWS),
+    # The row depth limit accepts every row onestep's Python rows can be (json.dumps stops near
+    # Python's recursion limit of 1,000 frames); past ours, onestep fails inside clickhouse-connect.
+    Case("nesting_950_levels", "id UInt32, j JSON", DEEP_OK[0], objects=[DEEP_OK[1]],
+         expect="accepted"),
+    Case("nesting_past_the_row_limit", "id UInt32, j JSON", DEEP_OVER[0], objects=[DEEP_OVER[1]],
+         diff=Diff("rejected:unclassified(RecursionError)", "rejected:invalid-input",
+                   "Python cannot serialise a row so deep; ours refuses it by its depth limit",
+                   onestep_rows=[], ours_rows=[])),
     Case("object_into_string", NESTED, [nested(s={"o": [1, 2]})],
          diff=Diff("rejected:unclassified(AttributeError)", "accepted",
                    "ours passes JSON through and ClickHouse stores an object's JSON text in a String "

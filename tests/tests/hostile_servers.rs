@@ -331,9 +331,10 @@ fn counting_server(reply: &'static [u8]) -> (String, Arc<AtomicUsize>) {
 
 #[test]
 fn answers_that_are_not_clickhouse_are_misconfigured_and_not_retried() {
-    // (An answer that is not HTTP at all stays `transient`: wasi:http hosts report it as they
-    // report a reply cut inside its head, which a fault on the way can do.)
-    let cases: [(&str, &'static [u8]); 2] = [
+    let cases: [(&str, &'static [u8]); 3] = [
+        // Another protocol on the port (the host reports a parse error as a protocol error; a
+        // reply cut inside its head is an incomplete answer, retried: the fault tests).
+        ("not HTTP at all", b"SSH-2.0-OpenSSH_9.2p1 Debian-2\r\n"),
         (
             "a redirect",
             b"HTTP/1.1 307 Temporary Redirect\r\nLocation: http://elsewhere.test/\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
