@@ -44,22 +44,28 @@ impl RetryPolicy {
         }
     }
 
-    /// The pause before retry number `retry` (1-based): `initial * 2^(retry-1)`, capped at
-    /// `max_backoff`, of which the upper half is scaled by `random` (any value).
+    /// The pause before retry number `retry` (1-based): [`backoff`] from this policy's
+    /// initial pause up to its longest.
     pub fn backoff(&self, retry: u32, random: u64) -> Duration {
-        let doubling = retry.saturating_sub(1).min(30);
-        let full = self
-            .initial_backoff
-            .saturating_mul(1u32 << doubling)
-            .min(self.max_backoff);
-        let half = full / 2;
-        let jitter_ns = u64::try_from(half.as_nanos()).unwrap_or(u64::MAX);
-        half + Duration::from_nanos(if jitter_ns == 0 {
-            0
-        } else {
-            random % (jitter_ns + 1)
-        })
+        backoff(self.initial_backoff, self.max_backoff, retry, random)
     }
+}
+
+/// The one pause schedule of the component and the host (request retries, waits for a lock,
+/// lease renewals): before attempt number `attempt` (1-based) after a failure, `initial *
+/// 2^(attempt-1)` capped at `max`, of which the upper half is scaled by `random` (any value:
+/// "equal jitter", so contenders that failed together do not retry together, and no pause is
+/// under half its step). `initial == max` gives a constant interval, jittered alike.
+pub fn backoff(initial: Duration, max: Duration, attempt: u32, random: u64) -> Duration {
+    let doubling = attempt.saturating_sub(1).min(30);
+    let full = initial.saturating_mul(1u32 << doubling).min(max);
+    let half = full / 2;
+    let jitter_ns = u64::try_from((full - half).as_nanos()).unwrap_or(u64::MAX);
+    half + Duration::from_nanos(if jitter_ns == 0 {
+        0
+    } else {
+        random % (jitter_ns + 1)
+    })
 }
 
 /// Whether an error of this kind may go away when the same request is repeated unchanged:
@@ -160,6 +166,11 @@ mod tests {
             ..p
         };
         assert_eq!(zero.backoff(3, 12345), Duration::ZERO);
+        // A constant interval (the lock wait): half to all of it, at every attempt.
+        let d = Duration::from_millis(1000);
+        assert_eq!(backoff(d, d, 7, 0), d / 2);
+        assert_eq!(backoff(d, d, 1, 500_000_000), d);
+        assert_eq!(backoff(d, d, 1, 500_000_001), d / 2);
     }
 
     #[test]

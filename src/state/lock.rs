@@ -9,7 +9,7 @@
 //!   contenders can never both see themselves first. Uncontended: two round trips, no sleep;
 //!   the second can read something else in the same query ([`AlsoRead`]).
 //! * Lost: insert a `release` row for our token (withdraw), poll the winner query every retry
-//!   interval (with jitter) until nobody holds the lock, then try again with a new token; after
+//!   interval (half to all of it, jittered) until nobody holds the lock, then try again with a new token; after
 //!   the timeout, fail with `locked`.
 //! * Release: a `release` row, which outlives every acquire row of its token (leases are at
 //!   most [`MAX_STALE_AFTER`]; a release row expires [`MAX_STALE_AFTER`] after it was written),
@@ -495,7 +495,8 @@ fn not_acquired(e: Error, id: &str) -> Error {
 }
 
 /// One wait between lock attempts: `locked` once the lock timeout (counted from `started`) is
-/// over, else a pause of the retry interval plus 0-50% jitter (never past the deadline).
+/// over, else a pause of half to all of the retry interval ([`crate::client::retry::backoff`]
+/// at a constant interval; never past the deadline).
 pub(crate) fn pause_or_give_up<P: Platform>(
     platform: &P,
     id: &str,
@@ -515,12 +516,9 @@ pub(crate) fn pause_or_give_up<P: Platform>(
             ),
         ));
     }
-    let jitter_ms = if options.retry.as_millis() > 0 {
-        platform.random_u64() % (options.retry.as_millis() as u64 / 2 + 1)
-    } else {
-        0
-    };
-    platform.sleep((options.retry + Duration::from_millis(jitter_ms)).min(deadline - now));
+    let pause =
+        crate::client::retry::backoff(options.retry, options.retry, 1, platform.random_u64());
+    platform.sleep(pause.min(deadline - now));
     Ok(())
 }
 

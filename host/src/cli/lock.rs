@@ -27,6 +27,7 @@ use std::time::{Duration, Instant};
 use clickhouse_component::cli::lock::LockArgs;
 use clickhouse_component::cli::output::sanitize;
 use clickhouse_component::cli::{GlobalArgs, StoreArgs};
+use clickhouse_component::client::retry::backoff;
 use clickhouse_component::client::{Error, ErrorKind};
 use clickhouse_component::state::LockEngineChoice;
 use clickhouse_component_host::config::{withheld_credentials, HostArgs};
@@ -81,7 +82,8 @@ pub struct Timing {
     pub stop_before: Duration,
     /// SIGKILL this long after SIGTERM.
     pub term_grace: Duration,
-    /// First pause after a failed renewal (doubles, plus 0-50% jitter).
+    /// First pause after a failed renewal (doubles up to `max_backoff`; jittered as every
+    /// backoff is, [`clickhouse_component::client::retry::backoff`]).
     pub first_backoff: Duration,
     /// Longest pause between renewal attempts.
     pub max_backoff: Duration,
@@ -428,7 +430,6 @@ async fn renew_agent(
 ) -> std::convert::Infallible {
     let mut last_ok = status.borrow().last_ok;
     let mut next = last_ok + timing.renew_every;
-    let mut backoff = timing.first_backoff;
     let mut failures = 0u32;
     let mut gave_up = false;
     loop {
@@ -471,7 +472,6 @@ async fn renew_agent(
                 }
                 last_ok = attempt;
                 failures = 0;
-                backoff = timing.first_backoff;
                 next = attempt + timing.renew_every;
                 status.send_replace(RenewStatus {
                     last_ok,
@@ -505,8 +505,13 @@ async fn renew_agent(
                         secs(left)
                     );
                 }
-                next = Instant::now() + jitter(backoff);
-                backoff = (backoff * 2).min(timing.max_backoff);
+                next = Instant::now()
+                    + backoff(
+                        timing.first_backoff,
+                        timing.max_backoff,
+                        failures,
+                        random_u64(),
+                    );
             }
         }
     }
@@ -520,17 +525,13 @@ fn worth_retrying(e: &CallError) -> bool {
     }
 }
 
-/// `d` plus 0-50%.
-fn jitter(d: Duration) -> Duration {
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |t| t.subsec_nanos());
-    let half = d.as_nanos() as u64 / 2;
-    d + Duration::from_nanos(if half == 0 {
-        0
-    } else {
-        u64::from(nanos) % half
-    })
+/// A random number for the backoff's jitter (std's per-process random hash keys, which
+/// change with each `RandomState`: no time-derived seed).
+fn random_u64() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    std::collections::hash_map::RandomState::new()
+        .build_hasher()
+        .finish()
 }
 
 /// How the command ended.
@@ -784,11 +785,14 @@ mod tests {
     }
 
     #[test]
-    fn jitter_adds_up_to_half() {
-        for _ in 0..100 {
-            let j = jitter(100 * MS);
-            assert!(j >= 100 * MS && j < 150 * MS, "{j:?}");
-        }
-        assert_eq!(jitter(Duration::ZERO), Duration::ZERO);
+    fn renewal_pauses_are_the_shared_backoff_with_random_jitter() {
+        let t = Timing::new(30 * S, None, None).unwrap();
+        let pauses: std::collections::HashSet<Duration> = (0..50)
+            .map(|_| backoff(t.first_backoff, t.max_backoff, 1, random_u64()))
+            .collect();
+        assert!(pauses
+            .iter()
+            .all(|p| *p >= t.first_backoff / 2 && *p <= t.first_backoff));
+        assert!(pauses.len() > 10, "not random: {pauses:?}");
     }
 }
