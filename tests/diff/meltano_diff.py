@@ -1043,7 +1043,7 @@ def main() -> int:
             if problems and not any(p.startswith(("harness", "ours' export")) for p in problems):
                 reason = explain(step, m, o, o_before, m_before, o_store, m_store)
                 if os.environ.get("DIFF_DEBUG"):
-                    print(f"DEBUG explain -> {reason}; m.code={m.code} o.code={o.code} crashed={'setdefault' in m.stderr} ids={step.ids!r:.80} inputs={len(step.inputs)} diff={state_diff(m_store, o_store)!r:.200} ours={o.stderr[-300:]!r} out={o.stdout[:100]!r}", file=sys.stderr)
+                    print(f"explain: {reason}; m.code={m.code} o.code={o.code} crashed={'setdefault' in m.stderr} ids={step.ids!r:.80} inputs={len(step.inputs)} diff={state_diff(m_store, o_store)!r:.200} ours={o.stderr[-300:]!r} out={o.stdout[:100]!r}", file=sys.stderr)
             elif not problems and rounded:
                 reason = "numbers"
             elif not problems and moved:

@@ -154,10 +154,6 @@ fn lose_the_lease(extra: &[&str], script: &str) -> (Proxy, Output, Duration) {
 fn a_command_is_stopped_before_its_lease_can_end_when_clickhouse_stops_answering() {
     let (proxy, out, gone) = lose_the_lease(&[], "echo $$ > PIDFILE; exec sleep 60");
     let stderr = String::from_utf8_lossy(&out.stderr);
-    eprintln!(
-        "DEBUG gone={gone:?}\n{stderr}\n{}",
-        String::from_utf8_lossy(&out.stdout)
-    );
     assert!(
         gone < Duration::from_secs(3),
         "the command ran {gone:?} after the last renewal could have happened: {stderr}"
@@ -187,10 +183,6 @@ fn a_command_that_ignores_sigterm_is_killed_before_its_lease_can_end() {
         "trap '' TERM; echo $$ > PIDFILE; exec sleep 60",
     );
     let stderr = String::from_utf8_lossy(&out.stderr);
-    eprintln!(
-        "DEBUG gone={gone:?}\n{stderr}\n{}",
-        String::from_utf8_lossy(&out.stdout)
-    );
     assert!(
         gone < Duration::from_millis(2600),
         "gone {gone:?} after the proxy stopped: {stderr}"
@@ -395,7 +387,7 @@ fn no_process_of_the_command_outlives_a_killed_host() {
     host.wait().unwrap();
     // Well before the lease could end (and before another holder could get the lock).
     let gone = wait_group_gone(pgid, killed, killed + Duration::from_secs(5));
-    eprintln!("DEBUG the command's process group was gone {gone:?} after SIGKILL of the host");
+    eprintln!("measured: the command's process group was gone {gone:?} after SIGKILL of the host");
 }
 
 #[test]
@@ -411,7 +403,7 @@ fn a_command_that_ignores_a_passed_on_sigterm_is_killed_after_the_grace_and_the_
     let sent = Instant::now();
     // Within the grace plus a margin, well before the 10 s lease could end.
     let gone = wait_group_gone(pgid, sent, sent + Duration::from_secs(5));
-    eprintln!("DEBUG the command's process group was gone {gone:?} after SIGTERM to the host");
+    eprintln!("measured: the command's process group was gone {gone:?} after SIGTERM to the host");
     // SIGTERM alone did not end it: SIGKILL came after the grace.
     assert!(gone >= Duration::from_secs(1), "gone after {gone:?}");
     let out = wait_exit(host, Duration::from_secs(20));
