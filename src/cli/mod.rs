@@ -77,11 +77,11 @@ pub struct GlobalArgs {
     pub meltano_uri: Option<String>,
 
     /// Host, used only when no URL is given (with CLICKHOUSE_PORT; plain HTTP).
-    #[arg(long, env = "CLICKHOUSE_HOST", global = true, hide = true)]
+    #[arg(long, env = "CLICKHOUSE_HOST", global = true)]
     pub host: Option<String>,
 
     /// Port, used only when no URL is given (default 8123).
-    #[arg(long, env = "CLICKHOUSE_PORT", global = true, hide = true)]
+    #[arg(long, env = "CLICKHOUSE_PORT", global = true)]
     pub port: Option<u16>,
 
     /// User (overrides the URL's).

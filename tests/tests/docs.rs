@@ -1,0 +1,291 @@
+//! The documentation stays true to the code: every relative link in README.md and docs/
+//! resolves (file and `#anchor`), and docs/configuration.md lists exactly the options and
+//! environment variables the CLI's `--help` shows (plus environment variables the code reads
+//! without an option, each of which must be read somewhere in the sources).
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use clickhouse_component_tests::cli_binary;
+
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .unwrap()
+        .to_path_buf()
+}
+
+fn markdown_files() -> Vec<PathBuf> {
+    let mut files = vec![root().join("README.md")];
+    let mut docs: Vec<PathBuf> = std::fs::read_dir(root().join("docs"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "md"))
+        .collect();
+    docs.sort();
+    files.extend(docs);
+    files
+}
+
+/// The text outside fenced code blocks and inline code spans, line by line.
+fn prose(text: &str) -> Vec<String> {
+    let mut fenced = false;
+    let mut lines = Vec::new();
+    for line in text.lines() {
+        if line.trim_start().starts_with("```") {
+            fenced = !fenced;
+            lines.push(String::new());
+            continue;
+        }
+        if fenced {
+            lines.push(String::new());
+            continue;
+        }
+        // Drop inline code spans.
+        let mut out = String::new();
+        let mut in_code = false;
+        for c in line.chars() {
+            if c == '`' {
+                in_code = !in_code;
+            } else if !in_code {
+                out.push(c);
+            }
+        }
+        lines.push(out);
+    }
+    lines
+}
+
+/// GitHub's anchor of a heading: lowercase, spaces to `-`, punctuation other than `-` and `_`
+/// dropped (inline code marks too); repeated headings get `-1`, `-2`, ...
+fn anchors(text: &str) -> BTreeSet<String> {
+    let mut seen = BTreeSet::new();
+    let mut fenced = false;
+    for line in text.lines() {
+        if line.trim_start().starts_with("```") {
+            fenced = !fenced;
+            continue;
+        }
+        if fenced || !line.starts_with('#') {
+            continue;
+        }
+        let title = line.trim_start_matches('#').trim();
+        let base: String = title
+            .to_lowercase()
+            .chars()
+            .filter_map(|c| match c {
+                ' ' => Some('-'),
+                c if c.is_alphanumeric() || c == '-' || c == '_' => Some(c),
+                _ => None,
+            })
+            .collect();
+        let mut anchor = base.clone();
+        let mut n = 0;
+        while seen.contains(&anchor) {
+            n += 1;
+            anchor = format!("{base}-{n}");
+        }
+        seen.insert(anchor);
+    }
+    seen
+}
+
+/// `(target)` of every `[text](target)` in the prose.
+fn links(text: &str) -> Vec<(usize, String)> {
+    let mut found = Vec::new();
+    for (n, line) in prose(text).iter().enumerate() {
+        let mut rest = line.as_str();
+        while let Some(i) = rest.find("](") {
+            let after = &rest[i + 2..];
+            let Some(end) = after.find(')') else { break };
+            found.push((n + 1, after[..end].to_string()));
+            rest = &after[end..];
+        }
+    }
+    found
+}
+
+#[test]
+fn every_relative_link_resolves() {
+    let mut broken = Vec::new();
+    let mut checked = 0;
+    for file in markdown_files() {
+        let text = std::fs::read_to_string(&file).unwrap();
+        for (line, target) in links(&text) {
+            if target.contains("://") || target.starts_with("mailto:") {
+                continue;
+            }
+            checked += 1;
+            let (path, anchor) = match target.split_once('#') {
+                Some((p, a)) => (p, Some(a)),
+                None => (target.as_str(), None),
+            };
+            let resolved = if path.is_empty() {
+                file.clone()
+            } else {
+                file.parent().unwrap().join(path)
+            };
+            let where_ = format!(
+                "{}:{line}: ({target})",
+                file.strip_prefix(root()).unwrap().display()
+            );
+            if !resolved.exists() {
+                broken.push(format!("{where_}: no such file"));
+                continue;
+            }
+            if let Some(anchor) = anchor {
+                let target_text = std::fs::read_to_string(&resolved).unwrap_or_default();
+                if !anchors(&target_text).contains(anchor) {
+                    broken.push(format!("{where_}: no heading with that anchor"));
+                }
+            }
+        }
+    }
+    assert!(
+        checked > 20,
+        "only {checked} links found: is the parser broken?"
+    );
+    assert!(broken.is_empty(), "broken links:\n{}", broken.join("\n"));
+}
+
+/// `--long` options and `[env: NAME=...]` of a `--help` text.
+fn help_items(args: &[&str]) -> (BTreeSet<String>, BTreeSet<String>) {
+    let out = Command::new(cli_binary())
+        .args(args)
+        .arg("--help")
+        .env_clear()
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{args:?} --help failed");
+    let text = String::from_utf8(out.stdout).unwrap();
+    let mut options = BTreeSet::new();
+    let mut envs = BTreeSet::new();
+    for line in text.lines() {
+        for word in line.split(|c: char| c.is_whitespace() || c == ',' || c == '=') {
+            let word = word.trim_matches(|c| c == '[' || c == ']' || c == '<' || c == '>');
+            if word.len() > 2
+                && word.starts_with("--")
+                && word[2..]
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || c == '-')
+                && line.trim_start().starts_with('-')
+            {
+                options.insert(word.to_string());
+            }
+        }
+        let mut rest = line;
+        while let Some(i) = rest.find("[env: ") {
+            let after = &rest[i + 6..];
+            let end = after.find(['=', ']']).unwrap_or(after.len());
+            envs.insert(after[..end].to_string());
+            rest = &after[end..];
+        }
+    }
+    (options, envs)
+}
+
+/// Every backquoted `--option` and `CLICKHOUSE_*` / `MELTANO_*` name in a text.
+fn documented(text: &str) -> (BTreeSet<String>, BTreeSet<String>) {
+    let mut options = BTreeSet::new();
+    let mut envs = BTreeSet::new();
+    for span in text.split('`').skip(1).step_by(2) {
+        for word in span.split(|c: char| c.is_whitespace() || c == ',' || c == '=' || c == '(') {
+            if word.len() > 2 && word.starts_with("--") && word.as_bytes()[2].is_ascii_lowercase() {
+                options.insert(
+                    word.trim_end_matches(|c: char| !c.is_ascii_alphanumeric())
+                        .to_string(),
+                );
+            }
+            if (word.starts_with("CLICKHOUSE_") || word.starts_with("MELTANO_"))
+                && word
+                    .chars()
+                    .all(|c| c.is_ascii_uppercase() || c.is_ascii_digit() || c == '_')
+            {
+                envs.insert(word.to_string());
+            }
+        }
+    }
+    (options, envs)
+}
+
+/// Whether some source file of the component or the host mentions `name` as a string.
+fn read_by_the_code(name: &str) -> bool {
+    let quoted = format!("\"{name}\"");
+    let mut dirs = vec![root().join("src"), root().join("host/src")];
+    while let Some(dir) = dirs.pop() {
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                dirs.push(path);
+            } else if path.extension().is_some_and(|e| e == "rs")
+                && std::fs::read_to_string(&path)
+                    .unwrap_or_default()
+                    .contains(&quoted)
+            {
+                return true;
+            }
+        }
+    }
+    false
+}
+
+#[test]
+fn the_configuration_doc_matches_the_help() {
+    let commands: [&[&str]; 6] = [
+        &[],
+        &["check"],
+        &["state"],
+        &["state", "set"],
+        &["sink"],
+        &["lock"],
+    ];
+    let mut help_options = BTreeSet::new();
+    let mut help_envs = BTreeSet::new();
+    for args in commands {
+        let (o, e) = help_items(args);
+        help_options.extend(o);
+        help_envs.extend(e);
+    }
+    help_options.remove("--help");
+    help_options.remove("--version");
+    assert!(help_options.len() > 20, "{help_options:?}");
+    assert!(help_envs.len() > 10, "{help_envs:?}");
+
+    let config = std::fs::read_to_string(root().join("docs/configuration.md")).unwrap();
+    let (doc_options, doc_envs) = documented(&config);
+    // Options of one command documented with that command (state's subcommand flags in
+    // docs/state-store.md, sink's in docs/sink.md, lock's in docs/state-store.md).
+    let mut elsewhere = String::new();
+    for doc in ["docs/state-store.md", "docs/sink.md"] {
+        elsewhere.push_str(&std::fs::read_to_string(root().join(doc)).unwrap());
+    }
+    let (other_options, _) = documented(&elsewhere);
+
+    let undocumented: Vec<_> = help_options
+        .iter()
+        .filter(|o| !doc_options.contains(*o) && !other_options.contains(*o))
+        .collect();
+    assert!(
+        undocumented.is_empty(),
+        "options in --help but not in docs/configuration.md (or the command's doc): {undocumented:?}"
+    );
+    let unknown: Vec<_> = doc_options.difference(&help_options).collect();
+    assert!(
+        unknown.is_empty(),
+        "options in docs/configuration.md that no --help shows: {unknown:?}"
+    );
+    let env_undocumented: Vec<_> = help_envs.difference(&doc_envs).collect();
+    assert!(
+        env_undocumented.is_empty(),
+        "environment variables in --help but not in docs/configuration.md: {env_undocumented:?}"
+    );
+    let env_unread: Vec<_> = doc_envs
+        .difference(&help_envs)
+        .filter(|e| !read_by_the_code(e))
+        .collect();
+    assert!(
+        env_unread.is_empty(),
+        "environment variables in docs/configuration.md that neither --help shows nor the code reads: {env_unread:?}"
+    );
+}
