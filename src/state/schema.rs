@@ -11,10 +11,9 @@ use crate::client::response::json_rows;
 use crate::client::{Error, ErrorKind, Transport};
 use crate::platform::Platform;
 
+use super::lock::keeper_map;
 use super::steps::{Session, Step};
-
-use super::keeper_lock;
-use super::lock::{LockEngine, LockEngineChoice};
+use super::tables::{LockEngine, LockEngineChoice, Tables};
 
 /// `CREATE DATABASE IF NOT EXISTS`.
 pub const CREATE_DATABASE: &str = "CREATE DATABASE IF NOT EXISTS {db:Identifier}";
@@ -55,19 +54,6 @@ const LOCK_COLUMNS: &[(&str, &str)] = &[
     ("kind", "Enum8('acquire' = 1, 'release' = 2)"),
     ("expires_at", "DateTime64(3)"),
 ];
-
-/// Names of the store's tables, and the lock engine in use.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Tables {
-    /// Database.
-    pub database: String,
-    /// State table.
-    pub state: String,
-    /// Lock table.
-    pub lock: String,
-    /// The lock table's engine.
-    pub lock_engine: LockEngine,
-}
 
 /// A table as `system.tables` / `system.columns` describe it.
 struct FoundTable {
@@ -168,10 +154,10 @@ fn create_keeper_table<T: Transport, P: Platform>(
     s.send_unless(
         Step::CreateSchema,
         &Step::CreateSchema
-            .query(keeper_lock::CREATE_TABLE)
+            .query(keeper_map::CREATE_TABLE)
             .param("db", &tables.database)
             .param("t", &tables.lock)
-            .param("path", keeper_lock::keeper_path(tables)),
+            .param("path", keeper_map::keeper_path(tables)),
         is_keeper_map_disabled,
     )
     .map(|_| ())
@@ -249,7 +235,7 @@ pub fn verify<T: Transport, P: Platform>(
     let found = read_tables(s, tables)?;
     let lock_columns = match tables.lock_engine {
         LockEngine::MergeTree => LOCK_COLUMNS,
-        LockEngine::KeeperMap => keeper_lock::COLUMNS,
+        LockEngine::KeeperMap => keeper_map::COLUMNS,
     };
     for (role, name, columns) in [
         (Role::State, &tables.state, STATE_COLUMNS),

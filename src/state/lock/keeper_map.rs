@@ -32,9 +32,13 @@ use crate::client::url::encode_component;
 use crate::client::{Error, ErrorKind, Query, Transport};
 use crate::platform::Platform;
 
-use super::lock::{shorten, write_settings, AlsoRead, LockHandle, LockOptions};
-use super::schema::Tables;
-use super::steps::{Session, Step};
+use crate::state::ids::shorten;
+use crate::state::steps::{Session, Step};
+use crate::state::tables::Tables;
+
+use super::common::{
+    holder_and, pause_or_give_up, write_settings, AlsoRead, LockHandle, LockOptions,
+};
 
 /// The lock table: one row per state id.
 pub const CREATE_TABLE: &str = "CREATE TABLE IF NOT EXISTS {db:Identifier}.{t:Identifier} (
@@ -168,7 +172,7 @@ fn row_and_holder<T: Transport, P: Platform>(
         ),
         params: also.map(|a| a.params.clone()).unwrap_or_default(),
     };
-    let (holder, read) = super::lock::holder_and(s, tables, id, Some(&exists))?;
+    let (holder, read) = holder_and(s, tables, id, WINNER, Some(&exists))?;
     // The tuple prints as an array, or as an object under named-tuple settings.
     let (count, value) = match read {
         Some(serde_json::Value::Array(mut items)) if items.len() == 2 => {
@@ -251,7 +255,7 @@ pub fn acquire_and_read<T: Transport, P: Platform>(
             Ok(None) => {}
             Err(e) => return Err(give_up(e)),
         }
-        super::lock::pause_or_give_up(s.platform, id, options, started).map_err(give_up)?;
+        pause_or_give_up(s.platform, id, options, started).map_err(give_up)?;
     }
 }
 
