@@ -24,7 +24,7 @@ use clickhouse_component::state::State;
 use clickhouse_component_host::config::subcommand_position;
 use clickhouse_component_host::{CallError, CapturedOutput, CommandInput};
 
-use super::command::run_component;
+use super::component::run_component;
 use super::HostCli;
 
 /// The largest answer `edit` reads back from `get` (what the host lets a response be).

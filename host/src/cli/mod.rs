@@ -3,6 +3,7 @@
 //! a cache, files as input, progress on a terminal, and running a command under a lock.
 
 pub mod command;
+pub mod component;
 pub mod edit;
 pub mod lock;
 pub mod watchdog;

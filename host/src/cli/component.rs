@@ -1,0 +1,53 @@
+//! Runs the component's command line once (its `wasi:cli/run` export), with the host's
+//! allow-list, limits and network, and only the CLICKHOUSE_* / MELTANO_STATE_BACKEND_*
+//! environment: what [`super::command`] and [`super::edit`] both run commands through.
+//! Uses no other module of the host's command line but [`super::HostCli`].
+
+use std::io::IsTerminal;
+
+use clickhouse_component_host::config::strip_host_flags;
+use clickhouse_component_host::{CallError, CapturedOutput, CommandInput, Runtime};
+
+use super::HostCli;
+
+/// Environment variables the component may see.
+fn component_env() -> Vec<(String, String)> {
+    let mut env: Vec<(String, String)> = std::env::vars()
+        .filter(|(k, _)| k.starts_with("CLICKHOUSE_") || k.starts_with("MELTANO_STATE_BACKEND_"))
+        .filter(|(k, _)| {
+            !matches!(
+                k.as_str(),
+                "CLICKHOUSE_ALLOW_HOSTS"
+                    | "CLICKHOUSE_COMPONENT"
+                    | "CLICKHOUSE_COMPONENT_CACHE_DIR"
+            )
+        })
+        .collect();
+    if std::io::stderr().is_terminal() {
+        env.push(("CLICKHOUSE_PROGRESS".into(), "1".into()));
+    }
+    env
+}
+
+/// Runs the component's command line `args` (the host's own flags are stripped here) with this
+/// stdin, its stdout into `stdout` (or the host's); returns the exit code.
+pub async fn run_component(
+    cli: &HostCli,
+    args: &[String],
+    stdin: CommandInput,
+    stdout: Option<&CapturedOutput>,
+) -> Result<i32, CallError> {
+    let connection = cli.cli.global.connection().map_err(CallError::Component)?;
+    let allow = cli
+        .host
+        .allow_list(&connection)
+        .map_err(CallError::Component)?;
+    let args = strip_host_flags(args);
+    let runtime = Runtime::new(&cli.host.component_source(), &cli.host.cache_policy())?
+        .with_limits(cli.host.limits().map_err(CallError::Component)?)
+        .with_network(cli.host.network().map_err(CallError::Component)?);
+    let mut instance = runtime
+        .instantiate_command(allow, &args, &component_env(), stdin, stdout)
+        .await?;
+    instance.run_command().await
+}
