@@ -11,6 +11,9 @@ use std::collections::HashMap;
 
 use serde_json::Value as Json;
 
+pub use super::exact::may_be_inexact;
+use super::exact::Exact;
+
 /// What a column's type does with a JSON `null`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum NullRule {
@@ -125,6 +128,14 @@ impl ColumnTypeSource for ColumnTypes {
     }
 }
 
+/// Whether a value's JSON text needs the column types to be checked: it could be or hold a
+/// `null`, or a number, date-time or composite its column might not hold exactly (cheap tests
+/// before the types are asked for).
+pub fn needs_types(value: &str) -> bool {
+    may_be_inexact(value)
+        || (matches!(value.as_bytes().first(), Some(b'n' | b'[' | b'{')) && may_hold_null(value))
+}
+
 /// Whether a value's JSON text could be or contain a `null` (a cheap test before a real check).
 pub fn may_hold_null(value: &str) -> bool {
     let value = value.trim();
@@ -138,7 +149,7 @@ pub fn may_hold_null(value: &str) -> bool {
 /// Column name to null rule, for one table.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct ColumnTypes {
-    rules: HashMap<String, (NullRule, String)>,
+    rules: HashMap<String, (NullRule, Exact, String)>,
 }
 
 impl ColumnTypes {
@@ -147,17 +158,24 @@ impl ColumnTypes {
         ColumnTypes {
             rules: columns
                 .into_iter()
-                .map(|(name, ty)| (name, (null_rule(&ty), ty)))
+                .map(|(name, ty)| (name, (null_rule(&ty), Exact::of(&ty), ty)))
                 .collect(),
         }
     }
 
-    /// Checks one value, given as JSON text, against its column; the reason when a null would
-    /// be turned into a default. Unknown columns pass (the server names them).
+    /// Checks one value, given as JSON text, against its column; the reason when ClickHouse
+    /// would store something else: a null turned into a default, or a value its type cannot
+    /// hold exactly ([`Exact`]). Unknown columns pass (the server names them).
     pub fn check_json(&self, column: &str, value: &str) -> Result<(), String> {
-        let Some((rule, ty)) = self.rules.get(column) else {
+        let Some((rule, exact, ty)) = self.rules.get(column) else {
             return Ok(());
         };
+        if *exact != Exact::Any {
+            exact.check_text(value).map_err(|why| {
+                let ty: String = ty.chars().take(80).collect();
+                format!("{why}; the column's type is {ty}")
+            })?;
+        }
         let value = value.trim();
         let refused = match rule {
             NullRule::Accepts => false,
@@ -179,8 +197,8 @@ impl ColumnTypes {
     /// Whether `column` takes a top-level null.
     pub fn check_null(&self, column: &str) -> Result<(), String> {
         match self.rules.get(column) {
-            Some((NullRule::Accepts, _)) | None => Ok(()),
-            Some((_, ty)) => Err(refusal(ty, true)),
+            Some((NullRule::Accepts, ..)) | None => Ok(()),
+            Some((_, _, ty)) => Err(refusal(ty, true)),
         }
     }
 }

@@ -78,6 +78,7 @@ impl SinkConfig {
             check_setting_name(name)?;
         }
         let (async_insert, wait) = check_delivery(options, endpoint)?;
+        check_exactness(options, endpoint)?;
         // The sink's own defaults come first, so the caller's settings override them: exact
         // delivery (a null never silently becomes a default, an unknown key is never dropped),
         // and never fire-and-forget, whatever the server's profile says.
@@ -86,6 +87,12 @@ impl SinkConfig {
             (
                 "input_format_skip_unknown_fields".to_string(),
                 "0".to_string(),
+            ),
+            // A date or time out of its column's range is an error, not clamped or wrapped
+            // (in the column's time zone, which only the server knows): see `super::exact`.
+            (
+                "date_time_overflow_behavior".to_string(),
+                "throw".to_string(),
             ),
         ];
         if wait.is_none() {
@@ -148,6 +155,34 @@ fn check_columns(columns: &[String]) -> Result<(), Error> {
             return Err(Error::invalid(format!(
                 "column '{}' is listed twice",
                 c.escape_debug()
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// Settings that would let the server change values silently are refused: a
+/// `date_time_overflow_behavior` other than `throw` (the sink's or the connection's).
+fn check_exactness(options: &SinkOptions, endpoint: &Endpoint) -> Result<(), Error> {
+    let name = "date_time_overflow_behavior";
+    for (source, value) in options
+        .settings
+        .iter()
+        .map(|s| ("the sink's settings", s))
+        .chain(
+            endpoint
+                .settings
+                .iter()
+                .map(|s| ("the connection's settings", s)),
+        )
+        .filter(|(_, (n, _))| n == name)
+        .map(|(source, (_, v))| (source, v))
+    {
+        if value != "throw" {
+            return Err(Error::invalid(format!(
+                "{name} = '{}' in {source}: the sink stores values exactly or refuses them, and '{}' lets ClickHouse store another date than the one sent (leave it out, or set it to throw)",
+                value.escape_debug(),
+                value.escape_debug()
             )));
         }
     }
@@ -263,6 +298,32 @@ mod tests {
         assert!(err(zero, "http://h").contains("batch-size"));
         let c = SinkConfig::new(&opts("t"), &endpoint("http://h")).unwrap();
         assert_eq!(c.batch_size, 1000);
+    }
+
+    #[test]
+    fn dates_out_of_range_are_errors_and_no_setting_makes_them_silent() {
+        let with = |settings: &[(&str, &str)]| SinkOptions {
+            settings: settings
+                .iter()
+                .map(|(n, v)| (n.to_string(), v.to_string()))
+                .collect(),
+            ..opts("t")
+        };
+        let ok = SinkConfig::new(&opts("t"), &endpoint("http://h")).unwrap();
+        assert!(ok
+            .settings
+            .contains(&("date_time_overflow_behavior".into(), "throw".into())));
+        for value in ["ignore", "saturate", "THROW", ""] {
+            let msg = err(with(&[("date_time_overflow_behavior", value)]), "http://h");
+            assert!(msg.contains("date_time_overflow_behavior"), "{msg}");
+        }
+        let msg = err(opts("t"), "http://h?date_time_overflow_behavior=saturate");
+        assert!(msg.contains("the connection's settings"), "{msg}");
+        assert!(SinkConfig::new(
+            &with(&[("date_time_overflow_behavior", "throw")]),
+            &endpoint("http://h")
+        )
+        .is_ok());
     }
 
     #[test]

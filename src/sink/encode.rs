@@ -13,7 +13,7 @@ use serde_json::value::RawValue;
 
 use crate::client::Error;
 
-use super::columns::{may_hold_null, ColumnTypeSource};
+use super::columns::{needs_types, ColumnTypeSource};
 use super::row_scan::{key_patterns, scan_flat_object, scan_flat_object_at, scan_in_order, Field};
 
 /// One value of a typed row (the WIT `value` variant).
@@ -215,19 +215,28 @@ pub fn encode_rows(
         )?;
         out.push_row(|column, buf| {
             let value = &row.iter().find(|(k, _)| k == column).expect("checked").1;
-            let nulls = match (types, value) {
-                (Some(types), Value::Null) => types.column_types()?.check_null(column),
-                (Some(types), Value::Json(text)) if may_hold_null(text) => {
-                    types.column_types()?.check_json(column, text)
-                }
-                _ => Ok(()),
-            };
-            nulls.and_then(|()| write_value(buf, value)).map_err(|why| {
+            let refuse = |why: String| {
                 Error::invalid(format!(
                     "row index {index}, column {}: {why}",
                     shown(column)
                 ))
-            })
+            };
+            if let (Some(types), Value::Null) = (types, value) {
+                types.column_types()?.check_null(column).map_err(refuse)?;
+            }
+            let start = buf.len();
+            write_value(buf, value).map_err(refuse)?;
+            // The value as sent (a typed number or text is checked as its JSON text).
+            if let Some(types) = types {
+                let text = std::str::from_utf8(&buf[start..]).unwrap_or("");
+                if !matches!(value, Value::Null | Value::Bytes(_)) && needs_types(text) {
+                    types
+                        .column_types()?
+                        .check_json(column, text)
+                        .map_err(refuse)?;
+                }
+            }
+            Ok(())
         })?;
     }
     Ok(out)
@@ -404,9 +413,8 @@ impl JsonInput<'_> {
         }
         if let Some(types) = self.types {
             for (key, raw) in fields.iter() {
-                // Values are read trimmed: only these can be or hold a null.
-                if matches!(raw.as_bytes().first(), Some(b'n' | b'[' | b'{')) && may_hold_null(raw)
-                {
+                // Values are read trimmed.
+                if needs_types(raw) {
                     types.column_types()?.check_json(key, raw).map_err(|why| {
                         Error::invalid(format!("row index {index}, column {}: {why}", shown(key)))
                     })?;

@@ -6,13 +6,14 @@
 //! committed chunk is `uncertain`.
 //!
 //! Rooms: [`config`] (options and their rules), [`columns`] (the table's column types: where a
-//! null may go), [`encode`] (rows to JSONEachRow bytes; `row_scan` is its one-pass reader of
+//! null may go), [`exact`] (values a column type would store changed: refused), [`encode`] (rows to JSONEachRow bytes; `row_scan` is its one-pass reader of
 //! flat JSON objects), [`driver`] (chunking, acknowledgement, failure semantics).
 
 pub mod columns;
 pub mod config;
 pub mod driver;
 pub mod encode;
+pub mod exact;
 mod row_scan;
 
 pub use config::{SinkConfig, SinkOptions};
