@@ -584,11 +584,11 @@ fn encode_json_with<'a>(
         while pos < bytes.len() {
             if input.scan && (configured || index > 0) {
                 let keys = keys.get_or_insert_with(|| key_patterns(&out.columns));
-                // A compact row of exactly the columns in order (no null the column types
+                // A compact row of exactly the columns in order (no value the column types
                 // must see) is kept as it is.
                 let compact = keys.as_deref().and_then(|k| scan_in_order(bytes, pos, k));
-                if let Some((end, null)) = compact {
-                    if let (Some(next), false) = (next_line(end), null && types.is_some()) {
+                if let Some((end, check)) = compact {
+                    if let (Some(next), false) = (next_line(end), check && types.is_some()) {
                         check_row_size(end - pos, index)?;
                         out.lines
                             .push(Line::Input(input.base + pos, input.base + end));

@@ -426,7 +426,11 @@ fn sub_second_digits(text: &str, quoted: bool) -> Option<u32> {
 /// more characters, or an array or object holding a digit. Small numbers such as `0` to `99`
 /// fit every numeric column.
 pub fn may_be_inexact(text: &str) -> bool {
-    let b = text.as_bytes();
+    may_be_inexact_bytes(text.as_bytes())
+}
+
+/// [`may_be_inexact`] of a value's JSON text as bytes.
+pub fn may_be_inexact_bytes(b: &[u8]) -> bool {
     match b.first() {
         Some(b'-' | b'0'..=b'9') => b.len() >= 3 || b.contains(&b'.'),
         Some(b'"') => b.len() >= 5 && matches!(b.get(1), Some(b'-' | b'+' | b'.' | b'0'..=b'9')),

@@ -84,10 +84,12 @@ pub(super) fn key_patterns(columns: &[String]) -> Option<Vec<Vec<u8>>> {
 /// Reads, at byte `start` of `b`, a compact flat row whose keys are exactly `keys` (from
 /// [`key_patterns`]) in order, each value a scalar as [`scan_flat_object_at`] reads it, and no
 /// whitespace anywhere: `{"a":1,"b":"x"}`. Returns the index just past its `}` and whether a
-/// value is `null`; `None` for anything else (the general reader decides).
+/// value needs the column types to be checked (a `null`, or a value its column might not hold
+/// exactly: [`super::exact::may_be_inexact`]); `None` for anything else (the general reader
+/// decides).
 pub(super) fn scan_in_order(b: &[u8], start: usize, keys: &[Vec<u8>]) -> Option<(usize, bool)> {
     let mut i = start;
-    let mut null = false;
+    let mut check = false;
     for (n, key) in keys.iter().enumerate() {
         if b.get(i) != Some(if n == 0 { &b'{' } else { &b',' }) {
             return None;
@@ -99,10 +101,11 @@ pub(super) fn scan_in_order(b: &[u8], start: usize, keys: &[Vec<u8>]) -> Option<
             return None;
         }
         i += key.len();
-        null |= b.get(i) == Some(&b'n');
+        let value = i;
         i = scalar_end(b, i)?;
+        check |= b[value] == b'n' || super::exact::may_be_inexact_bytes(&b[value..i]);
     }
-    (!keys.is_empty() && b.get(i) == Some(&b'}')).then_some((i + 1, null))
+    (!keys.is_empty() && b.get(i) == Some(&b'}')).then_some((i + 1, check))
 }
 
 /// JSON whitespace, as serde_json skips it, except the newline: in NDJSON a newline ends the
@@ -291,6 +294,9 @@ mod tests {
         let row = |text: &str| scan_in_order(text.as_bytes(), 0, &keys);
         assert_eq!(row(r#"{"a":1,"é b":"x"}"#), Some((18, false)));
         assert_eq!(row(r#"{"a":null,"é b":"x"}rest"#), Some((21, true)));
+        // A value its column might not hold exactly is flagged too (300 into a UInt8).
+        assert_eq!(row(r#"{"a":300,"é b":"x"}"#), Some((20, true)));
+        assert_eq!(row(r#"{"a":1,"é b":"2026-01-01"}"#), Some((27, true)));
         assert_eq!(row(r#"{"a":nul,"é b":"x"}"#), None);
         for other in [
             r#"{"é b":"x","a":1}"#,

@@ -2,8 +2,9 @@
 //! with nothing written. A type matrix against the real engine: for integer widths from 8 to
 //! 256 bits, floats, decimals, dates and times, inside Nullable, Array, Map and Tuple, values
 //! just inside and just outside each range (hand-picked and generated from a seed), each sent
-//! through the sink as NDJSON, as a JSON array and as typed rows (and a sample through the
-//! CLI), then read back. An in-range value must be accepted and read back equal (as a value:
+//! through the sink as NDJSON (spaced, and compact rows of the configured columns: the
+//! reader's two paths), as a JSON array and as typed rows (and a sample through the CLI),
+//! then read back. An in-range value must be accepted and read back equal (as a value:
 //! the declared coercions of docs/sink.md); an out-of-range one must be refused, with no row
 //! written. Against a sink that passes values through, the out-of-range cases are stored
 //! changed (300 into UInt8 is 44) and the test fails.
@@ -385,6 +386,8 @@ fn typed(text: &str) -> Value {
 #[derive(Clone, Copy, Debug)]
 enum Path {
     Ndjson,
+    /// Compact rows of the configured columns in order (the reader's fastest path).
+    NdjsonCompact,
     JsonArray,
     Typed,
 }
@@ -396,9 +399,10 @@ async fn send(
     k: usize,
     case: &Case,
 ) -> Result<(), CallError> {
+    let compact = matches!(path, Path::NdjsonCompact);
     let options = SinkOptions {
         table: table.into(),
-        columns: None,
+        columns: compact.then(|| vec!["k".to_string(), "v".to_string()]),
         batch_size: None,
         settings: vec![],
         dedup: None,
@@ -409,6 +413,10 @@ async fn send(
     let row = format!("{{\"k\": {k}, \"v\": {}}}", case.value);
     let result = match path {
         Path::Ndjson => i.sink_send_json(sink, format!("{row}\n").as_bytes()).await,
+        Path::NdjsonCompact => {
+            let row = format!("{{\"k\":{k},\"v\":{}}}\n", case.value);
+            i.sink_send_json(sink, row.as_bytes()).await
+        }
         Path::JsonArray => i.sink_send_json(sink, format!("[{row}]").as_bytes()).await,
         Path::Typed => {
             let rows = vec![vec![
@@ -490,7 +498,12 @@ async fn every_value_is_stored_exactly_or_refused_with_nothing_written() {
     let (mut accepted, mut refused) = (0, 0);
     let mut k = 0;
     for case in &cases {
-        for path in [Path::Ndjson, Path::JsonArray, Path::Typed] {
+        for path in [
+            Path::Ndjson,
+            Path::NdjsonCompact,
+            Path::JsonArray,
+            Path::Typed,
+        ] {
             k += 1;
             let table = &tables[&case.ty];
             let result = send(&mut i, table, path, k, case).await;
@@ -504,14 +517,14 @@ async fn every_value_is_stored_exactly_or_refused_with_nothing_written() {
         }
     }
     eprintln!(
-        "measured: {} cases x 3 paths: {accepted} accepted, {refused} refused (seed {seed:#x})",
+        "measured: {} cases x 4 paths: {accepted} accepted, {refused} refused (seed {seed:#x})",
         cases.len()
     );
     assert!(
         wrong.is_empty(),
         "{} of {} sends wrong (seed {seed:#x}):\n{}",
         wrong.len(),
-        cases.len() * 3,
+        cases.len() * 4,
         wrong.join("\n")
     );
     // Both outcomes occur: a sink that refuses everything, or nothing, fails above.
@@ -576,4 +589,84 @@ fn the_cli_refuses_what_the_library_refuses() {
     );
     assert!(stderr.contains("date_time_overflow_behavior"), "{stderr}");
     assert_eq!(count(), 1);
+}
+
+#[test]
+fn a_file_is_checked_whole_before_anything_is_sent() {
+    let db = unique_name("exact_file");
+    sql().exec("CREATE DATABASE {db:Identifier}", &[("db", &db)]);
+    let table = create(&db, 0, "UInt8");
+    let (t_db, t) = table.split_once('.').unwrap();
+    let count = || {
+        sql().count(
+            "SELECT count() FROM {db:Identifier}.{t:Identifier}",
+            &[("db", t_db), ("t", t)],
+        )
+    };
+    // 25 rows in batches of 10; row 23 (in the third batch) does not fit.
+    let rows: String = (0..25)
+        .map(|k| format!("{{\"k\": {k}, \"v\": {}}}\n", if k == 23 { 300 } else { k }))
+        .collect();
+    let dir = std::env::temp_dir().join(unique_name("exact_file"));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("rows.ndjson");
+    std::fs::write(&file, &rows).unwrap();
+    let file = file.to_str().unwrap();
+    let sink = |extra: &[&str], stdin: &[u8]| {
+        let mut cmd = cli(clickhouse());
+        cmd.args(["sink", "--table", &table, "--batch-size", "10"])
+            .args(extra);
+        output_with_stdin(&mut cmd, stdin)
+    };
+    // A file: refused whole, nothing sent, the row counted from the file's start.
+    let out = sink(&[file], b"");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(
+        out.status.code(),
+        Some(ErrorKind::InvalidInput.exit_code()),
+        "{stderr}"
+    );
+    assert!(stderr.contains("row index 23"), "{stderr}");
+    assert_eq!(
+        count(),
+        0,
+        "a file is checked whole before anything is sent"
+    );
+    // --stream, and stdin: batch by batch; the first two are committed.
+    for (what, extra, stdin) in [
+        ("--stream", vec!["--stream", file], &b""[..]),
+        ("stdin", vec!["-"], rows.as_bytes()),
+    ] {
+        sql().exec(
+            "TRUNCATE TABLE {db:Identifier}.{t:Identifier}",
+            &[("db", t_db), ("t", t)],
+        );
+        let out = sink(&extra, stdin);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(
+            out.status.code(),
+            Some(ErrorKind::Uncertain.exit_code()),
+            "{what}: {stderr}"
+        );
+        assert!(stderr.contains("row index 23"), "{what}: {stderr}");
+        assert_eq!(count(), 20, "{what}");
+    }
+    // A good file goes through whole.
+    sql().exec(
+        "TRUNCATE TABLE {db:Identifier}.{t:Identifier}",
+        &[("db", t_db), ("t", t)],
+    );
+    std::fs::write(
+        dir.join("rows.ndjson"),
+        rows.replace("\"v\": 300", "\"v\": 3"),
+    )
+    .unwrap();
+    let out = sink(&[file], b"");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(count(), 25);
+    let _ = std::fs::remove_dir_all(&dir);
 }
