@@ -10,11 +10,11 @@ use crate::platform::wasi::WasiPlatform;
 
 /// Runs the command line; returns the exit code.
 pub fn main() -> i32 {
-    let cli = match Cli::try_parse_from(std::env::args()) {
+    let args: Vec<String> = std::env::args().collect();
+    let cli = match Cli::try_parse_from(&args) {
         Ok(cli) => cli,
         Err(e) => {
-            let _ = e.print();
-            return if e.use_stderr() { 2 } else { 0 };
+            return cli::usage_error(&e, &args, &mut std::io::stdout(), &mut std::io::stderr())
         }
     };
     let mut stderr = std::io::stderr();

@@ -158,7 +158,7 @@ async fn bench_state(iterations: usize) {
     println!("update p50:     {upd50:.2} ms (target: under 30 ms; meltano-state-backend-clickhouse sleeps >= 1000 ms per update)");
 }
 
-const EVENT_COLUMNS: [&str; 4] = ["event_id", "occurred_at", "kind", "payload"];
+const EVENT_COLUMNS: [&str; 5] = ["event_id", "seq", "occurred_at", "kind", "payload"];
 
 /// The events table of the sink benchmark, in a database of its own; returns `db.t`.
 fn events_table(sql: &Sql, name: &str) -> String {
@@ -168,8 +168,9 @@ fn events_table(sql: &Sql, name: &str) -> String {
         &[("db", &db)],
     );
     sql.exec(
-        "CREATE TABLE {db:Identifier}.{t:Identifier} (event_id String, occurred_at DateTime64(3),
-         kind LowCardinality(String), payload String) ENGINE = MergeTree ORDER BY event_id",
+        "CREATE TABLE {db:Identifier}.{t:Identifier} (event_id String, seq UInt64,
+         occurred_at DateTime64(3), kind LowCardinality(String), payload String)
+         ENGINE = MergeTree ORDER BY event_id",
         &[("db", &db), ("t", name)],
     );
     format!("{db}.{name}")
@@ -184,7 +185,8 @@ fn event_batches(rows: usize, batch: usize) -> Vec<Vec<u8>> {
         let ms = n as u64;
         current.extend_from_slice(
             format!(
-                "{{\"event_id\":\"ev-{n:07}\",\"occurred_at\":\"2026-11-29 {:02}:{:02}:{:02}.{:03}\",\"kind\":\"k{}\",\"payload\":\"{payload}\"}}\n",
+                "{{\"event_id\":\"ev-{n:07}\",\"seq\":{},\"occurred_at\":\"2026-11-29 {:02}:{:02}:{:02}.{:03}\",\"kind\":\"k{}\",\"payload\":\"{payload}\"}}\n",
+                1_000_000_000_000u64 + n as u64,
                 10 + ms / 3_600_000,
                 (ms / 60_000) % 60,
                 (ms / 1000) % 60,
@@ -260,7 +262,7 @@ async fn bench_sink(title: &str, rows: usize, batch: usize, embedded: bool) {
     let input = std::env::temp_dir().join(format!("bench-sink-{}.ndjson", std::process::id()));
     std::fs::write(&input, &all).unwrap();
     println!(
-        "\n{title}: {rows} rows ({:.1} MB of JSONEachRow), batch size {batch}, 4-column events table, {}\n",
+        "\n{title}: {rows} rows ({:.1} MB of JSONEachRow), batch size {batch}, 5-column events table (an integer and a DateTime64 among them), {}\n",
         all.len() as f64 / 1e6,
         server.url
     );
@@ -289,11 +291,33 @@ async fn bench_sink(title: &str, rows: usize, batch: usize, embedded: bool) {
         "{}",
         String::from_utf8_lossy(&warm.stderr)
     );
-    for method in [Compression::Lz4, Compression::None, Compression::Zstd] {
-        let table = events_table(&sql, &format!("cli_{}", method.name()));
+    // BENCH_BASELINE_COMPONENT=FILE: the same CLI run with another component (a build of an
+    // earlier commit), side by side in this run.
+    let baseline = std::env::var_os("BENCH_BASELINE_COMPONENT");
+    let mut runs: Vec<(Compression, Option<&std::ffi::OsStr>)> =
+        [Compression::Lz4, Compression::None, Compression::Zstd]
+            .into_iter()
+            .map(|m| (m, None))
+            .collect();
+    if let Some(path) = &baseline {
+        runs.insert(1, (Compression::Lz4, Some(path.as_os_str())));
+    }
+    for (method, component) in runs {
+        let table = events_table(
+            &sql,
+            &format!(
+                "cli_{}{}",
+                method.name(),
+                if component.is_some() { "_baseline" } else { "" }
+            ),
+        );
+        let mut command = std::process::Command::new(&cli);
+        if let Some(path) = component {
+            command.env("CLICKHOUSE_COMPONENT", path);
+        }
         let started = Instant::now();
         let out = server
-            .export_to(&mut std::process::Command::new(&cli))
+            .export_to(&mut command)
             .args([
                 "sink",
                 "--table",
@@ -319,8 +343,13 @@ async fn bench_sink(title: &str, rows: usize, batch: usize, embedded: bool) {
         };
         results.push(Measured {
             path: format!(
-                "component CLI `sink --compression {}`{default}",
-                method.name()
+                "component CLI `sink --compression {}`{default}{}",
+                method.name(),
+                if component.is_some() {
+                    ", baseline component (BENCH_BASELINE_COMPONENT)"
+                } else {
+                    ""
+                }
             ),
             seconds,
             wire_bytes: Some(wire(method)),

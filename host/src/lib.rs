@@ -37,6 +37,6 @@ pub use component::{CachePolicy, ComponentSource, LoadKind, LoadReport};
 pub use limits::{CallDeadlineExceeded, Limits, MemoryLimitExceeded};
 pub use pool::{Network, NetworkError, Resolve, SystemResolver, TlsOptions};
 pub use runtime::{
-    default_allow_list, CallError, CapturedOutput, CommandInput, Instance, LockHandle,
+    default_allow_list, CallError, CapturedOutput, CommandInput, Instance, LockHandle, ReadableDir,
     RequestDeadline, Runtime, SinkHandle, StoreHandle,
 };

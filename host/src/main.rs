@@ -69,9 +69,21 @@ fn main() -> ExitCode {
         return cli::watchdog::main();
     }
     let raw_args: Vec<String> = std::env::args().collect();
-    let matches = HostCli::command().get_matches_from(&raw_args);
-    let cli = HostCli::from_arg_matches(&matches)
-        .unwrap_or_else(|e| e.format(&mut HostCli::command()).exit());
+    let parsed = HostCli::command()
+        .try_get_matches_from(&raw_args)
+        .and_then(|matches| HostCli::from_arg_matches(&matches).map(|cli| (matches, cli)));
+    let (matches, cli) = match parsed {
+        Ok(parsed) => parsed,
+        Err(e) => {
+            let code = clickhouse_component::cli::usage_error(
+                &e.format(&mut HostCli::command()),
+                &raw_args,
+                &mut std::io::stdout(),
+                &mut std::io::stderr(),
+            );
+            return ExitCode::from(u8::try_from(code).unwrap_or(1));
+        }
+    };
     // A connection that does not parse sends nothing (and says why without its secrets).
     let secrets = cli
         .cli
@@ -109,7 +121,7 @@ fn main() -> ExitCode {
                         code
                     })
             }
-            _ => cli::command::run(&cli, &matches, &raw_args).await,
+            _ => cli::command::run(&cli, &raw_args).await,
         }
     });
     let code = match result {

@@ -122,7 +122,8 @@ impl Runtime {
 
     /// A fresh instance set up to run as a command ([`Instance::run_command`]): these
     /// arguments (the first is the program name) and environment, stdin from `stdin`, stdout
-    /// into `stdout` (or the host's own stdout), stderr inherited.
+    /// into `stdout` (or the host's own stdout), stderr inherited, and the directories in
+    /// `readable` preopened read-only (nothing else of the filesystem).
     pub async fn instantiate_command(
         &self,
         allow: AllowList,
@@ -130,9 +131,14 @@ impl Runtime {
         env: &[(String, String)],
         stdin: CommandInput,
         stdout: Option<&CapturedOutput>,
+        readable: &[ReadableDir],
     ) -> anyhow::Result<Instance> {
         let mut wasi = WasiCtx::builder();
         wasi.args(args).envs(env).inherit_stderr();
+        for dir in readable {
+            wasi.preopened_dir(&dir.host, &dir.guest, wasmtime_wasi::FsPerms::ReadOnly)
+                .map_err(|e| anyhow::anyhow!("cannot open {}: {e}", dir.host.display()))?;
+        }
         match stdin {
             CommandInput::Inherit => {
                 wasi.inherit_stdin();
@@ -201,6 +207,17 @@ impl Runtime {
             run,
         })
     }
+}
+
+/// A host directory a command instance may read (never write), under a name in the guest:
+/// the reference CLI gives the component the directory of each FILE argument, under the name
+/// the argument uses, so the component opens the file as given (and can read it twice).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ReadableDir {
+    /// The directory on the host.
+    pub host: std::path::PathBuf,
+    /// Its name in the guest (`.`, `data`, `/srv/in`).
+    pub guest: String,
 }
 
 /// Where a command instance's standard input comes from.

@@ -291,9 +291,90 @@ where
     }
 }
 
+/// Reports a command line clap refused: help and version as clap prints them (exit 0); a
+/// usage error as clap prints it, or, when the arguments ask for `--json` (before any `--`),
+/// as the JSON error object every other error prints (kind `invalid-input`); exit 2 either way.
+pub fn usage_error(
+    e: &clap::Error,
+    args: &[String],
+    stdout: &mut dyn std::io::Write,
+    stderr: &mut dyn std::io::Write,
+) -> i32 {
+    if !e.use_stderr() {
+        let _ = write!(stdout, "{}", e.render());
+        return 0;
+    }
+    let json = args
+        .iter()
+        .skip(1)
+        .take_while(|a| *a != "--")
+        .any(|a| a == "--json");
+    if json {
+        let text = e.render().to_string();
+        let first = text.lines().next().unwrap_or("invalid arguments");
+        let message = match e.kind() {
+            // Its text is the help.
+            clap::error::ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand => {
+                "a subcommand or argument is missing (see --help)"
+            }
+            _ => first.strip_prefix("error: ").unwrap_or(first),
+        };
+        return output::error(true, &Error::invalid(message), stdout, stderr);
+    }
+    // As clap prints it (colours only on a terminal).
+    let _ = stderr.flush();
+    let _ = e.print();
+    crate::client::ErrorKind::InvalidInput.exit_code()
+}
+
+/// What to add to a file error inside a component: it sees only the directories its runner
+/// gives it.
+pub(crate) fn no_files_hint() -> &'static str {
+    if cfg!(target_arch = "wasm32") {
+        " (a WebAssembly component reads only the directories its runner gives it: the reference host gives the FILE's, `wasmtime run` needs --dir; or give - and the file on stdin)"
+    } else {
+        ""
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn usage_errors_under_json_print_the_json_error_object() {
+        let args: Vec<String> = [
+            "clickhouse-component",
+            "--json",
+            "sink",
+            "--table",
+            "t",
+            "--batch-size",
+            "-5",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        let e = Cli::try_parse_from(&args).unwrap_err();
+        let (mut out, mut err) = (Vec::new(), Vec::new());
+        assert_eq!(usage_error(&e, &args, &mut out, &mut err), 2);
+        let v: serde_json::Value = serde_json::from_slice(&out).unwrap();
+        assert_eq!(v["ok"], false);
+        assert_eq!(v["error"]["kind"], "invalid-input");
+        assert!(
+            v["error"]["message"].as_str().unwrap().contains("-5"),
+            "{v}"
+        );
+        // `--json` after `--` is not the option.
+        let args: Vec<String> = ["clickhouse-component", "state", "--", "--json"]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+        let e = Cli::try_parse_from(&args).unwrap_err();
+        let (mut out, mut err) = (Vec::new(), Vec::new());
+        assert_eq!(usage_error(&e, &args, &mut out, &mut err), 2);
+        assert!(out.is_empty());
+    }
 
     #[test]
     fn url_wins_over_host_and_meltano_uri() {

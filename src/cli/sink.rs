@@ -52,6 +52,12 @@ pub struct SinkArgs {
     /// NDJSON input; the store is chosen by the --state-* options).
     #[arg(long)]
     pub checkpoint: Option<String>,
+    /// Send each batch as soon as it is read and checked. Without it a FILE is read twice:
+    /// every row checked first (nothing is sent if one is refused), then sent. Standard input
+    /// (and a FIFO or other unseekable file) is always streamed: a row refused in a later batch
+    /// leaves the earlier batches committed (`uncertain`).
+    #[arg(long)]
+    pub stream: bool,
     /// Where checkpoints live, and --retries (default 5 with --dedup, else 0; resends need
     /// --dedup).
     #[command(flatten)]
@@ -233,6 +239,10 @@ struct Stream<'r, 'a, T: Transport + Clone, P: Platform + Clone> {
     checkpoint: Option<Checkpoint>,
     /// The batch on the wire, and where it ends in the input.
     in_flight: Option<(StartedSend, Option<Position>)>,
+    /// The first pass over a file: batches are checked, not sent.
+    checking: bool,
+    /// Batches read so far in this pass (for row numbers counted from the input's start).
+    batches: usize,
 }
 
 impl<T: Transport + Clone, P: Platform + Clone> Stream<'_, '_, T, P> {
@@ -271,15 +281,23 @@ impl<T: Transport + Clone, P: Platform + Clone> Stream<'_, '_, T, P> {
             self.sink = Some(Sink::open(client, self.runner.platform.clone(), &options)?);
         }
         let sink = self.sink.as_ref().expect("opened");
+        let first_row = self.batches * self.args.batch_size as usize;
+        self.batches += 1;
         // Read and checked (and compressed) while the previous batch is on the wire; sent
         // only once that one is acknowledged.
         let prepared = match sink.prepare_json(batch) {
             Ok(prepared) => prepared,
             Err(e) => {
-                self.complete()?;
+                let e = counted_from_the_start(e, first_row);
+                if !self.checking {
+                    self.complete()?;
+                }
                 return Err(e);
             }
         };
+        if self.checking {
+            return Ok(());
+        }
         self.complete()?;
         let sink = self.sink.as_ref().expect("opened");
         if let (Some(checkpoints), Some(position)) = (&self.checkpoints, position) {
@@ -382,15 +400,38 @@ pub fn run<T: Transport + Clone, P: Platform + Clone>(
         .unwrap_or(if args.dedup { DEFAULT_RETRIES } else { 0 });
     let connection = global.connection()?;
     let client = Client::new(&connection, runner.transport.clone())?;
+    // A regular file is checked whole before anything is sent (read twice), unless --stream.
+    let mut whole: Option<std::fs::File> = None;
     let mut input: Box<dyn Read + '_> = match args.file.as_deref() {
         None => std::mem::replace(&mut runner.stdin, Box::new(std::io::empty())),
         Some(p) if p.as_os_str() == "-" => {
             std::mem::replace(&mut runner.stdin, Box::new(std::io::empty()))
         }
-        Some(p) => Box::new(
-            std::fs::File::open(p)
-                .map_err(|e| Error::invalid(format!("cannot open {}: {e}", p.display())))?,
-        ),
+        Some(p) => {
+            let file = std::fs::File::open(p).map_err(|e| {
+                Error::invalid(format!(
+                    "cannot open {}: {e}{}",
+                    p.display(),
+                    super::no_files_hint()
+                ))
+            })?;
+            let seekable = file.metadata().is_ok_and(|m| m.is_file());
+            if !args.stream && seekable {
+                // Opened again for the first pass (WASI has no dup): the second pass checks
+                // every batch again as it sends it, so a file changed in between is safe.
+                whole =
+                    Some(std::fs::File::open(p).map_err(|e| {
+                        Error::invalid(format!("cannot open {}: {e}", p.display()))
+                    })?);
+            } else if !args.stream {
+                let _ = writeln!(
+                    runner.stderr,
+                    "sink: {} is not a regular file: its rows are checked batch by batch as they are sent",
+                    p.display()
+                );
+            }
+            Box::new(file)
+        }
     };
     let mut target = args.table.clone();
     let (checkpoints, saved) = match &args.checkpoint {
@@ -434,8 +475,29 @@ pub fn run<T: Transport + Clone, P: Platform + Clone>(
         checkpoints,
         checkpoint: saved,
         in_flight: None,
+        checking: whole.is_some(),
+        batches: 0,
         runner,
     };
+    if let Some(mut file) = whole {
+        // First pass: every row checked (the sink opened, the column types read), nothing
+        // sent; the second pass reads `input` from its start.
+        let checked = if args.checkpoint.is_some() {
+            read_ndjson_from(
+                &mut file,
+                args.batch_size as usize,
+                resume.clone(),
+                |batch, position| stream.send(batch, Some(position)),
+            )
+        } else {
+            read_batches(&mut file, args.batch_size as usize, |batch| {
+                stream.send(batch, None)
+            })
+        };
+        checked?;
+        stream.checking = false;
+        stream.batches = 0;
+    }
     let outcome = if args.checkpoint.is_some() {
         read_ndjson_from(
             &mut input,
@@ -537,6 +599,23 @@ pub fn run<T: Transport + Clone, P: Platform + Clone>(
             "rows_per_second": rate,
         }),
     ))
+}
+
+/// A refused row's index counted from the input's start (the sink counts from its batch's):
+/// `row index N` becomes `row index N + first_row`.
+fn counted_from_the_start(e: Error, first_row: usize) -> Error {
+    let Some(rest) = e.message.strip_prefix("row index ") else {
+        return e;
+    };
+    let digits = rest.bytes().take_while(u8::is_ascii_digit).count();
+    match rest[..digits].parse::<usize>() {
+        Ok(n) if first_row > 0 => {
+            let message = format!("row index {}{}", n + first_row, &rest[digits..]);
+            let kind = e.kind;
+            e.reclassify(kind, message)
+        }
+        _ => e,
+    }
 }
 
 /// How far an NDJSON input has been read: bytes from its start, and their SHA-256 (hex).
@@ -988,6 +1067,7 @@ mod tests {
             dedup: true,
             compression: Compression::Lz4,
             checkpoint: Some("c".into()),
+            stream: false,
             store: StoreArgs::default(),
             file: None,
         };

@@ -292,8 +292,8 @@ fn source<'a>(
     }
 }
 
-/// Reads a file, `-` being the runner's stdin. A component has no filesystem: the reference
-/// host passes the file as stdin.
+/// Reads a file, `-` being the runner's stdin. In a component the file must be in a directory
+/// its runner gives it (the reference host gives the file's).
 fn read_input<T, P>(file: &Path, runner: &mut Runner<'_, T, P>) -> Result<String, Error> {
     let mut text = String::new();
     if file.as_os_str() == "-" {
@@ -304,12 +304,11 @@ fn read_input<T, P>(file: &Path, runner: &mut Runner<'_, T, P>) -> Result<String
         return Ok(text);
     }
     std::fs::read_to_string(file).map_err(|e| {
-        let hint = if cfg!(target_arch = "wasm32") {
-            " (a WebAssembly component sees no files: give - and the file on stdin)"
-        } else {
-            ""
-        };
-        Error::invalid(format!("reading {}: {e}{hint}", file.display()))
+        Error::invalid(format!(
+            "reading {}: {e}{}",
+            file.display(),
+            super::no_files_hint()
+        ))
     })
 }
 

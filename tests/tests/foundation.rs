@@ -521,6 +521,7 @@ async fn the_library_component_serves_the_library_and_has_no_command_mode() {
             &[],
             clickhouse_component_host::CommandInput::Bytes(Vec::new()),
             None,
+            &[],
         )
         .await
         .unwrap();

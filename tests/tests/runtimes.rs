@@ -75,6 +75,18 @@ fn under_wasmtime(server: &Server, args: &[&str], stdin: &[u8]) -> Run {
     finish(cmd, stdin)
 }
 
+/// The same, with `dir` readable by the component (`--dir DIR::DIR`).
+fn under_wasmtime_with_dir(server: &Server, dir: &str, args: &[&str], stdin: &[u8]) -> Run {
+    let mut cmd = Command::new(wasmtime());
+    cmd.args(["run", "-S", "http", "--dir", &format!("{dir}::{dir}")])
+        .arg(format!("--env=CLICKHOUSE_URL={}", server.url))
+        .arg(format!("--env=CLICKHOUSE_USER={}", server.user))
+        .arg(format!("--env=CLICKHOUSE_PASSWORD={}", server.password))
+        .arg(EMBEDDED_COMPONENT_PATH)
+        .args(args);
+    finish(cmd, stdin)
+}
+
 /// The reference host's CLI with the same arguments.
 fn under_host(server: &Server, args: &[&str], stdin: &[u8]) -> Run {
     let mut cmd = cli(server);
@@ -206,6 +218,63 @@ fn state_commands_are_the_same_under_wasmtime_and_the_host() {
     assert_eq!(w.code, 0, "{}", w.stderr);
     let h = under_host(server, &refs(&state(&["list"])), b"");
     assert_eq!(h.stdout, "imported\ntap-a--target-b\n");
+}
+
+#[test]
+fn a_file_is_read_and_checked_whole_the_same_under_wasmtime_and_the_host() {
+    let server = clickhouse();
+    let db = unique_name("rt_file");
+    let sql = Sql::new(&server.connection());
+    sql.exec("CREATE DATABASE {db:Identifier}", &[("db", &db)]);
+    sql.exec(
+        "CREATE TABLE {db:Identifier}.t (n UInt8) ENGINE = MergeTree ORDER BY n",
+        &[("db", &db)],
+    );
+    let dir = std::env::temp_dir().join(unique_name("rt_file"));
+    std::fs::create_dir_all(&dir).unwrap();
+    let dir_text = dir.to_str().unwrap().to_string();
+    let file = format!("{dir_text}/rows.ndjson");
+    let table = format!("{db}.t");
+    let args = [
+        "--json",
+        "sink",
+        "--table",
+        &table,
+        "--batch-size",
+        "2",
+        &file,
+    ];
+    let count = || sql.count("SELECT count() FROM {db:Identifier}.t", &[("db", &db)]);
+    // A value out of range in the third batch: refused whole by both, nothing sent.
+    std::fs::write(
+        &file,
+        "{\"n\":1}\n{\"n\":2}\n{\"n\":3}\n{\"n\":4}\n{\"n\":300}\n",
+    )
+    .unwrap();
+    let w = under_wasmtime_with_dir(server, &dir_text, &args, b"");
+    let h = under_host(server, &args, b"");
+    assert_eq!(
+        (w.code, h.code),
+        (2, 2),
+        "{}{}{}{}",
+        w.stdout,
+        w.stderr,
+        h.stdout,
+        h.stderr
+    );
+    assert_eq!(timeless(&w.stdout), timeless(&h.stdout));
+    assert_eq!(count(), 0);
+    // A good file: sent by both.
+    std::fs::write(&file, "{\"n\":1}\n{\"n\":2}\n{\"n\":3}\n").unwrap();
+    let w = under_wasmtime_with_dir(server, &dir_text, &args, b"");
+    let h = under_host(server, &args, b"");
+    assert_eq!((w.code, h.code), (0, 0), "{}{}", w.stderr, h.stderr);
+    assert_eq!(count(), 6);
+    // Without --dir the file is out of reach, and the message says how to give it.
+    let w = under_wasmtime(server, &args, b"");
+    assert_eq!(w.code, 2, "{}", w.stdout);
+    assert!(w.stdout.contains("--dir"), "{}", w.stdout);
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]

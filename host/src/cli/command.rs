@@ -1,29 +1,25 @@
 //! Runs the component's command line (its `wasi:cli/run` export) for every command but
 //! `lock -- COMMAND` and `state edit`: the same output and exit codes as under any other
-//! runner, by construction. The host adds its allow-list, turns a FILE argument of `sink` /
-//! `state import` and the --input-file of `state set` / `merge` into the component's stdin
-//! (the component gets no filesystem), passes only the CLICKHOUSE_* / MELTANO_STATE_BACKEND_*
-//! environment, and asks for progress on a terminal.
+//! runner, by construction. The host adds its allow-list, passes only the CLICKHOUSE_* /
+//! MELTANO_STATE_BACKEND_* environment, asks for progress on a terminal, and gives the
+//! component read-only access to the directory of each file the command line names (the FILE
+//! of `sink` and `state import`, the --input-file of `state set` / `merge`), under the name
+//! the argument uses: the arguments reach the component unchanged, and it opens the file
+//! itself (as under `wasmtime run --dir DIR`), as often as it needs.
 
-use std::path::PathBuf;
+use std::path::{Component, Path, PathBuf};
 
-use clap::{ArgMatches, CommandFactory, Parser};
-use clickhouse_component::cli::state::{ask_to_continue, declined, StateCommand, OVERWRITE_PROMPT};
-use clickhouse_component::cli::{Cli, Command};
+use clickhouse_component::cli::state::StateCommand;
+use clickhouse_component::cli::Command;
 use clickhouse_component::client::Error;
-use clickhouse_component_host::config::{value_position, ValuePosition};
-use clickhouse_component_host::{CallError, CommandInput};
+use clickhouse_component_host::{CallError, CommandInput, ReadableDir};
 
 use super::component::run_component;
 use super::HostCli;
 
-/// Runs the command through the component; returns the exit code. `matches` are what
-/// `raw_args` parsed into (`cli`).
-pub async fn run(
-    cli: &HostCli,
-    matches: &ArgMatches,
-    raw_args: &[String],
-) -> Result<i32, CallError> {
+/// Runs the command through the component; returns the exit code. `cli` is what `raw_args`
+/// parsed into.
+pub async fn run(cli: &HostCli, raw_args: &[String]) -> Result<i32, CallError> {
     if let Command::State {
         command: StateCommand::Edit { id, force },
         ..
@@ -31,104 +27,62 @@ pub async fn run(
     {
         return super::edit::run(cli, raw_args, id, *force).await;
     }
-    // A file argument becomes the component's stdin: that argument (and no other with the
-    // same text) becomes `-`.
-    let mut args = raw_args.to_vec();
-    let mut stdin = CommandInput::Inherit;
-    if let Some(file) = file_argument(cli, matches, &args)? {
-        let opened = std::fs::File::open(&file.path).map_err(|e| {
-            CallError::Component(Error::invalid(format!(
-                "cannot open {}: {e}",
-                file.path.display()
-            )))
-        })?;
-        args = file.at.replace(&args, "-");
-        if file.confirm {
-            // `set` asks before it overwrites, on stdin: the file has it now, so the host asks
-            // first (as Meltano does, before reading anything) and the component gets --force.
-            if !ask_to_continue(
-                OVERWRITE_PROMPT,
-                &mut std::io::stdin().lock(),
-                &mut std::io::stderr(),
-            ) {
-                return Ok(declined().emit(cli.cli.global.json, &mut std::io::stdout()));
-            }
-            args.insert(file.at.index + 1, "--force".to_string());
-        }
-        stdin = CommandInput::File(opened);
-    }
-    run_component(cli, &args, stdin, None).await
+    let readable = readable_dirs(cli).map_err(CallError::Component)?;
+    run_component(cli, raw_args, CommandInput::Inherit, None, &readable).await
 }
 
-/// A file the command line names that becomes the component's stdin.
-struct FileArgument {
-    path: PathBuf,
-    /// Where it is in the arguments.
-    at: ValuePosition,
-    /// Whether the command asks for confirmation on stdin (`set` without --force).
-    confirm: bool,
-}
-
-/// The FILE of `sink` / `state import` or the --input-file of `state set` / `state merge`
-/// (unless `-` or left out), and its position in `args`: where clap found it (not the last
-/// argument with the same text: `sink data --table data`).
-fn file_argument(
-    cli: &HostCli,
-    matches: &ArgMatches,
-    args: &[String],
-) -> Result<Option<FileArgument>, CallError> {
-    let (path, id, file, confirm): (&[&str], _, _, _) = match &cli.cli.command {
-        Command::Sink(sink) => (&["sink"], "file", sink.file.clone(), false),
+/// The files the command line names (`-` and absent ones aside).
+fn named_files(cli: &HostCli) -> Vec<&Path> {
+    let files: Vec<Option<&PathBuf>> = match &cli.cli.command {
+        Command::Sink(sink) => vec![sink.file.as_ref()],
         Command::State { command, .. } => match command {
-            StateCommand::Import { file } => {
-                (&["state", "import"], "file", Some(file.clone()), false)
-            }
-            StateCommand::Set {
-                input_file, force, ..
-            } => (&["state", "set"], "input_file", input_file.clone(), !force),
-            StateCommand::Merge { input_file, .. } => {
-                (&["state", "merge"], "input_file", input_file.clone(), false)
-            }
-            _ => return Ok(None),
-        },
-        _ => return Ok(None),
-    };
-    let Some(file) = file.filter(|f| f.as_os_str() != "-" && !f.as_os_str().is_empty()) else {
-        return Ok(None);
-    };
-    match value_position(&HostCli::command(), matches, args, path, id)
-        .filter(|&at| only_the_file_becomes_stdin(cli, args, at))
-    {
-        Some(at) => Ok(Some(FileArgument {
-            path: file,
-            at,
-            confirm,
-        })),
-        None => Err(CallError::Component(Error::invalid(format!(
-            "cannot tell which argument is the file '{}': give it after -- (sink --table T -- FILE) or on stdin",
-            file.display().to_string().escape_debug()
-        )))),
-    }
-}
-
-/// Whether `-` in place of the value at `at` parses as the same command line with `-` as its
-/// file (a check on the position found: nothing else may change).
-fn only_the_file_becomes_stdin(cli: &HostCli, args: &[String], at: ValuePosition) -> bool {
-    let Ok(reparsed) = HostCli::try_parse_from(at.replace(args, "-")) else {
-        return false;
-    };
-    let mut expected: Cli = cli.cli.clone();
-    let stdin = Some(PathBuf::from("-"));
-    match &mut expected.command {
-        Command::Sink(sink) => sink.file = stdin,
-        Command::State { command, .. } => match command {
-            StateCommand::Import { file } => *file = "-".into(),
+            StateCommand::Import { file } => vec![Some(file)],
             StateCommand::Set { input_file, .. } | StateCommand::Merge { input_file, .. } => {
-                *input_file = stdin
+                vec![input_file.as_ref()]
             }
-            _ => return false,
+            _ => vec![],
         },
-        _ => return false,
+        _ => vec![],
+    };
+    files
+        .into_iter()
+        .flatten()
+        .map(PathBuf::as_path)
+        .filter(|f| f.as_os_str() != "-" && !f.as_os_str().is_empty())
+        .collect()
+}
+
+/// The directory of each named file, readable under the name its argument uses (`data` for
+/// `data/rows.ndjson`, `.` for `rows.ndjson`, `/srv/in` for `/srv/in/rows.ndjson`). A file
+/// that cannot be opened is `invalid-input` before anything runs; so is a path through `..`
+/// (the guest resolves it against its own root, not the host's working directory) or one that
+/// is not UTF-8.
+fn readable_dirs(cli: &HostCli) -> Result<Vec<ReadableDir>, Error> {
+    let mut dirs: Vec<ReadableDir> = Vec::new();
+    for file in named_files(cli) {
+        let shown = file.display().to_string().escape_debug().to_string();
+        std::fs::File::open(file)
+            .map_err(|e| Error::invalid(format!("cannot open {shown}: {e}")))?;
+        if file.components().any(|c| c == Component::ParentDir) {
+            return Err(Error::invalid(format!(
+                "the file {shown} is named through '..': give it without '..' (its absolute path, say) or on stdin (-)"
+            )));
+        }
+        let parent = file
+            .parent()
+            .filter(|p| !p.as_os_str().is_empty())
+            .unwrap_or(Path::new("."));
+        let guest = parent.to_str().ok_or_else(|| {
+            Error::invalid(format!(
+                "the file {shown} has a name that is not UTF-8: give it on stdin (-)"
+            ))
+        })?;
+        if !dirs.iter().any(|d| d.guest == guest) {
+            dirs.push(ReadableDir {
+                host: parent.to_path_buf(),
+                guest: guest.to_string(),
+            });
+        }
     }
-    format!("{:?} {:?}", reparsed.host, reparsed.cli) == format!("{:?} {expected:?}", cli.host)
+    Ok(dirs)
 }

@@ -6,7 +6,7 @@
 use std::io::IsTerminal;
 
 use clickhouse_component_host::config::strip_host_flags;
-use clickhouse_component_host::{CallError, CapturedOutput, CommandInput, Runtime};
+use clickhouse_component_host::{CallError, CapturedOutput, CommandInput, ReadableDir, Runtime};
 
 use super::HostCli;
 
@@ -30,12 +30,14 @@ fn component_env() -> Vec<(String, String)> {
 }
 
 /// Runs the component's command line `args` (the host's own flags are stripped here) with this
-/// stdin, its stdout into `stdout` (or the host's); returns the exit code.
+/// stdin, its stdout into `stdout` (or the host's), and these directories readable; returns
+/// the exit code.
 pub async fn run_component(
     cli: &HostCli,
     args: &[String],
     stdin: CommandInput,
     stdout: Option<&CapturedOutput>,
+    readable: &[ReadableDir],
 ) -> Result<i32, CallError> {
     let connection = cli.cli.global.connection().map_err(CallError::Component)?;
     let allow = cli
@@ -47,7 +49,7 @@ pub async fn run_component(
         .with_limits(cli.host.limits().map_err(CallError::Component)?)
         .with_network(cli.host.network().map_err(CallError::Component)?);
     let mut instance = runtime
-        .instantiate_command(allow, &args, &component_env(), stdin, stdout)
+        .instantiate_command(allow, &args, &component_env(), stdin, stdout, readable)
         .await?;
     instance.run_command().await
 }

@@ -54,7 +54,14 @@ pub async fn run(
         return Ok(declined().emit(json, &mut std::io::stdout()));
     }
     let current = CapturedOutput::new(MAX_STATE_BYTES);
-    let code = run_component(cli, &get, CommandInput::Bytes(Vec::new()), Some(&current)).await?;
+    let code = run_component(
+        cli,
+        &get,
+        CommandInput::Bytes(Vec::new()),
+        Some(&current),
+        &[],
+    )
+    .await?;
     if code != 0 {
         // The component said why on stderr; with --json its error object is the answer.
         if json {
@@ -108,6 +115,7 @@ pub async fn run(
         &set,
         CommandInput::Bytes(edited.as_bytes().to_vec()),
         None,
+        &[],
     )
     .await;
     if matches!(code, Ok(0)) {
