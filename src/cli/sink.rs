@@ -318,6 +318,19 @@ impl<T: Transport + Clone, P: Platform + Clone> Stream<'_, '_, T, P> {
         Ok(())
     }
 
+    /// Reads `input` batch by batch (from the checkpoint's position, with one) and sends (or,
+    /// in the first pass over a file, checks) each.
+    fn read(&mut self, input: &mut dyn Read, resume: Option<Resume>) -> Result<(), Error> {
+        let batch_size = self.args.batch_size as usize;
+        if self.args.checkpoint.is_some() {
+            read_ndjson_from(input, batch_size, resume, |batch, position| {
+                self.send(batch, Some(position))
+            })
+        } else {
+            read_batches(input, batch_size, |batch| self.send(batch, None))
+        }
+    }
+
     /// Waits for the batch in flight, if any: its receipt, its checkpoint, the progress line.
     fn complete(&mut self) -> Result<(), Error> {
         let Some((started, position)) = self.in_flight.take() else {
@@ -382,62 +395,14 @@ pub fn run<T: Transport + Clone, P: Platform + Clone>(
     args: &SinkArgs,
     runner: &mut Runner<'_, T, P>,
 ) -> Result<Output, Error> {
-    if args.batch_size == 0 {
-        return Err(Error::invalid("--batch-size must be greater than 0"));
-    }
-    if args.checkpoint.is_some() && !args.dedup {
-        return Err(Error::invalid(
-            "--checkpoint needs --dedup: a batch committed just before a crash is resent by the next run, and only its token keeps it from being written twice",
-        ));
-    }
-    if let Some(id) = &args.checkpoint {
-        // The checkpoint is written under this id: a new id's rules.
-        crate::state::check_new_id(id)?;
-    }
-    let retries = args
-        .store
-        .retries
-        .unwrap_or(if args.dedup { DEFAULT_RETRIES } else { 0 });
+    let retries = check_args(args)?;
     let connection = global.connection()?;
     let client = Client::new(&connection, runner.transport.clone())?;
-    // A regular file is checked whole before anything is sent (read twice), unless --stream.
-    let mut whole: Option<std::fs::File> = None;
-    let mut input: Box<dyn Read + '_> = match args.file.as_deref() {
-        None => std::mem::replace(&mut runner.stdin, Box::new(std::io::empty())),
-        Some(p) if p.as_os_str() == "-" => {
-            std::mem::replace(&mut runner.stdin, Box::new(std::io::empty()))
-        }
-        Some(p) => {
-            let file = std::fs::File::open(p).map_err(|e| {
-                Error::invalid(format!(
-                    "cannot open {}: {e}{}",
-                    p.display(),
-                    super::no_files_hint()
-                ))
-            })?;
-            let seekable = file.metadata().is_ok_and(|m| m.is_file());
-            if !args.stream && seekable {
-                // Opened again for the first pass (WASI has no dup): the second pass checks
-                // every batch again as it sends it, so a file changed in between is safe.
-                whole =
-                    Some(std::fs::File::open(p).map_err(|e| {
-                        Error::invalid(format!("cannot open {}: {e}", p.display()))
-                    })?);
-            } else if !args.stream {
-                let _ = writeln!(
-                    runner.stderr,
-                    "sink: {} is not a regular file: its rows are checked batch by batch as they are sent",
-                    p.display()
-                );
-            }
-            Box::new(file)
-        }
-    };
-    let mut target = args.table.clone();
-    let (checkpoints, saved) = match &args.checkpoint {
-        None => (None, None),
+    let (mut input, whole) = open_input(args, runner)?;
+    let (target, checkpoints, saved) = match &args.checkpoint {
+        None => (args.table.clone(), None, None),
         Some(id) => {
-            target = qualified_target(&client, &runner.platform, &args.table)?;
+            let target = qualified_target(&client, &runner.platform, &args.table)?;
             let mut options = args.store.options()?;
             options.retries = retries.max(DEFAULT_RETRIES);
             let store = StateStore::open(
@@ -453,7 +418,7 @@ pub fn run<T: Transport + Clone, P: Platform + Clone>(
             if let Some(saved) = &saved {
                 check_same_target(saved, &target, args, id)?;
             }
-            (Some(checkpoints), saved)
+            (target, Some(checkpoints), saved)
         }
     };
     let resume = saved.as_ref().map(|c| Resume {
@@ -482,34 +447,11 @@ pub fn run<T: Transport + Clone, P: Platform + Clone>(
     if let Some(mut file) = whole {
         // First pass: every row checked (the sink opened, the column types read), nothing
         // sent; the second pass reads `input` from its start.
-        let checked = if args.checkpoint.is_some() {
-            read_ndjson_from(
-                &mut file,
-                args.batch_size as usize,
-                resume.clone(),
-                |batch, position| stream.send(batch, Some(position)),
-            )
-        } else {
-            read_batches(&mut file, args.batch_size as usize, |batch| {
-                stream.send(batch, None)
-            })
-        };
-        checked?;
+        stream.read(&mut file, resume.clone())?;
         stream.checking = false;
         stream.batches = 0;
     }
-    let outcome = if args.checkpoint.is_some() {
-        read_ndjson_from(
-            &mut input,
-            args.batch_size as usize,
-            resume,
-            |batch, position| stream.send(batch, Some(position)),
-        )
-    } else {
-        read_batches(&mut input, args.batch_size as usize, |batch| {
-            stream.send(batch, None)
-        })
-    };
+    let outcome = stream.read(&mut input, resume);
     // The last batch is still on the wire (also when reading failed): its outcome decides
     // what was committed, so its failure comes first.
     let outcome = match (outcome, stream.complete()) {
@@ -523,37 +465,110 @@ pub fn run<T: Transport + Clone, P: Platform + Clone>(
         let _ = writeln!(stream.runner.stderr);
     }
     if let Err(e) = outcome {
-        let record = match &args.checkpoint {
-            Some(id) => format!(
-                "; checkpoint '{}' records {} rows: run the same command again to continue",
-                crate::state::escape_id(id),
-                stream.checkpoint.as_ref().map_or(0, |c| c.rows)
-            ),
-            None => String::new(),
-        };
-        // A failure after earlier batches committed leaves the stream partly written.
-        return Err(if total.rows > 0 {
-            let committed = total.rows + e.committed_rows;
-            Error {
-                committed_rows: committed,
-                ..e.clone().reclassify(
-                    ErrorKind::Uncertain,
-                    format!(
-                        "{committed} rows were committed before the failure ({}: {}){record}",
-                        e.kind, e.message
-                    ),
-                )
-            }
-        } else if record.is_empty() || e.kind == ErrorKind::InvalidInput {
-            e
-        } else {
-            let message = format!("{}{record}", e.message);
-            e.clone().reclassify(e.kind, message)
-        });
+        return Err(failure(e, &total, args, stream.checkpoint.as_ref()));
     }
     if stream.sink.is_none() && resumed_rows == 0 {
         return Err(Error::invalid("the input has no rows"));
     }
+    Ok(summary(args, &total, resumed_rows, seconds))
+}
+
+/// The option rules `sink` checks before anything else; the retries to use.
+fn check_args(args: &SinkArgs) -> Result<u32, Error> {
+    if args.batch_size == 0 {
+        return Err(Error::invalid("--batch-size must be greater than 0"));
+    }
+    if args.checkpoint.is_some() && !args.dedup {
+        return Err(Error::invalid(
+            "--checkpoint needs --dedup: a batch committed just before a crash is resent by the next run, and only its token keeps it from being written twice",
+        ));
+    }
+    if let Some(id) = &args.checkpoint {
+        // The checkpoint is written under this id: a new id's rules.
+        crate::state::check_new_id(id)?;
+    }
+    Ok(args
+        .store
+        .retries
+        .unwrap_or(if args.dedup { DEFAULT_RETRIES } else { 0 }))
+}
+
+/// The input (stdin, or the FILE), and, for a regular FILE checked whole before anything is
+/// sent (unless --stream), the same file opened again for that first pass (WASI has no dup;
+/// the second pass checks every batch again as it sends it, so a file changed in between is
+/// safe).
+fn open_input<'r, T, P>(
+    args: &SinkArgs,
+    runner: &mut Runner<'r, T, P>,
+) -> Result<(Box<dyn Read + 'r>, Option<std::fs::File>), Error> {
+    let open = |p: &std::path::Path| {
+        std::fs::File::open(p).map_err(|e| {
+            Error::invalid(format!(
+                "cannot open {}: {e}{}",
+                p.display(),
+                super::no_files_hint()
+            ))
+        })
+    };
+    match args.file.as_deref() {
+        Some(p) if p.as_os_str() != "-" => {
+            let file = open(p)?;
+            let seekable = file.metadata().is_ok_and(|m| m.is_file());
+            let whole = if args.stream {
+                None
+            } else if seekable {
+                Some(open(p)?)
+            } else {
+                let _ = writeln!(
+                    runner.stderr,
+                    "sink: {} is not a regular file: its rows are checked batch by batch as they are sent",
+                    p.display()
+                );
+                None
+            };
+            Ok((Box::new(file), whole))
+        }
+        _ => Ok((
+            std::mem::replace(&mut runner.stdin, Box::new(std::io::empty())),
+            None,
+        )),
+    }
+}
+
+/// The error of a run that failed: `uncertain` once earlier batches were committed (with how
+/// many), and where its checkpoint stands.
+fn failure(e: Error, total: &Receipt, args: &SinkArgs, checkpoint: Option<&Checkpoint>) -> Error {
+    let record = match &args.checkpoint {
+        Some(id) => format!(
+            "; checkpoint '{}' records {} rows: run the same command again to continue",
+            crate::state::escape_id(id),
+            checkpoint.map_or(0, |c| c.rows)
+        ),
+        None => String::new(),
+    };
+    // A failure after earlier batches committed leaves the stream partly written.
+    if total.rows > 0 {
+        let committed = total.rows + e.committed_rows;
+        Error {
+            committed_rows: committed,
+            ..e.clone().reclassify(
+                ErrorKind::Uncertain,
+                format!(
+                    "{committed} rows were committed before the failure ({}: {}){record}",
+                    e.kind, e.message
+                ),
+            )
+        }
+    } else if record.is_empty() || e.kind == ErrorKind::InvalidInput {
+        e
+    } else {
+        let message = format!("{}{record}", e.message);
+        e.clone().reclassify(e.kind, message)
+    }
+}
+
+/// The receipt of a run that succeeded, as text and JSON.
+fn summary(args: &SinkArgs, total: &Receipt, resumed_rows: u64, seconds: f64) -> Output {
     let rate = total.rows as f64 / seconds.max(1e-9);
     let resumed = if resumed_rows > 0 {
         format!(", after {resumed_rows} rows committed by earlier runs")
@@ -582,7 +597,7 @@ pub fn run<T: Transport + Clone, P: Platform + Clone>(
             String::new()
         },
     );
-    Ok(Output::new(
+    Output::new(
         text,
         json!({
             "ok": true,
@@ -598,7 +613,7 @@ pub fn run<T: Transport + Clone, P: Platform + Clone>(
             "seconds": seconds,
             "rows_per_second": rate,
         }),
-    ))
+    )
 }
 
 /// A refused row's index counted from the input's start (the sink counts from its batch's):
