@@ -283,21 +283,20 @@ impl<T: Transport + Clone, P: Platform + Clone> Stream<'_, '_, T, P> {
         let sink = self.sink.as_ref().expect("opened");
         let first_row = self.batches * self.args.batch_size as usize;
         self.batches += 1;
+        if self.checking {
+            return sink
+                .check_json(batch)
+                .map_err(|e| counted_from_the_start(e, first_row));
+        }
         // Read and checked (and compressed) while the previous batch is on the wire; sent
         // only once that one is acknowledged.
         let prepared = match sink.prepare_json(batch) {
             Ok(prepared) => prepared,
             Err(e) => {
-                let e = counted_from_the_start(e, first_row);
-                if !self.checking {
-                    self.complete()?;
-                }
-                return Err(e);
+                self.complete()?;
+                return Err(counted_from_the_start(e, first_row));
             }
         };
-        if self.checking {
-            return Ok(());
-        }
         self.complete()?;
         let sink = self.sink.as_ref().expect("opened");
         if let (Some(checkpoints), Some(position)) = (&self.checkpoints, position) {

@@ -149,35 +149,30 @@ pub fn may_hold_null(value: &str) -> bool {
 /// Column name to null rule, for one table.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct ColumnTypes {
-    rules: HashMap<String, (NullRule, Exact, String)>,
+    rules: HashMap<String, ColumnRule>,
 }
 
-impl ColumnTypes {
-    /// From `(name, type)` pairs.
-    pub fn new<I: IntoIterator<Item = (String, String)>>(columns: I) -> Self {
-        ColumnTypes {
-            rules: columns
-                .into_iter()
-                .map(|(name, ty)| (name, (null_rule(&ty), Exact::of(&ty), ty)))
-                .collect(),
-        }
-    }
+/// What one column takes: where a null may go, what its type holds exactly, and the type.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ColumnRule {
+    null: NullRule,
+    exact: Exact,
+    ty: String,
+}
 
-    /// Checks one value, given as JSON text, against its column; the reason when ClickHouse
-    /// would store something else: a null turned into a default, or a value its type cannot
-    /// hold exactly ([`Exact`]). Unknown columns pass (the server names them).
-    pub fn check_json(&self, column: &str, value: &str) -> Result<(), String> {
-        let Some((rule, exact, ty)) = self.rules.get(column) else {
-            return Ok(());
-        };
-        if *exact != Exact::Any {
-            exact.check_text(value).map_err(|why| {
-                let ty: String = ty.chars().take(80).collect();
+impl ColumnRule {
+    /// Checks one value, given as JSON text; the reason when ClickHouse would store
+    /// something else: a null turned into a default, or a value the type cannot hold exactly
+    /// ([`Exact`]).
+    pub fn check(&self, value: &str) -> Result<(), String> {
+        if self.exact != Exact::Any {
+            self.exact.check_text(value).map_err(|why| {
+                let ty: String = self.ty.chars().take(80).collect();
                 format!("{why}; the column's type is {ty}")
             })?;
         }
         let value = value.trim();
-        let refused = match rule {
+        let refused = match self.null {
             NullRule::Accepts => false,
             NullRule::RefusesTopLevel => value == "null",
             NullRule::Refuses => {
@@ -188,17 +183,53 @@ impl ColumnTypes {
             }
         };
         if refused {
-            Err(refusal(ty, value == "null"))
+            Err(refusal(&self.ty, value == "null"))
         } else {
             Ok(())
         }
+    }
+}
+
+impl ColumnTypes {
+    /// From `(name, type)` pairs.
+    pub fn new<I: IntoIterator<Item = (String, String)>>(columns: I) -> Self {
+        ColumnTypes {
+            rules: columns
+                .into_iter()
+                .map(|(name, ty)| {
+                    let rule = ColumnRule {
+                        null: null_rule(&ty),
+                        exact: Exact::of(&ty),
+                        ty,
+                    };
+                    (name, rule)
+                })
+                .collect(),
+        }
+    }
+
+    /// Checks one value, given as JSON text, against its column ([`ColumnRule::check`]).
+    /// Unknown columns pass (the server names them).
+    pub fn check_json(&self, column: &str, value: &str) -> Result<(), String> {
+        self.rules
+            .get(column)
+            .map_or(Ok(()), |rule| rule.check(value))
+    }
+
+    /// The rule of `column`, if the table has it.
+    pub fn rule(&self, column: &str) -> Option<&ColumnRule> {
+        self.rules.get(column)
     }
 
     /// Whether `column` takes a top-level null.
     pub fn check_null(&self, column: &str) -> Result<(), String> {
         match self.rules.get(column) {
-            Some((NullRule::Accepts, ..)) | None => Ok(()),
-            Some((_, _, ty)) => Err(refusal(ty, true)),
+            Some(ColumnRule {
+                null: NullRule::Accepts,
+                ..
+            })
+            | None => Ok(()),
+            Some(rule) => Err(refusal(&rule.ty, true)),
         }
     }
 }

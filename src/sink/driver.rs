@@ -382,6 +382,13 @@ impl<T: Transport, P: Platform> Sink<T, P> {
         Ok(PreparedSend { chunks })
     }
 
+    /// Checks every row of `data` as [`Sink::prepare_json`] does, and builds nothing (no
+    /// encoding into chunks, no compression): the CLI's first pass over a file.
+    pub fn check_json(&self, data: &[u8]) -> Result<(), Error> {
+        self.check_open()?;
+        encode_json(data, self.config.columns.as_deref(), Some(self)).map(|_| ())
+    }
+
     /// Sends the first chunk of a prepared send without waiting for its answer.
     pub fn start(&self, prepared: PreparedSend) -> StartedSend {
         let first = prepared

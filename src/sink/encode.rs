@@ -13,7 +13,7 @@ use serde_json::value::RawValue;
 
 use crate::client::Error;
 
-use super::columns::{needs_types, ColumnTypeSource};
+use super::columns::{needs_types, ColumnRule, ColumnTypeSource};
 use super::row_scan::{key_patterns, scan_flat_object, scan_flat_object_at, scan_in_order, Field};
 
 /// One value of a typed row (the WIT `value` variant).
@@ -580,16 +580,40 @@ fn encode_json_with<'a>(
         };
         // The columns' keys, once the columns are known (configured, or named by row 0).
         let mut keys: Option<Option<Vec<Vec<u8>>>> = None;
+        // The compact rows' value ranges, and the columns' rules by position (asked for the
+        // first time a value needs them).
+        let mut values = Vec::with_capacity(16);
+        let mut rules: Option<Vec<Option<&ColumnRule>>> = None;
         let mut pos = 0;
         while pos < bytes.len() {
             if input.scan && (configured || index > 0) {
                 let keys = keys.get_or_insert_with(|| key_patterns(&out.columns));
                 // A compact row of exactly the columns in order (no value the column types
                 // must see) is kept as it is.
-                let compact = keys.as_deref().and_then(|k| scan_in_order(bytes, pos, k));
+                let compact = keys
+                    .as_deref()
+                    .and_then(|k| scan_in_order(bytes, pos, k, &mut values));
                 if let Some((end, check)) = compact {
-                    if let (Some(next), false) = (next_line(end), check && types.is_some()) {
+                    if let Some(next) = next_line(end) {
                         check_row_size(end - pos, index)?;
+                        if let (true, Some(types)) = (check, types) {
+                            if rules.is_none() {
+                                let types = types.column_types()?;
+                                rules = Some(out.columns.iter().map(|c| types.rule(c)).collect());
+                            }
+                            let rules = rules.as_deref().expect("set above");
+                            for (n, &(from, to)) in values.iter().enumerate() {
+                                let value = &text[from..to];
+                                if let (Some(rule), true) = (rules[n], needs_types(value)) {
+                                    rule.check(value).map_err(|why| {
+                                        Error::invalid(format!(
+                                            "row index {index}, column {}: {why}",
+                                            shown(&out.columns[n])
+                                        ))
+                                    })?;
+                                }
+                            }
+                        }
                         out.lines
                             .push(Line::Input(input.base + pos, input.base + end));
                         index += 1;

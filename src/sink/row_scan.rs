@@ -86,8 +86,14 @@ pub(super) fn key_patterns(columns: &[String]) -> Option<Vec<Vec<u8>>> {
 /// whitespace anywhere: `{"a":1,"b":"x"}`. Returns the index just past its `}` and whether a
 /// value needs the column types to be checked (a `null`, or a value its column might not hold
 /// exactly: [`super::exact::may_be_inexact`]); `None` for anything else (the general reader
-/// decides).
-pub(super) fn scan_in_order(b: &[u8], start: usize, keys: &[Vec<u8>]) -> Option<(usize, bool)> {
+/// decides). `values` gets each value's range, in column order.
+pub(super) fn scan_in_order(
+    b: &[u8],
+    start: usize,
+    keys: &[Vec<u8>],
+    values: &mut Vec<(usize, usize)>,
+) -> Option<(usize, bool)> {
+    values.clear();
     let mut i = start;
     let mut check = false;
     for (n, key) in keys.iter().enumerate() {
@@ -104,6 +110,7 @@ pub(super) fn scan_in_order(b: &[u8], start: usize, keys: &[Vec<u8>]) -> Option<
         let value = i;
         i = scalar_end(b, i)?;
         check |= b[value] == b'n' || super::exact::may_be_inexact_bytes(&b[value..i]);
+        values.push((value, i));
     }
     (!keys.is_empty() && b.get(i) == Some(&b'}')).then_some((i + 1, check))
 }
@@ -291,7 +298,7 @@ mod tests {
     #[test]
     fn reads_compact_rows_in_column_order() {
         let keys = key_patterns(&["a".into(), "é b".into()]).unwrap();
-        let row = |text: &str| scan_in_order(text.as_bytes(), 0, &keys);
+        let row = |text: &str| scan_in_order(text.as_bytes(), 0, &keys, &mut Vec::new());
         assert_eq!(row(r#"{"a":1,"é b":"x"}"#), Some((18, false)));
         assert_eq!(row(r#"{"a":null,"é b":"x"}rest"#), Some((21, true)));
         // A value its column might not hold exactly is flagged too (300 into a UInt8).
