@@ -163,45 +163,26 @@ pub async fn run(
         .map_or(DEFAULT_LEASE, |ms| Duration::from_millis(u64::from(ms)));
     let timing =
         Timing::new(lease, args.stop_before, args.term_grace).map_err(CallError::Component)?;
-    let connection = global.connection().map_err(CallError::Component)?;
-    let allow = host.allow_list(&connection).map_err(CallError::Component)?;
-    let runtime = Runtime::new(&host.component_source(), &host.cache_policy())?
-        .with_limits(host.limits().map_err(CallError::Component)?)
-        .with_network(host.network().map_err(CallError::Component)?);
-    let mut instance = runtime.instantiate(allow).await?;
-    let deadline = instance.request_deadline();
-    let store = instance.open_store(&connection, &options).await?;
-    let started = Instant::now();
-    let lock = instance.lock(store, &args.id).await?;
-    let token = instance.lock_token(lock).await?;
-    let waited = started.elapsed();
-    let id = clickhouse_component::state::escape_id(&args.id).into_owned();
-    eprintln!(
-        "lock: acquired '{id}' (token {token}) after {:.1} ms",
-        waited.as_secs_f64() * 1e3
+    let mut held = acquire(host, global, args, &options, timing).await?;
+    let (id, token, waited, last_ok) = (
+        held.id.clone(),
+        held.token.clone(),
+        held.waited,
+        held.last_ok,
     );
-    // The lease began after `started`, when the winning acquire row was written.
-    let mut last_ok = started;
-    if waited >= timing.renew_every {
-        // A long wait may have used up much of it: renew before the command starts (the
-        // component refuses a renewal that comes too late, so only time bounds this one).
-        let attempt = Instant::now();
-        deadline.set(Some(timing.term_at(attempt)));
-        let renewed = instance.lock_renew(lock).await;
-        deadline.set(None);
-        if let Err(e) = renewed {
-            release_early(&mut instance, lock, &deadline).await;
-            return Err(e);
+    let deadline = held.deadline.clone();
+    let mut signals = match Signals::new() {
+        Ok(signals) => signals,
+        Err(e) => {
+            held.release_early().await;
+            return Err(CallError::Runner(e.into()));
         }
-        last_ok = attempt;
-    }
-    let runner = |e: std::io::Error| CallError::Runner(e.into());
-    let mut signals = Signals::new().map_err(runner)?;
+    };
     let mut command = command(host, args, &token);
     let watchdog = match Watchdog::arm(&mut command) {
         Ok(watchdog) => watchdog,
         Err(e) => {
-            release_early(&mut instance, lock, &deadline).await;
+            held.release_early().await;
             return Err(CallError::Runner(
                 anyhow::Error::from(e).context("starting the watchdog of the command"),
             ));
@@ -214,7 +195,7 @@ pub async fn run(
         Ok(child) => child,
         Err(e) => {
             watchdog.disarm().await;
-            release_early(&mut instance, lock, &deadline).await;
+            held.release_early().await;
             eprintln!("lock: cannot run '{}': {e}", args.command[0]);
             return Ok((
                 127,
@@ -233,16 +214,17 @@ pub async fn run(
     let (lost_tx, lost_rx) = mpsc::unbounded_channel();
     let (release_tx, release_rx) = mpsc::unbounded_channel();
     let stopping = Cell::new(false);
-    let agent = renew_agent(
-        &mut instance,
-        lock,
+    let agent = RenewAgent {
+        instance: &mut held.instance,
+        lock: held.lock,
         timing,
-        &deadline,
-        &stopping,
-        status_tx,
-        lost_tx,
-        release_rx,
-    );
+        deadline: &held.deadline,
+        stopping: &stopping,
+        status: status_tx,
+        lost: lost_tx,
+        release: release_rx,
+    }
+    .run();
     let supervisor = async {
         let outcome = supervise(
             &id,
@@ -282,6 +264,81 @@ pub async fn run(
     Ok(finish(&id, timing, outcome, report))
 }
 
+/// The lock, held, before the command starts.
+struct Held {
+    instance: Instance,
+    lock: LockHandle,
+    deadline: RequestDeadline,
+    token: String,
+    /// The id as printed.
+    id: String,
+    /// How long acquiring took.
+    waited: Duration,
+    /// The start of the last call that set the lease.
+    last_ok: Instant,
+}
+
+impl Held {
+    /// Releases the lock when the command did not run, bounded (the component repeats a
+    /// failing release until the lease ends).
+    async fn release_early(&mut self) {
+        self.deadline.set(Some(Instant::now() + MIN_RELEASE_TIME));
+        let _ =
+            tokio::time::timeout(MIN_RELEASE_TIME * 2, self.instance.lock_release(self.lock)).await;
+    }
+}
+
+/// Acquires the lock on `args.id`, renewing it at once when the wait took much of the lease.
+async fn acquire(
+    host: &HostArgs,
+    global: &GlobalArgs,
+    args: &LockArgs,
+    options: &StoreOptions,
+    timing: Timing,
+) -> Result<Held, CallError> {
+    let connection = global.connection().map_err(CallError::Component)?;
+    let allow = host.allow_list(&connection).map_err(CallError::Component)?;
+    let runtime = Runtime::new(&host.component_source(), &host.cache_policy())?
+        .with_limits(host.limits().map_err(CallError::Component)?)
+        .with_network(host.network().map_err(CallError::Component)?);
+    let mut instance = runtime.instantiate(allow).await?;
+    let deadline = instance.request_deadline();
+    let store = instance.open_store(&connection, options).await?;
+    let started = Instant::now();
+    let lock = instance.lock(store, &args.id).await?;
+    let token = instance.lock_token(lock).await?;
+    let waited = started.elapsed();
+    let id = clickhouse_component::state::escape_id(&args.id).into_owned();
+    eprintln!(
+        "lock: acquired '{id}' (token {token}) after {:.1} ms",
+        waited.as_secs_f64() * 1e3
+    );
+    let mut held = Held {
+        instance,
+        lock,
+        deadline,
+        token,
+        id,
+        waited,
+        // The lease began after `started`, when the winning acquire row was written.
+        last_ok: started,
+    };
+    if waited >= timing.renew_every {
+        // A long wait may have used up much of it: renew before the command starts (the
+        // component refuses a renewal that comes too late, so only time bounds this one).
+        let attempt = Instant::now();
+        held.deadline.set(Some(timing.term_at(attempt)));
+        let renewed = held.instance.lock_renew(held.lock).await;
+        held.deadline.set(None);
+        if let Err(e) = renewed {
+            held.release_early().await;
+            return Err(e);
+        }
+        held.last_ok = attempt;
+    }
+    Ok(held)
+}
+
 /// The command to run under the lock, with its environment.
 fn command(host: &HostArgs, args: &LockArgs, token: &str) -> tokio::process::Command {
     let mut command = tokio::process::Command::new(&args.command[0]);
@@ -302,13 +359,6 @@ fn command(host: &HostArgs, args: &LockArgs, token: &str) -> tokio::process::Com
         }
     }
     command
-}
-
-/// Releases the lock when the command did not run, bounded (the component repeats a failing
-/// release until the lease ends).
-async fn release_early(instance: &mut Instance, lock: LockHandle, deadline: &RequestDeadline) {
-    deadline.set(Some(Instant::now() + MIN_RELEASE_TIME));
-    let _ = tokio::time::timeout(MIN_RELEASE_TIME * 2, instance.lock_release(lock)).await;
 }
 
 /// Asks the renewal agent to release the lock (at the latest when the lease ends, and at least
@@ -417,101 +467,116 @@ type ReleaseRequest = (Instant, oneshot::Sender<Result<(), CallError>>);
 /// Renews the lease while the command runs; the only user of the instance once the command
 /// started. Reports progress on `status`, a definite loss on `lost`; on a release request it
 /// releases, answers, and then idles forever (the caller drops it).
-#[allow(clippy::too_many_arguments)]
-async fn renew_agent(
-    instance: &mut Instance,
+struct RenewAgent<'a> {
+    instance: &'a mut Instance,
     lock: LockHandle,
     timing: Timing,
-    deadline: &RequestDeadline,
-    stopping: &Cell<bool>,
+    /// Cuts the component's requests off (when the lease can no longer be guaranteed).
+    deadline: &'a RequestDeadline,
+    /// Set once the command has ended: no more renewals.
+    stopping: &'a Cell<bool>,
     status: watch::Sender<RenewStatus>,
     lost: mpsc::UnboundedSender<String>,
-    mut release: mpsc::UnboundedReceiver<ReleaseRequest>,
-) -> std::convert::Infallible {
-    let mut last_ok = status.borrow().last_ok;
-    let mut next = last_ok + timing.renew_every;
-    let mut failures = 0u32;
-    let mut gave_up = false;
-    loop {
-        tokio::select! {
-            biased;
-            request = release.recv() => {
-                if let Some((until, reply)) = request {
-                    deadline.set(Some(until));
-                    let result = instance.lock_release(lock).await;
-                    deadline.set(None);
-                    let _ = reply.send(result);
+    release: mpsc::UnboundedReceiver<ReleaseRequest>,
+}
+
+impl RenewAgent<'_> {
+    async fn run(self) -> std::convert::Infallible {
+        let RenewAgent {
+            instance,
+            lock,
+            timing,
+            deadline,
+            stopping,
+            status,
+            lost,
+            mut release,
+        } = self;
+        let mut last_ok = status.borrow().last_ok;
+        let mut next = last_ok + timing.renew_every;
+        let mut failures = 0u32;
+        let mut gave_up = false;
+        loop {
+            tokio::select! {
+                biased;
+                request = release.recv() => {
+                    if let Some((until, reply)) = request {
+                        deadline.set(Some(until));
+                        let result = instance.lock_release(lock).await;
+                        deadline.set(None);
+                        let _ = reply.send(result);
+                    }
+                    return std::future::pending().await;
                 }
-                return std::future::pending().await;
+                _ = tokio::time::sleep_until(next.into()), if !gave_up => {}
             }
-            _ = tokio::time::sleep_until(next.into()), if !gave_up => {}
-        }
-        if stopping.get() {
-            continue;
-        }
-        let term_at = timing.term_at(last_ok);
-        if Instant::now() >= term_at {
-            // Too late: the supervisor stops the command.
-            gave_up = true;
-            continue;
-        }
-        // Each attempt is cut off when the lease can no longer be guaranteed.
-        deadline.set(Some(term_at));
-        let attempt = Instant::now();
-        status.send_modify(|s| s.in_flight = Some(attempt));
-        let result = instance.lock_renew(lock).await;
-        deadline.set(None);
-        status.send_modify(|s| s.in_flight = None);
-        if stopping.get() {
-            continue;
-        }
-        match result {
-            Ok(()) => {
-                if failures > 0 {
-                    eprintln!("lock: renewed the lease after {failures} failed attempt(s)");
-                }
-                last_ok = attempt;
-                failures = 0;
-                next = attempt + timing.renew_every;
-                status.send_replace(RenewStatus {
-                    last_ok,
-                    failures,
-                    last_error: None,
-                    in_flight: None,
-                });
+            if stopping.get() {
+                continue;
             }
-            Err(e) if !worth_retrying(&e) => {
-                let _ = lost.send(format!("renewing the lease failed: {e}"));
+            let term_at = timing.term_at(last_ok);
+            if Instant::now() >= term_at {
+                // Too late: the supervisor stops the command.
                 gave_up = true;
+                continue;
             }
-            Err(e) => {
-                failures += 1;
-                status.send_modify(|s| {
-                    s.failures = failures;
-                    s.last_error = Some(e.to_string());
-                });
-                if Instant::now() >= term_at {
-                    // Cut off at the last moment: the supervisor stops the command.
-                    gave_up = true;
-                    continue;
+            // Each attempt is cut off when the lease can no longer be guaranteed.
+            deadline.set(Some(term_at));
+            let attempt = Instant::now();
+            status.send_modify(|s| s.in_flight = Some(attempt));
+            let result = instance.lock_renew(lock).await;
+            deadline.set(None);
+            status.send_modify(|s| s.in_flight = None);
+            if stopping.get() {
+                continue;
+            }
+            match result {
+                Ok(()) => {
+                    if failures > 0 {
+                        eprintln!("lock: renewed the lease after {failures} failed attempt(s)");
+                    }
+                    last_ok = attempt;
+                    failures = 0;
+                    next = attempt + timing.renew_every;
+                    status.send_replace(RenewStatus {
+                        last_ok,
+                        failures,
+                        last_error: None,
+                        in_flight: None,
+                    });
                 }
-                if failures == 1 {
-                    let left = timing
-                        .lease_end(last_ok)
-                        .saturating_duration_since(Instant::now());
-                    eprintln!(
+                Err(e) if !worth_retrying(&e) => {
+                    let _ = lost.send(format!("renewing the lease failed: {e}"));
+                    gave_up = true;
+                }
+                Err(e) => {
+                    failures += 1;
+                    status.send_modify(|s| {
+                        s.failures = failures;
+                        s.last_error = Some(e.to_string());
+                    });
+                    if Instant::now() >= term_at {
+                        // Cut off at the last moment: the supervisor stops the command.
+                        gave_up = true;
+                        continue;
+                    }
+                    if failures == 1 {
+                        let left = timing
+                            .lease_end(last_ok)
+                            .saturating_duration_since(Instant::now());
+                        eprintln!(
                         "lock: warning: renewing the lease failed ({}); retrying (it lasts at least {} more)",
                         sanitize(&e.to_string()),
                         secs(left)
                     );
+                    }
+                    next = Instant::now()
+                        + backoff(
+                            timing.first_backoff,
+                            timing.max_backoff,
+                            failures,
+                            random_u64(),
+                        );
                 }
-                next = Instant::now()
-                    + backoff(
-                        timing.first_backoff,
-                        timing.max_backoff,
-                        failures,
-                        random_u64(),
-                    );
             }
         }
     }
