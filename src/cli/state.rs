@@ -615,11 +615,6 @@ fn execute<T: Transport + Clone, P: Platform + Clone>(
     runner: &mut Runner<'_, T, P>,
 ) -> Result<Output, Error> {
     let held = |id: &str| store_args.held_lock(id);
-    // Meltano `update` (what its `set` and `merge` call), through a held lock if there is one.
-    let update = |state: &State| match held(&state.id) {
-        Some(handle) => store.update_held(state, &handle),
-        None => store.update(state),
-    };
     match command {
         StateCommand::List {
             pattern_option,
@@ -639,62 +634,34 @@ fn execute<T: Transport + Clone, P: Platform + Clone>(
             let text = python_json(&Value::Object(state.merged()), *format == GetFormat::Pretty);
             Ok(Output::new(text, state_json(&state)))
         }
-        StateCommand::Set { id, partial, .. } => {
-            if *partial {
-                // `--partial`: the given state replaces the partial part alone.
-                let new = State {
-                    id: id.clone(),
-                    partial: prepared.given,
-                    completed: Map::new(),
-                };
-                match held(id) {
-                    Some(handle) => store.set_held(&new, &handle)?,
-                    None => store.set_locked(&new)?,
-                }
-            } else {
-                update(&State {
-                    id: id.clone(),
-                    partial: Map::new(),
-                    completed: prepared.given,
-                })?;
-            }
-            Ok(done(
+        StateCommand::Set { id, partial, .. } => set(
+            Ctx {
                 global,
+                store_args,
+                store,
                 runner,
-                format!("State for {} was successfully set.", quoted(id)),
-                json!({"ok": true, "id": id}),
-            ))
-        }
+            },
+            id,
+            *partial,
+            prepared.given,
+        ),
         StateCommand::Merge {
             id,
             from_state_id,
             no_validate,
             ..
-        } => {
-            let partial = match from_state_id.as_deref().filter(|s| !s.is_empty()) {
-                Some(src) => {
-                    let merged = store.get(src)?.map(|s| s.merged()).unwrap_or_default();
-                    if !*no_validate {
-                        if let Err(e) = validate_state(&merged) {
-                            return Ok(meltano_failure(global, runner, e, 1));
-                        }
-                    }
-                    merged
-                }
-                None => prepared.given,
-            };
-            let stored = update(&State {
-                id: id.clone(),
-                partial,
-                completed: Map::new(),
-            })?;
-            Ok(done(
+        } => merge(
+            Ctx {
                 global,
+                store_args,
+                store,
                 runner,
-                format!("State for {} was successfully merged.", quoted(id)),
-                state_json(&stored),
-            ))
-        }
+            },
+            id,
+            from_state_id.as_deref(),
+            *no_validate,
+            prepared.given,
+        ),
         StateCommand::Clear { id: Some(id), .. } if !id.is_empty() => {
             let n = match held(id) {
                 Some(handle) => store.delete_held(id, &handle)?,
@@ -755,6 +722,100 @@ fn execute<T: Transport + Clone, P: Platform + Clone>(
         }
         StateCommand::Edit { .. } => Err(Error::new(ErrorKind::Misconfigured, EDIT_UNSUPPORTED)),
     }
+}
+
+/// Meltano `update` (what its `set` and `merge` call), through a held lock if there is one.
+fn update<T: Transport + Clone, P: Platform + Clone>(
+    store_args: &StoreArgs,
+    store: &StateStore<T, P>,
+    state: &State,
+) -> Result<State, Error> {
+    match store_args.held_lock(&state.id) {
+        Some(handle) => store.update_held(state, &handle),
+        None => store.update(state),
+    }
+}
+
+/// What a state command runs with.
+struct Ctx<'c, 'r, T: Transport + Clone, P: Platform + Clone> {
+    global: &'c GlobalArgs,
+    store_args: &'c StoreArgs,
+    store: &'c StateStore<T, P>,
+    runner: &'c mut Runner<'r, T, P>,
+}
+
+/// `set ID STATE`: Meltano's `update` of the completed part, or with `--partial` the partial
+/// part replaced alone.
+fn set<T: Transport + Clone, P: Platform + Clone>(
+    ctx: Ctx<'_, '_, T, P>,
+    id: &str,
+    partial: bool,
+    given: Map<String, Value>,
+) -> Result<Output, Error> {
+    if partial {
+        let new = State {
+            id: id.to_string(),
+            partial: given,
+            completed: Map::new(),
+        };
+        match ctx.store_args.held_lock(id) {
+            Some(handle) => ctx.store.set_held(&new, &handle)?,
+            None => ctx.store.set_locked(&new)?,
+        }
+    } else {
+        update(
+            ctx.store_args,
+            ctx.store,
+            &State {
+                id: id.to_string(),
+                partial: Map::new(),
+                completed: given,
+            },
+        )?;
+    }
+    Ok(done(
+        ctx.global,
+        ctx.runner,
+        format!("State for {} was successfully set.", quoted(id)),
+        json!({"ok": true, "id": id}),
+    ))
+}
+
+/// `merge ID STATE` (or `--from-state-id SRC`): Meltano's `update` of the partial part.
+fn merge<T: Transport + Clone, P: Platform + Clone>(
+    ctx: Ctx<'_, '_, T, P>,
+    id: &str,
+    from_state_id: Option<&str>,
+    no_validate: bool,
+    given: Map<String, Value>,
+) -> Result<Output, Error> {
+    let partial = match from_state_id.filter(|s| !s.is_empty()) {
+        Some(src) => {
+            let merged = ctx.store.get(src)?.map(|s| s.merged()).unwrap_or_default();
+            if !no_validate {
+                if let Err(e) = validate_state(&merged) {
+                    return Ok(meltano_failure(ctx.global, ctx.runner, e, 1));
+                }
+            }
+            merged
+        }
+        None => given,
+    };
+    let stored = update(
+        ctx.store_args,
+        ctx.store,
+        &State {
+            id: id.to_string(),
+            partial,
+            completed: Map::new(),
+        },
+    )?;
+    Ok(done(
+        ctx.global,
+        ctx.runner,
+        format!("State for {} was successfully merged.", quoted(id)),
+        state_json(&stored),
+    ))
 }
 
 /// `copy` / `move` (Meltano: set(dst, get(src))): the source's merged view becomes the
