@@ -56,6 +56,19 @@ fn sink_finds_its_file_by_position_not_by_name() {
         (receipt["table"].as_str(), receipt["rows"].as_u64()),
         (Some("data"), Some(3))
     );
+    // The component reads the file's directory under the name the argument uses; a path
+    // through '..' (which the guest would resolve against its own root) is refused.
+    let sub = dir.join("sub");
+    std::fs::create_dir_all(&sub).unwrap();
+    let out = cli(server)
+        .env("CLICKHOUSE_DATABASE", &db)
+        .current_dir(&sub)
+        .args(["sink", "--table", "data", "../data"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("'..'"), "{stderr}");
     assert_eq!(
         sql.count("SELECT sum(n) FROM {db:Identifier}.data", &[("db", &db)]),
         6
@@ -344,14 +357,14 @@ fn state(
 }
 
 #[test]
-fn input_file_is_read_by_the_host_and_set_asks_first() {
+fn input_file_is_read_by_the_component_and_set_asks_first() {
     let server = clickhouse();
     let db = unique_name("host_cli_input_file");
     let dir = temp_dir("host_cli_input_file");
     let file = dir.join("state.json");
     std::fs::write(&file, r#"{"singer_state":{"a":1}}"#).unwrap();
     let file = file.to_str().unwrap();
-    // set without --force: the host asks (the file is the component's stdin); "n" stops.
+    // set without --force: the component asks on stdin (it reads the file itself); "n" stops.
     let (code, _, err) = state(server, &db, &["set", "--input-file", file, "x"], &[], "n\n");
     assert_eq!(code, 1, "{err}");
     assert!(
