@@ -905,8 +905,10 @@ async fn held_lock_times_out(engine: LockEngine) {
     let elapsed = started.elapsed();
     assert_eq!(e.kind, ErrorKind::Locked, "{e}");
     assert!(e.message.contains("busy"), "{}", e.message);
+    // At least the timeout; and it gave up then, not after the 30 s default (the upper bound
+    // leaves room for a loaded 2-core machine: only the order of magnitude is the point).
     assert!(elapsed >= Duration::from_millis(1000), "{elapsed:?}");
-    assert!(elapsed < Duration::from_millis(2500), "{elapsed:?}");
+    assert!(elapsed < Duration::from_secs(5), "{elapsed:?}");
     // update waits for the same lock and fails the same way, writing nothing.
     let e = b
         .state_update(sb, &state("busy", json!({"x": 1}), json!({})))
