@@ -9,6 +9,7 @@
 pub mod cli;
 pub mod client;
 pub mod hex;
+pub mod host_api;
 pub mod platform;
 pub mod server;
 pub mod sink;

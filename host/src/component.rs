@@ -202,7 +202,7 @@ pub fn load(
 /// `clickhouse_component-<sha256 of bytes, 16 hex>-<engine hash>-wasmtime-<version>.cwasm`.
 pub fn cache_file_name(engine: &Engine, bytes: &[u8]) -> String {
     let digest = Sha256::digest(bytes);
-    let hex = clickhouse_component::hex::hex(&digest[..8]);
+    let hex = clickhouse_component::host_api::hex(&digest[..8]);
     let mut hasher = std::collections::hash_map::DefaultHasher::new();
     engine.precompile_compatibility_hash().hash(&mut hasher);
     format!(

@@ -1,7 +1,7 @@
 //! The reference host's own command-line options (each also read from the environment
 //! variable shown): which hosts the component may reach, where the component comes from, the
 //! cache. The options every command shares are the component's
-//! ([`clickhouse_component::cli::GlobalArgs`]).
+//! ([`clickhouse_component::host_api::cli::GlobalArgs`]).
 
 use std::ffi::OsString;
 use std::path::PathBuf;
@@ -9,7 +9,7 @@ use std::sync::LazyLock;
 
 use clap::parser::ValueSource;
 use clap::{ArgMatches, Args, Command};
-use clickhouse_component::client::{ConnectionOptions, Error};
+use clickhouse_component::host_api::{ConnectionOptions, Error};
 
 use crate::allow_list::AllowList;
 use crate::component::{CachePolicy, ComponentSource};
@@ -381,7 +381,7 @@ mod tests {
         ] {
             assert_eq!(
                 bad.limits().unwrap_err().kind,
-                clickhouse_component::client::ErrorKind::InvalidInput
+                clickhouse_component::host_api::ErrorKind::InvalidInput
             );
         }
     }
@@ -439,7 +439,7 @@ mod tests {
     /// The reference host's command line, as `HostCli` declares it.
     fn host_cli() -> Command {
         use clap::CommandFactory;
-        HostArgs::augment_args(clickhouse_component::cli::Cli::command())
+        HostArgs::augment_args(clickhouse_component::host_api::cli::Cli::command())
     }
 
     /// The position of the FILE of `sink` (or of `state import`) in `args`.

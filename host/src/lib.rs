@@ -9,7 +9,7 @@
 //! ```no_run
 //! # async fn demo() -> anyhow::Result<()> {
 //! use clickhouse_component_host::{Runtime, ComponentSource, CachePolicy, default_allow_list};
-//! use clickhouse_component::client::ConnectionOptions;
+//! use clickhouse_component::host_api::ConnectionOptions;
 //!
 //! let runtime = Runtime::new(&ComponentSource::Embedded, &CachePolicy::Default)?;
 //! let connection = ConnectionOptions::from_url("http://127.0.0.1:8123");

@@ -10,9 +10,9 @@ use std::process::ExitCode;
 
 use clap::{CommandFactory, FromArgMatches};
 use cli::HostCli;
-use clickhouse_component::cli::output::sanitize;
-use clickhouse_component::cli::Command;
-use clickhouse_component::client::{Endpoint, Redactor};
+use clickhouse_component::host_api::cli::sanitize;
+use clickhouse_component::host_api::cli::Command;
+use clickhouse_component::host_api::{Endpoint, Redactor};
 use clickhouse_component_host::config::{
     password_on_command_line, PASSWORD_ON_COMMAND_LINE_WARNING,
 };
@@ -75,7 +75,7 @@ fn main() -> ExitCode {
     let (matches, cli) = match parsed {
         Ok(parsed) => parsed,
         Err(e) => {
-            let code = clickhouse_component::cli::usage_error(
+            let code = clickhouse_component::host_api::cli::usage_error(
                 &e.format(&mut HostCli::command()),
                 &raw_args,
                 &mut std::io::stdout(),
@@ -126,7 +126,7 @@ fn main() -> ExitCode {
     });
     let code = match result {
         Ok(code) => code,
-        Err(CallError::Component(e)) => clickhouse_component::cli::output::error(
+        Err(CallError::Component(e)) => clickhouse_component::host_api::cli::error(
             json,
             &e,
             &mut std::io::stdout(),

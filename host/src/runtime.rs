@@ -6,8 +6,8 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use anyhow::Context;
-use clickhouse_component::client::request::OPERATION_HEADER;
-use clickhouse_component::client::{ConnectionOptions, Endpoint, Error, ErrorKind, ServerError};
+use clickhouse_component::host_api::OPERATION_HEADER;
+use clickhouse_component::host_api::{ConnectionOptions, Endpoint, Error, ErrorKind, ServerError};
 use wasmtime::component::{Linker, ResourceTable};
 use wasmtime::{Config, Engine, Store};
 use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};

@@ -9,9 +9,9 @@
 
 use std::path::{Component, Path, PathBuf};
 
-use clickhouse_component::cli::state::StateCommand;
-use clickhouse_component::cli::Command;
-use clickhouse_component::client::Error;
+use clickhouse_component::host_api::cli::Command;
+use clickhouse_component::host_api::cli::StateCommand;
+use clickhouse_component::host_api::Error;
 use clickhouse_component_host::{CallError, CommandInput, ReadableDir};
 
 use super::component::run_component;

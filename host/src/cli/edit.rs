@@ -15,12 +15,12 @@ use std::time::{Duration, SystemTime};
 
 use anyhow::{anyhow, Context};
 use clap::{CommandFactory, Parser};
-use clickhouse_component::cli::state::{
+use clickhouse_component::host_api::cli::{
     ask_to_continue, declined, python_json, GetFormat, StateCommand, OVERWRITE_PROMPT,
 };
-use clickhouse_component::cli::{Cli, Command};
-use clickhouse_component::client::Error;
-use clickhouse_component::state::State;
+use clickhouse_component::host_api::cli::{Cli, Command};
+use clickhouse_component::host_api::Error;
+use clickhouse_component::host_api::State;
 use clickhouse_component_host::config::subcommand_position;
 use clickhouse_component_host::{CallError, CapturedOutput, CommandInput};
 
@@ -42,7 +42,7 @@ pub async fn run(
 ) -> Result<i32, CallError> {
     let json = cli.cli.global.json;
     // The edit is written under the id: refused now, not after the editor, if `set` would be.
-    clickhouse_component::state::check_new_id(id).map_err(CallError::Component)?;
+    clickhouse_component::host_api::check_new_id(id).map_err(CallError::Component)?;
     let (get, set) = component_commands(cli, raw_args, id)?;
     if !force
         && !ask_to_continue(

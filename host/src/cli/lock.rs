@@ -24,12 +24,12 @@
 use std::cell::Cell;
 use std::time::{Duration, Instant};
 
-use clickhouse_component::cli::lock::LockArgs;
-use clickhouse_component::cli::output::sanitize;
-use clickhouse_component::cli::{GlobalArgs, StoreArgs};
-use clickhouse_component::client::retry::backoff;
-use clickhouse_component::client::{Error, ErrorKind};
-use clickhouse_component::state::LockEngineChoice;
+use clickhouse_component::host_api::backoff;
+use clickhouse_component::host_api::cli::sanitize;
+use clickhouse_component::host_api::cli::LockArgs;
+use clickhouse_component::host_api::cli::{GlobalArgs, StoreArgs};
+use clickhouse_component::host_api::LockEngineChoice;
+use clickhouse_component::host_api::{Error, ErrorKind};
 use clickhouse_component_host::config::{withheld_credentials, HostArgs};
 use clickhouse_component_host::{
     CallError, Instance, LockEngine, LockHandle, RequestDeadline, Runtime, StoreOptions,
@@ -83,7 +83,7 @@ pub struct Timing {
     /// SIGKILL this long after SIGTERM.
     pub term_grace: Duration,
     /// First pause after a failed renewal (doubles up to `max_backoff`; jittered as every
-    /// backoff is, [`clickhouse_component::client::retry::backoff`]).
+    /// backoff is, [`clickhouse_component::host_api::backoff`]).
     pub first_backoff: Duration,
     /// Longest pause between renewal attempts.
     pub max_backoff: Duration,
@@ -156,7 +156,7 @@ pub async fn run(
     args: &LockArgs,
 ) -> Result<(i32, serde_json::Value), CallError> {
     // Refused here as the component would refuse it, before anything starts.
-    clickhouse_component::state::check_new_id(&args.id).map_err(CallError::Component)?;
+    clickhouse_component::host_api::check_new_id(&args.id).map_err(CallError::Component)?;
     let options = store_options(&args.store)?;
     let lease = options
         .stale_after_ms
@@ -308,7 +308,7 @@ async fn acquire(
     let lock = instance.lock(store, &args.id).await?;
     let token = instance.lock_token(lock).await?;
     let waited = started.elapsed();
-    let id = clickhouse_component::state::escape_id(&args.id).into_owned();
+    let id = clickhouse_component::host_api::escape_id(&args.id).into_owned();
     eprintln!(
         "lock: acquired '{id}' (token {token}) after {:.1} ms",
         waited.as_secs_f64() * 1e3

@@ -9,7 +9,7 @@ pub mod lock;
 pub mod watchdog;
 
 use clap::Parser;
-use clickhouse_component::cli::Cli;
+use clickhouse_component::host_api::cli::Cli;
 use clickhouse_component_host::config::HostArgs;
 
 /// `clickhouse-component`: the shared command line plus the host's own options.
