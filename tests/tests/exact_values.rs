@@ -94,6 +94,9 @@ fn le(a: &str, b: &str) -> bool {
     a.len() < b.len() || (a.len() == b.len() && a <= b)
 }
 
+/// The ranges, written out here independently of the sink's own table (an oracle that shares
+/// the code it checks proves nothing): signed maximum, signed minimum's magnitude, unsigned
+/// maximum.
 const BOUNDS: [(u16, &str, &str, &str); 6] = [
     (8, "127", "128", "255"),
     (16, "32767", "32768", "65535"),

@@ -65,26 +65,27 @@ fn finish(mut cmd: Command, stdin: &[u8]) -> Run {
 
 /// `wasmtime run -S http --env ... component.wasm ARGS`.
 fn under_wasmtime(server: &Server, args: &[&str], stdin: &[u8]) -> Run {
-    let mut cmd = Command::new(wasmtime());
-    cmd.args(["run", "-S", "http"])
-        .arg(format!("--env=CLICKHOUSE_URL={}", server.url))
-        .arg(format!("--env=CLICKHOUSE_USER={}", server.user))
-        .arg(format!("--env=CLICKHOUSE_PASSWORD={}", server.password))
-        .arg(EMBEDDED_COMPONENT_PATH)
-        .args(args);
-    finish(cmd, stdin)
+    finish(wasmtime_run(server, None, args), stdin)
 }
 
 /// The same, with `dir` readable by the component (`--dir DIR::DIR`).
 fn under_wasmtime_with_dir(server: &Server, dir: &str, args: &[&str], stdin: &[u8]) -> Run {
+    finish(wasmtime_run(server, Some(dir), args), stdin)
+}
+
+/// `wasmtime run -S http` of the embedded component with the server's connection.
+fn wasmtime_run(server: &Server, dir: Option<&str>, args: &[&str]) -> Command {
     let mut cmd = Command::new(wasmtime());
-    cmd.args(["run", "-S", "http", "--dir", &format!("{dir}::{dir}")])
-        .arg(format!("--env=CLICKHOUSE_URL={}", server.url))
+    cmd.args(["run", "-S", "http"]);
+    if let Some(dir) = dir {
+        cmd.args(["--dir", &format!("{dir}::{dir}")]);
+    }
+    cmd.arg(format!("--env=CLICKHOUSE_URL={}", server.url))
         .arg(format!("--env=CLICKHOUSE_USER={}", server.user))
         .arg(format!("--env=CLICKHOUSE_PASSWORD={}", server.password))
         .arg(EMBEDDED_COMPONENT_PATH)
         .args(args);
-    finish(cmd, stdin)
+    cmd
 }
 
 /// The reference host's CLI with the same arguments.
