@@ -173,6 +173,26 @@ pub enum Operation {
 
 /// Classifies an error answer from the server by its ClickHouse code (when known) and HTTP status.
 pub fn classify_server(http_status: u16, code: Option<i32>, op: Operation) -> ErrorKind {
+    use super::error_codes::{
+        ALL_CONNECTION_TRIES_FAILED, NETWORK_ERROR, SOCKET_TIMEOUT, TIMEOUT_EXCEEDED,
+        TOO_FEW_LIVE_REPLICAS,
+    };
+    // A write the server passed on (a Distributed table's shards, a quorum's replicas) may
+    // have landed on some before the others failed: its outcome is unknown, not transient.
+    if op == Operation::Write
+        && matches!(
+            code,
+            Some(
+                NETWORK_ERROR
+                    | ALL_CONNECTION_TRIES_FAILED
+                    | SOCKET_TIMEOUT
+                    | TIMEOUT_EXCEEDED
+                    | TOO_FEW_LIVE_REPLICAS
+            )
+        )
+    {
+        return ErrorKind::Uncertain;
+    }
     if let Some(code) = code {
         if let Some(kind) = kind_for_code(code) {
             return kind;
@@ -399,6 +419,12 @@ mod tests {
             (500, Some(242), Write, Transient), // TABLE_IS_READ_ONLY (keeper)
             (500, Some(999), Write, Transient), // KEEPER_EXCEPTION
             (503, Some(209), Read, Transient),  // SOCKET_TIMEOUT
+            // Passed on to shards or replicas, a write may have landed on some.
+            (500, Some(210), Write, Uncertain), // NETWORK_ERROR
+            (500, Some(210), Read, Transient),
+            (500, Some(279), Write, Uncertain), // ALL_CONNECTION_TRIES_FAILED
+            (500, Some(285), Write, Uncertain), // TOO_FEW_LIVE_REPLICAS
+            (408, Some(159), Write, Uncertain), // TIMEOUT_EXCEEDED
         ];
         for &(status, code, op, want) in cases {
             assert_eq!(

@@ -94,6 +94,10 @@ impl SinkConfig {
                 "date_time_overflow_behavior".to_string(),
                 "throw".to_string(),
             ),
+            // Into a Distributed table (or through a materialized view into one), an
+            // acknowledged INSERT has reached every shard, not a queue on this server. Sent
+            // always: harmless for other tables, and a view's target is not known here.
+            ("distributed_foreground_insert".to_string(), "1".to_string()),
         ];
         if wait.is_none() {
             settings.push(("wait_for_async_insert".to_string(), "1".to_string()));
@@ -233,6 +237,13 @@ fn check_delivery(
             "retries need dedup: a chunk resent without its deduplication token could be written twice (turn dedup on, or set retries to 0)",
         ));
     }
+    for name in ["distributed_foreground_insert", "insert_distributed_sync"] {
+        if bool_setting(name)? == Some(false) {
+            return Err(Error::invalid(format!(
+                "{name} is off: a Distributed table would queue the rows on this server and acknowledge them before any shard has them, fire-and-forget (remove that setting, or set it to 1)"
+            )));
+        }
+    }
     let async_insert = bool_setting("async_insert")?.unwrap_or(false);
     let wait = bool_setting("wait_for_async_insert")?;
     if async_insert && wait != Some(true) {
@@ -298,6 +309,33 @@ mod tests {
         assert!(err(zero, "http://h").contains("batch-size"));
         let c = SinkConfig::new(&opts("t"), &endpoint("http://h")).unwrap();
         assert_eq!(c.batch_size, 1000);
+    }
+
+    #[test]
+    fn background_distributed_inserts_are_refused_in_both_spellings() {
+        let with = |settings: &[(&str, &str)]| SinkOptions {
+            settings: settings
+                .iter()
+                .map(|(n, v)| (n.to_string(), v.to_string()))
+                .collect(),
+            ..opts("t")
+        };
+        let ok = SinkConfig::new(&opts("t"), &endpoint("http://h")).unwrap();
+        assert!(ok
+            .settings
+            .contains(&("distributed_foreground_insert".into(), "1".into())));
+        for name in ["distributed_foreground_insert", "insert_distributed_sync"] {
+            for off in ["0", "false", "False"] {
+                let msg = err(with(&[(name, off)]), "http://h");
+                assert!(
+                    msg.contains("fire-and-forget") && msg.contains(name),
+                    "{msg}"
+                );
+            }
+            let msg = err(opts("t"), &format!("http://h?{name}=0"));
+            assert!(msg.contains(name), "{msg}");
+            assert!(SinkConfig::new(&with(&[(name, "1")]), &endpoint("http://h")).is_ok());
+        }
     }
 
     #[test]

@@ -440,6 +440,11 @@ pub fn deduplication_refusal(
     non_replicated_default: &str,
     replicated_default: &str,
 ) -> Option<String> {
+    if engine == "Distributed" {
+        return Some(
+            "it is a Distributed table: each chunk is split among the shards by the sharding key, and a resent chunk whose rows reach other shards (a random key, a changed cluster) would meet a token its shard has seen and be dropped there (send with dedup into the shards' local tables instead)".to_string(),
+        );
+    }
     if !engine.ends_with("MergeTree") {
         return Some(format!(
             "its engine is {engine}; only MergeTree-family tables deduplicate inserts"

@@ -36,6 +36,9 @@ engine on a machine where no ClickHouse server can be installed:
   free loopback port, owned by this process and stopped with it) and which sets
   ``<keeper_map_path_prefix>`` and ``<macros>``, so KeeperMap tables work (and Replicated tables
   can be created). Without it the engine has no Keeper, like a server without one.
+* Clusters in the config, always: ``local_one`` and ``local_two`` (one and two shards, all of
+  them this engine: a shard at localhost and the config's own ``tcp_port`` is local, so
+  Distributed inserts land in the local table) and ``unreachable`` (a shard nothing serves).
 
 Server defaults are set explicitly on every session (chdb's own defaults differ from a server's),
 every request gets a fresh session (settings never leak between requests), sockets use
@@ -242,14 +245,32 @@ def four_letter(host: str, port: int, command: bytes) -> bytes:
         return b""
 
 
-def keeper_config(path: str, zookeeper: str, prefix: str) -> str:
-    """Writes the engine's config file: the ZooKeeper, the KeeperMap path prefix, and the macros
-    and default replica path Replicated tables need."""
-    host, _, port = zookeeper.rpartition(":")
+# Clusters of the engine's config (every start): `local_one`, one shard on this engine (a
+# shard at localhost and the config's own tcp_port is local: its inserts land here, no network);
+# `local_two`, two shards that are both this engine (localhost, 127.0.0.1); `unreachable`, one
+# shard at an address nothing serves. Distributed tables over them run for real.
+CLUSTERS = (
+    "    <tcp_port>9000</tcp_port>\n"
+    "    <remote_servers>\n"
+    "        <local_one><shard><replica><host>localhost</host><port>9000</port></replica></shard></local_one>\n"
+    "        <local_two>\n"
+    "            <shard><replica><host>localhost</host><port>9000</port></replica></shard>\n"
+    "            <shard><replica><host>127.0.0.1</host><port>9000</port></replica></shard>\n"
+    "        </local_two>\n"
+    "        <unreachable><shard><replica><host>127.0.0.9</host><port>9000</port></replica></shard></unreachable>\n"
+    "    </remote_servers>\n"
+)
+
+
+def engine_config(path: str, zookeeper: str | None, prefix: str) -> str:
+    """Writes the engine's config file: the clusters (CLUSTERS) and, with a ZooKeeper, that
+    ZooKeeper, the KeeperMap path prefix, and the macros and default replica path Replicated
+    tables need."""
     esc = lambda v: v.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
-    with open(path, "w") as f:
-        f.write(
-            "<clickhouse>\n"
+    keeper = ""
+    if zookeeper is not None:
+        host, _, port = zookeeper.rpartition(":")
+        keeper = (
             "    <zookeeper>\n"
             f"        <node><host>{esc(host)}</host><port>{int(port)}</port></node>\n"
             "        <session_timeout_ms>30000</session_timeout_ms>\n"
@@ -259,8 +280,9 @@ def keeper_config(path: str, zookeeper: str, prefix: str) -> str:
             # ENGINE = ReplicatedMergeTree without arguments, in any database engine.
             "    <default_replica_path>/clickhouse/tables/{database}/{table}</default_replica_path>\n"
             "    <default_replica_name>{replica}</default_replica_name>\n"
-            "</clickhouse>\n"
         )
+    with open(path, "w") as f:
+        f.write("<clickhouse>\n" + CLUSTERS + keeper + "</clickhouse>\n")
     return path
 
 
@@ -691,18 +713,17 @@ def main():
     # Before the engine's threads exist: signals stop our ZooKeeper with us.
     signal.signal(signal.SIGTERM, lambda *_: shutdown())
     signal.signal(signal.SIGHUP, lambda *_: shutdown())
-    config_file = None
+    zookeeper = None
     if args.zookeeper == "start":
         ZOOKEEPER = ZooKeeper(os.path.join(data_dir, "zookeeper"))
         atexit.register(ZOOKEEPER.stop)
         zookeeper = ZOOKEEPER.address
     elif args.zookeeper != "none":
         zookeeper = args.zookeeper
-    if args.zookeeper != "none":
-        config_file = keeper_config(
-            os.path.join(data_dir, "local-clickhouse-config.xml"), zookeeper,
-            args.keeper_map_path_prefix,
-        )
+    config_file = engine_config(
+        os.path.join(data_dir, "local-clickhouse-config.xml"), zookeeper,
+        args.keeper_map_path_prefix,
+    )
     engine = Engine(data_dir, config_file)
     VERSION = engine._keepalive.query("SELECT version()", "TabSeparated").bytes().decode().strip()
     Handler.engine, Handler.user, Handler.password = engine, args.user, args.password
@@ -712,7 +733,7 @@ def main():
     host, port = server.server_address[:2]
     # First line of stdout: the URL (read by the tests and the Makefile).
     print(f"http://{host}:{port}", flush=True)
-    keeper = f", ZooKeeper {zookeeper}" if config_file else ""
+    keeper = f", ZooKeeper {zookeeper}" if zookeeper else ""
     print(f"local-clickhouse: ClickHouse {VERSION} (chdb) on http://{host}:{port}, data in {data_dir}{keeper}",
           file=sys.stderr, flush=True)
     if args.exit_with_parent:
