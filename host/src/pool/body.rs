@@ -20,21 +20,25 @@ use super::MAX_IDLE;
 
 /// What the pool knows of its open connections (hyper-util's pool does not say): each one is
 /// idle (since when) or carrying a request. A connection leaves the table when hyper drops it,
-/// or as soon as it is known to be closing (its response body failed or was dropped unread:
-/// hyper closes such a connection).
+/// or as soon as it is known to be closing (its request failed, or its response body failed or
+/// was dropped before its end: hyper closes such a connection).
 #[derive(Default)]
 pub(super) struct Tracker {
     next: AtomicU64,
-    conns: Mutex<HashMap<ConnId, Option<Instant>>>,
+    conns: Mutex<HashMap<ConnId, ConnState>>,
+}
+
+#[derive(Clone, Copy)]
+enum ConnState {
+    Idle(Instant),
+    Busy,
 }
 
 impl Tracker {
     /// A new connection, idle until a request takes it.
-    pub fn open(self: &Arc<Self>, stream: Stream) -> Conn {
+    pub fn open(self: &Arc<Self>, stream: Box<dyn Stream>) -> Conn {
         let id = ConnId(self.next.fetch_add(1, Ordering::Relaxed));
-        if let Ok(mut conns) = self.conns.lock() {
-            conns.insert(id, Some(Instant::now()));
-        }
+        self.with(|conns| conns.insert(id, ConnState::Idle(Instant::now())));
         Conn {
             stream,
             id,
@@ -42,45 +46,39 @@ impl Tracker {
         }
     }
 
-    fn set(&self, id: ConnId, state: Option<Option<Instant>>) {
-        if let Ok(mut conns) = self.conns.lock() {
-            match state {
-                Some(state) => {
-                    if let Some(entry) = conns.get_mut(&id) {
-                        *entry = state;
-                    }
-                }
-                None => {
-                    conns.remove(&id);
-                }
-            }
-        }
+    fn with<T>(&self, f: impl FnOnce(&mut HashMap<ConnId, ConnState>) -> T) -> Option<T> {
+        self.conns.lock().ok().map(|mut conns| f(&mut conns))
+    }
+
+    fn set(&self, id: ConnId, state: ConnState) {
+        self.with(|conns| conns.get_mut(&id).map(|s| *s = state));
     }
 
     /// A request took the connection.
     pub fn busy(&self, id: ConnId) {
-        self.set(id, Some(None));
+        self.set(id, ConnState::Busy);
     }
 
     /// Its response was read to the end: idle again (hyper-util pools it).
     pub fn released(&self, id: ConnId) {
-        self.set(id, Some(Some(Instant::now())));
+        self.set(id, ConnState::Idle(Instant::now()));
     }
 
     /// It is closing (or closed).
     pub fn closed(&self, id: ConnId) {
-        self.set(id, None);
+        self.with(|conns| conns.remove(&id));
     }
 
     /// Open connections idle for less than [`MAX_IDLE`] (older ones are never reused: hyper-util
     /// checks their age at checkout, and drops them in the background).
     pub fn idle(&self) -> usize {
-        self.conns.lock().map_or(0, |conns| {
+        self.with(|conns| {
             conns
                 .values()
-                .filter(|since| since.is_some_and(|s| s.elapsed() < MAX_IDLE))
+                .filter(|s| matches!(s, ConnState::Idle(since) if since.elapsed() < MAX_IDLE))
                 .count()
         })
+        .unwrap_or(0)
     }
 }
 

@@ -217,7 +217,7 @@ impl Connector {
         };
         let _ = stream.set_nodelay(true);
         if !dest.tls {
-            return Ok(self.tracker.open(Stream::Plain(stream)));
+            return Ok(self.tracker.open(Box::new(stream)));
         }
         let name = match dest.ip {
             Some(ip) => ServerName::IpAddress(ip.into()),
@@ -240,7 +240,7 @@ impl Connector {
                 );
                 Err(error)
             }
-            Ok(Ok(tls)) => Ok(self.tracker.open(Stream::Tls(Box::new(tls)))),
+            Ok(Ok(tls)) => Ok(self.tracker.open(Box::new(tls))),
         }
     }
 }
@@ -261,10 +261,9 @@ fn tls_error(e: &io::Error) -> Error {
 }
 
 /// A plain or TLS connection.
-pub(super) enum Stream {
-    Plain(TcpStream),
-    Tls(Box<tokio_rustls::client::TlsStream<TcpStream>>),
-}
+pub(super) trait Stream: AsyncRead + AsyncWrite + Send + Unpin + 'static {}
+
+impl<T: AsyncRead + AsyncWrite + Send + Unpin + 'static> Stream for T {}
 
 /// Which connection a response came over (the connector's `Connected::extra`, which hyper-util
 /// copies into each response's extensions and into a captured connection's metadata).
@@ -273,7 +272,7 @@ pub(super) struct ConnId(pub u64);
 
 /// One open connection: counted by the pool's [`Tracker`] until hyper drops it.
 pub(super) struct Conn {
-    pub stream: Stream,
+    pub stream: Box<dyn Stream>,
     pub id: ConnId,
     pub tracker: Arc<Tracker>,
 }
@@ -292,58 +291,40 @@ impl Connection for Conn {
 
 impl AsyncRead for Conn {
     fn poll_read(
-        self: Pin<&mut Self>,
+        mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
-        match &mut self.get_mut().stream {
-            Stream::Plain(s) => Pin::new(s).poll_read(cx, buf),
-            Stream::Tls(s) => Pin::new(s.as_mut()).poll_read(cx, buf),
-        }
+        Pin::new(&mut *self.stream).poll_read(cx, buf)
     }
 }
 
 impl AsyncWrite for Conn {
     fn poll_write(
-        self: Pin<&mut Self>,
+        mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
-        match &mut self.get_mut().stream {
-            Stream::Plain(s) => Pin::new(s).poll_write(cx, buf),
-            Stream::Tls(s) => Pin::new(s.as_mut()).poll_write(cx, buf),
-        }
+        Pin::new(&mut *self.stream).poll_write(cx, buf)
     }
 
     fn poll_write_vectored(
-        self: Pin<&mut Self>,
+        mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
         bufs: &[io::IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
-        match &mut self.get_mut().stream {
-            Stream::Plain(s) => Pin::new(s).poll_write_vectored(cx, bufs),
-            Stream::Tls(s) => Pin::new(s.as_mut()).poll_write_vectored(cx, bufs),
-        }
+        Pin::new(&mut *self.stream).poll_write_vectored(cx, bufs)
     }
 
     fn is_write_vectored(&self) -> bool {
-        match &self.stream {
-            Stream::Plain(s) => s.is_write_vectored(),
-            Stream::Tls(s) => s.is_write_vectored(),
-        }
+        self.stream.is_write_vectored()
     }
 
-    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        match &mut self.get_mut().stream {
-            Stream::Plain(s) => Pin::new(s).poll_flush(cx),
-            Stream::Tls(s) => Pin::new(s.as_mut()).poll_flush(cx),
-        }
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut *self.stream).poll_flush(cx)
     }
 
-    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        match &mut self.get_mut().stream {
-            Stream::Plain(s) => Pin::new(s).poll_shutdown(cx),
-            Stream::Tls(s) => Pin::new(s.as_mut()).poll_shutdown(cx),
-        }
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut *self.stream).poll_shutdown(cx)
     }
 }

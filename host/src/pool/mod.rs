@@ -1018,6 +1018,23 @@ mod tests {
         .await;
         let e = send(half).await;
         assert!(matches!(e, Error::HttpResponseIncomplete), "{e:?}");
+        // A head cut inside its header fields.
+        let cut_head = raw_server(|mut stream| async move {
+            let _ = stream
+                .write_all(b"HTTP/1.1 200 OK\r\nContent-Type: text/pl")
+                .await;
+        })
+        .await;
+        let e = send(cut_head).await;
+        assert!(matches!(e, Error::HttpResponseIncomplete), "{e:?}");
+        // Reset (RST) after the request was read.
+        let reset = raw_server(|stream| async move {
+            let _ = stream.set_linger(Some(Duration::ZERO));
+            drop(stream);
+        })
+        .await;
+        let e = send(reset).await;
+        assert!(matches!(e, Error::HttpResponseIncomplete), "{e:?}");
         // A head past hyper's limit.
         let huge = raw_server(|mut stream| async move {
             let head = format!("HTTP/1.1 200 OK\r\nX-Big: {}\r\n", "x".repeat(1 << 20));
