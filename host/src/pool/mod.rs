@@ -1029,7 +1029,7 @@ mod tests {
         assert!(matches!(e, Error::HttpResponseIncomplete), "{e:?}");
         // Reset (RST) after the request was read.
         let reset = raw_server(|stream| async move {
-            let _ = stream.set_linger(Some(Duration::ZERO));
+            let _ = stream.set_zero_linger();
             drop(stream);
         })
         .await;
