@@ -31,6 +31,8 @@
 use std::fmt;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
+use ipnet::{IpNet, Ipv4Net, Ipv6Net};
+
 /// A parse error in an allow-list entry.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("invalid allowed host '{entry}': {reason}")]
@@ -65,101 +67,60 @@ impl fmt::Display for AddressDenied {
     }
 }
 
-/// An IP network: an address and a prefix length (the address has no bits past the prefix).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-struct Net {
-    addr: IpAddr,
-    len: u8,
+/// A network from an address and a prefix length, refusing host bits past the prefix. An
+/// IPv4-mapped IPv6 network (`::ffff:0:0/96` or longer) becomes the IPv4 network.
+fn network(addr: IpAddr, len: u8) -> Result<IpNet, String> {
+    let max = if addr.is_ipv4() { 32 } else { 128 };
+    let net =
+        IpNet::new(addr, len).map_err(|_| format!("prefix length /{len} is longer than {max}"))?;
+    if net.trunc() != net {
+        return Err(format!(
+            "{addr}/{len} has bits set past the prefix length (did you mean {}/{len}?)",
+            net.network()
+        ));
+    }
+    if let IpAddr::V6(v6) = addr {
+        if let (Some(v4), true) = (v6.to_ipv4_mapped(), len >= 96) {
+            let v4 = Ipv4Net::new(v4, len - 96).map_err(|e| e.to_string())?;
+            return Ok(IpNet::V4(v4));
+        }
+    }
+    Ok(net)
 }
 
-impl Net {
-    const fn v4(a: [u8; 4], len: u8) -> Net {
-        Net {
-            addr: IpAddr::V4(Ipv4Addr::new(a[0], a[1], a[2], a[3])),
-            len,
-        }
-    }
-
-    const fn v6(segments: [u16; 8], len: u8) -> Net {
-        let [a, b, c, d, e, f, g, h] = segments;
-        Net {
-            addr: IpAddr::V6(Ipv6Addr::new(a, b, c, d, e, f, g, h)),
-            len,
-        }
-    }
-
-    /// A network from an address and a prefix length, refusing host bits past the prefix. An
-    /// IPv4-mapped IPv6 network (`::ffff:0:0/96` or longer) becomes the IPv4 network.
-    fn new(addr: IpAddr, len: u8) -> Result<Net, String> {
-        let max = if addr.is_ipv4() { 32 } else { 128 };
-        if len > max {
-            return Err(format!("prefix length /{len} is longer than {max}"));
-        }
-        let net = Net { addr, len };
-        if masked(addr, len) != addr {
-            return Err(format!(
-                "{addr}/{len} has bits set past the prefix length (did you mean {}/{len}?)",
-                masked(addr, len)
-            ));
-        }
-        if let IpAddr::V6(v6) = addr {
-            if let (Some(v4), true) = (v6.to_ipv4_mapped(), len >= 96) {
-                return Ok(Net {
-                    addr: IpAddr::V4(v4),
-                    len: len - 96,
-                });
-            }
-        }
-        Ok(net)
-    }
-
-    fn contains(&self, ip: IpAddr) -> bool {
-        match (self.addr, ip) {
-            (IpAddr::V4(_), IpAddr::V4(_)) | (IpAddr::V6(_), IpAddr::V6(_)) => {
-                masked(ip, self.len) == self.addr
-            }
-            _ => false,
-        }
-    }
-
-    /// Whether all of `self` lies within `other`.
-    fn within(&self, other: &Net) -> bool {
-        self.len >= other.len && other.contains(self.addr)
-    }
+const fn v4(a: [u8; 4], len: u8) -> IpNet {
+    IpNet::V4(Ipv4Net::new_assert(
+        Ipv4Addr::new(a[0], a[1], a[2], a[3]),
+        len,
+    ))
 }
 
-/// `ip` with every bit past `len` cleared.
-fn masked(ip: IpAddr, len: u8) -> IpAddr {
-    match ip {
-        IpAddr::V4(v4) => {
-            let mask = u32::MAX.checked_shl(32 - u32::from(len)).unwrap_or(0);
-            IpAddr::V4(Ipv4Addr::from(u32::from(v4) & mask))
-        }
-        IpAddr::V6(v6) => {
-            let mask = u128::MAX.checked_shl(128 - u32::from(len)).unwrap_or(0);
-            IpAddr::V6(Ipv6Addr::from(u128::from(v6) & mask))
-        }
-    }
+const fn v6(segments: [u16; 8], len: u8) -> IpNet {
+    let [a, b, c, d, e, f, g, h] = segments;
+    IpNet::V6(Ipv6Net::new_assert(
+        Ipv6Addr::new(a, b, c, d, e, f, g, h),
+        len,
+    ))
 }
 
 /// Addresses refused unless an entry lists them explicitly, most specific first.
-const RESTRICTED: [(Net, &str); 5] = [
+const RESTRICTED: [(IpNet, &str); 5] = [
     // AWS, GCP, Azure, OpenStack, DigitalOcean, Oracle...
-    (Net::v4([169, 254, 169, 254], 32), "cloud metadata"),
+    (v4([169, 254, 169, 254], 32), "cloud metadata"),
     // AWS's IPv6 instance metadata endpoint.
     (
-        Net::v6([0xfd00, 0xec2, 0, 0, 0, 0, 0, 0x254], 128),
+        v6([0xfd00, 0xec2, 0, 0, 0, 0, 0, 0x254], 128),
         "cloud metadata",
     ),
     // Alibaba Cloud.
-    (Net::v4([100, 100, 100, 200], 32), "cloud metadata"),
-    (Net::v4([169, 254, 0, 0], 16), "link-local"),
-    (Net::v6([0xfe80, 0, 0, 0, 0, 0, 0, 0], 10), "link-local"),
+    (v4([100, 100, 100, 200], 32), "cloud metadata"),
+    (v4([169, 254, 0, 0], 16), "link-local"),
+    (v6([0xfe80, 0, 0, 0, 0, 0, 0, 0], 10), "link-local"),
 ];
 
 /// The restricted ranges containing `ip` (canonical form).
-fn restricted(ip: IpAddr) -> impl Iterator<Item = &'static (Net, &'static str)> {
-    RESTRICTED.iter().filter(move |(net, _)| net.contains(ip))
+fn restricted(ip: IpAddr) -> impl Iterator<Item = &'static (IpNet, &'static str)> {
+    RESTRICTED.iter().filter(move |(net, _)| net.contains(&ip))
 }
 
 /// An IP address in a URL host (IPv6 with or without its brackets), in canonical form.
@@ -182,7 +143,7 @@ enum HostPattern {
     Any,
     Suffix(String),
     Exact(String),
-    Net(Net),
+    Net(IpNet),
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -208,125 +169,146 @@ fn split_digits(text: &str) -> (&str, &str) {
     text.split_at(end)
 }
 
+/// What an entry may hold past its host.
+const ONLY: &str = "only scheme, host and port may be given";
+
+/// The scheme of an entry: `http`, `https` or `*`.
+fn parse_scheme(scheme: &str) -> Result<SchemePattern, String> {
+    match scheme.to_ascii_lowercase().as_str() {
+        "*" => Ok(SchemePattern::Any),
+        s @ ("http" | "https") => Ok(SchemePattern::Exact(s.to_string())),
+        _ => Err("scheme must be http, https or *".into()),
+    }
+}
+
+/// A prefix length (the digits after a `/`).
+fn prefix_len(len: &str) -> Result<u8, String> {
+    len.parse::<u8>()
+        .map_err(|_| format!("bad prefix length /{len}"))
+}
+
+/// The host of an entry (what follows `scheme://`, a trailing `/` removed) and the port text
+/// after it, if any.
+fn parse_host(rest: &str) -> Result<(HostPattern, Option<&str>), String> {
+    if let Some(inner) = rest.strip_prefix('[') {
+        let (host, after) = inner
+            .split_once(']')
+            .ok_or("IPv6 host is missing its closing ']'")?;
+        let (prefix, after) = match after.strip_prefix('/') {
+            Some(after) => match split_digits(after) {
+                ("", _) => return Err(ONLY.into()),
+                (len, after) => (Some(prefix_len(len)?), after),
+            },
+            None => (None, after),
+        };
+        let port = match after {
+            "" => None,
+            p => Some(
+                p.strip_prefix(':')
+                    .ok_or("unexpected text after the IPv6 host")?,
+            ),
+        };
+        let ip: Ipv6Addr = host.parse().map_err(|_| {
+            format!("'{host}' in brackets is not an IPv6 address (a network is written [addr]/len)")
+        })?;
+        let net = network(IpAddr::V6(ip), prefix.unwrap_or(128))?;
+        return Ok((HostPattern::Net(net), port));
+    }
+    let (before_port, port) = match rest.rsplit_once(':') {
+        Some((h, p)) => (h, Some(p)),
+        None => (rest, None),
+    };
+    if port.is_some_and(|p| p.contains('/')) {
+        return Err(ONLY.into());
+    }
+    let (host, prefix) = match before_port.split_once('/') {
+        Some((h, len)) if !len.is_empty() && split_digits(len).1.is_empty() => {
+            (h, Some(prefix_len(len)?))
+        }
+        Some(_) => return Err(ONLY.into()),
+        None => (before_port, None),
+    };
+    if host.contains(':') {
+        return Err(
+            "an IPv6 address must be written in brackets, e.g. http://[fe80::1]:8123 \
+                    or http://[fd00::]/8:8123"
+                .into(),
+        );
+    }
+    if host.is_empty() {
+        return Err("host is empty".into());
+    }
+    let host = host.to_ascii_lowercase();
+    let wildcard = "a wildcard host is '*' or '*.domain'";
+    let pattern = if let Some(len) = prefix {
+        let ip: Ipv4Addr = host.parse().map_err(|_| {
+            "a network is an IPv4 address and a prefix length (10.0.0.0/8) or [IPv6]/len"
+                .to_string()
+        })?;
+        HostPattern::Net(network(IpAddr::V4(ip), len)?)
+    } else if let Ok(ip) = host.parse::<Ipv4Addr>() {
+        HostPattern::Net(IpNet::V4(Ipv4Net::from(ip)))
+    } else if host == "*" {
+        HostPattern::Any
+    } else if let Some(suffix) = host.strip_prefix("*.") {
+        if suffix.is_empty() || suffix.contains('*') {
+            return Err(wildcard.into());
+        }
+        HostPattern::Suffix(format!(".{suffix}"))
+    } else if host.contains('*') {
+        return Err(wildcard.into());
+    } else {
+        HostPattern::Exact(host)
+    };
+    Ok((pattern, port))
+}
+
+/// The port of an entry (`None`: not given, the scheme's default).
+fn parse_port(port: Option<&str>, scheme: &SchemePattern) -> Result<PortPattern, String> {
+    match port {
+        Some("*") => Ok(PortPattern::Any),
+        Some(p) => match p.split_once("..") {
+            Some((start, end)) => {
+                let bad = || "bad port range".to_string();
+                let start: u16 = start.parse().map_err(|_| bad())?;
+                let end: u32 = end.parse().map_err(|_| bad())?;
+                if u32::from(start) >= end || end > 65536 {
+                    return Err(bad());
+                }
+                Ok(PortPattern::Range(start, end))
+            }
+            None => {
+                let port: u16 = p
+                    .parse()
+                    .map_err(|_| "port must be a number, a range a..b, or *".to_string())?;
+                Ok(PortPattern::Range(port, u32::from(port) + 1))
+            }
+        },
+        None => match scheme {
+            SchemePattern::Exact(s) if s == "http" => Ok(PortPattern::Range(80, 81)),
+            SchemePattern::Exact(s) if s == "https" => Ok(PortPattern::Range(443, 444)),
+            _ => Err("a port is required with scheme '*'".into()),
+        },
+    }
+}
+
 impl AllowedHost {
-    /// Parses one entry.
+    /// Parses one entry: `scheme://host:port`.
     pub fn parse(entry: &str) -> Result<AllowedHost, AllowListError> {
-        let fail = |reason: &str| AllowListError {
+        let fail = |reason: String| AllowListError {
             entry: entry.to_string(),
-            reason: reason.to_string(),
+            reason,
         };
         let Some((scheme, rest)) = entry.split_once("://") else {
-            return Err(fail("expected scheme://host:port"));
+            return Err(fail("expected scheme://host:port".into()));
         };
-        let scheme = match scheme.to_ascii_lowercase().as_str() {
-            "*" => SchemePattern::Any,
-            s @ ("http" | "https") => SchemePattern::Exact(s.to_string()),
-            _ => return Err(fail("scheme must be http, https or *")),
-        };
+        let scheme = parse_scheme(scheme).map_err(fail)?;
         let rest = rest.strip_suffix('/').unwrap_or(rest);
-        let only = "only scheme, host and port may be given";
         if rest.contains('?') || rest.contains('@') || rest.contains('#') {
-            return Err(fail(only));
+            return Err(fail(ONLY.into()));
         }
-        let prefix_len = |len: &str| {
-            len.parse::<u8>()
-                .map_err(|_| fail(&format!("bad prefix length /{len}")))
-        };
-        let (host, port) = if let Some(inner) = rest.strip_prefix('[') {
-            let (host, after) = inner
-                .split_once(']')
-                .ok_or_else(|| fail("IPv6 host is missing its closing ']'"))?;
-            let (prefix, after) = match after.strip_prefix('/') {
-                Some(after) => match split_digits(after) {
-                    ("", _) => return Err(fail(only)),
-                    (len, after) => (Some(prefix_len(len)?), after),
-                },
-                None => (None, after),
-            };
-            let port = match after {
-                "" => None,
-                p => Some(
-                    p.strip_prefix(':')
-                        .ok_or_else(|| fail("unexpected text after the IPv6 host"))?,
-                ),
-            };
-            let ip: Ipv6Addr = host.parse().map_err(|_| {
-                fail(&format!(
-                    "'{host}' in brackets is not an IPv6 address (a network is written [addr]/len)"
-                ))
-            })?;
-            let net = Net::new(IpAddr::V6(ip), prefix.unwrap_or(128)).map_err(|e| fail(&e))?;
-            (HostPattern::Net(net), port)
-        } else {
-            let (before_port, port) = match rest.rsplit_once(':') {
-                Some((h, p)) => (h, Some(p)),
-                None => (rest, None),
-            };
-            if port.is_some_and(|p| p.contains('/')) {
-                return Err(fail(only));
-            }
-            let (host, prefix) = match before_port.split_once('/') {
-                Some((h, len)) if !len.is_empty() && split_digits(len).1.is_empty() => {
-                    (h, Some(prefix_len(len)?))
-                }
-                Some(_) => return Err(fail(only)),
-                None => (before_port, None),
-            };
-            if host.contains(':') {
-                return Err(fail(
-                    "an IPv6 address must be written in brackets, e.g. http://[fe80::1]:8123 \
-                     or http://[fd00::]/8:8123",
-                ));
-            }
-            if host.is_empty() {
-                return Err(fail("host is empty"));
-            }
-            let host = host.to_ascii_lowercase();
-            let pattern = if let Some(len) = prefix {
-                let ip: Ipv4Addr = host.parse().map_err(|_| {
-                    fail("a network is an IPv4 address and a prefix length (10.0.0.0/8) or [IPv6]/len")
-                })?;
-                HostPattern::Net(Net::new(IpAddr::V4(ip), len).map_err(|e| fail(&e))?)
-            } else if let Ok(ip) = host.parse::<Ipv4Addr>() {
-                HostPattern::Net(Net::v4(ip.octets(), 32))
-            } else if host == "*" {
-                HostPattern::Any
-            } else if let Some(suffix) = host.strip_prefix("*.") {
-                if suffix.is_empty() || suffix.contains('*') {
-                    return Err(fail("a wildcard host is '*' or '*.domain'"));
-                }
-                HostPattern::Suffix(format!(".{suffix}"))
-            } else if host.contains('*') {
-                return Err(fail("a wildcard host is '*' or '*.domain'"));
-            } else {
-                HostPattern::Exact(host)
-            };
-            (pattern, port)
-        };
-        let port = match port {
-            Some("*") => PortPattern::Any,
-            Some(p) => match p.split_once("..") {
-                Some((start, end)) => {
-                    let start: u16 = start.parse().map_err(|_| fail("bad port range"))?;
-                    let end: u32 = end.parse().map_err(|_| fail("bad port range"))?;
-                    if u32::from(start) >= end || end > 65536 {
-                        return Err(fail("bad port range"));
-                    }
-                    PortPattern::Range(start, end)
-                }
-                None => {
-                    let port: u16 = p
-                        .parse()
-                        .map_err(|_| fail("port must be a number, a range a..b, or *"))?;
-                    PortPattern::Range(port, u32::from(port) + 1)
-                }
-            },
-            None => match &scheme {
-                SchemePattern::Exact(s) if s == "http" => PortPattern::Range(80, 81),
-                SchemePattern::Exact(s) if s == "https" => PortPattern::Range(443, 444),
-                _ => return Err(fail("a port is required with scheme '*'")),
-            },
-        };
+        let (host, port) = parse_host(rest).map_err(fail)?;
+        let port = parse_port(port, &scheme).map_err(fail)?;
         Ok(AllowedHost {
             scheme,
             host,
@@ -365,7 +347,7 @@ impl AllowedHost {
         let ip = host_ip(host);
         let host = host.to_ascii_lowercase();
         match (&self.host, ip) {
-            (HostPattern::Net(net), Some(ip)) => net.contains(ip),
+            (HostPattern::Net(net), Some(ip)) => net.contains(&ip),
             _ => self.name_matches(&host, ip),
         }
     }
@@ -435,7 +417,7 @@ impl AllowList {
         // that contains it.
         let listed_explicitly = entries().any(|e| match &e.host {
             HostPattern::Net(net) => {
-                net.contains(addr) && restricted(addr).all(|(range, _)| net.within(range))
+                net.contains(&addr) && restricted(addr).all(|(range, _)| range.contains(net))
             }
             _ => false,
         });
@@ -446,7 +428,7 @@ impl AllowList {
             return Err(AddressDenied::Restricted(what));
         }
         let allowed = entries().any(|e| match &e.host {
-            HostPattern::Net(net) => net.contains(addr),
+            HostPattern::Net(net) => net.contains(&addr),
             _ => e.name_matches(&host, host_ip),
         });
         if allowed {
@@ -746,5 +728,34 @@ mod tests {
         let l = list(&["http://10.0.0.0/8", "https://[fd00::]/8"]);
         assert!(l.allows("http", "10.0.0.1", 80));
         assert!(l.allows("https", "[fd00::1]", 443));
+    }
+
+    #[test]
+    fn an_entry_parses_as_scheme_host_and_port() {
+        assert_eq!(
+            parse_scheme("HTTPS"),
+            Ok(SchemePattern::Exact("https".into()))
+        );
+        assert_eq!(parse_scheme("*"), Ok(SchemePattern::Any));
+        let (host, port) = parse_host("[fd00::]/8:9000").unwrap();
+        assert_eq!(host, HostPattern::Net("fd00::/8".parse().unwrap()));
+        assert_eq!(port, Some("9000"));
+        let (host, port) = parse_host("*.example.com").unwrap();
+        assert_eq!(host, HostPattern::Suffix(".example.com".into()));
+        assert_eq!(port, None);
+        // An IPv4-mapped network is the IPv4 network.
+        let (host, _) = parse_host("[::ffff:10.0.0.0]/104").unwrap();
+        assert_eq!(host, HostPattern::Net("10.0.0.0/8".parse().unwrap()));
+        let http = SchemePattern::Exact("http".into());
+        assert_eq!(parse_port(None, &http), Ok(PortPattern::Range(80, 81)));
+        assert_eq!(
+            parse_port(Some("8000..8200"), &http),
+            Ok(PortPattern::Range(8000, 8200))
+        );
+        assert_eq!(
+            parse_port(Some("65535..65536"), &http),
+            Ok(PortPattern::Range(65535, 65536))
+        );
+        assert!(parse_port(None, &SchemePattern::Any).is_err());
     }
 }

@@ -1,17 +1,22 @@
 //! The outgoing network path of one component instance (the wasi:http `send_request` hook's
-//! transport), for `http` and `https` alike:
+//! transport), for `http` and `https` alike: hyper-util's pooled HTTP/1.1 client
+//! (`hyper_util::client::legacy::Client`) over a connector of our own.
 //!
 //! * **Allow-list, by URL then by address.** The host is checked by name
-//!   ([`AllowList::allows`]), resolved once (through a [`Resolve`], the system resolver by
-//!   default), every address it resolved to is checked ([`AllowList::check_address`]: link-local
-//!   and cloud metadata addresses are refused unless listed explicitly), and only then are the
-//!   checked addresses dialled, in order. The name is never resolved again, so a DNS answer that
-//!   changes between the check and the connection (DNS rebinding) cannot reach another address.
-//!   A refusal fails the request with `HttpRequestDenied` and opens no connection.
-//! * **Keep-alive.** Idle connections are reused per `scheme://host:port` (a reused connection
-//!   was checked when it was opened); one goes back to the pool only after its response body was
-//!   read to the end. Idle connections older than [`MAX_IDLE`] are dropped, for every
-//!   destination, whenever a request is made.
+//!   ([`AllowList::allows`]) before anything else; when a new connection is needed the
+//!   connector resolves the name once (through a [`Resolve`], the system resolver by default),
+//!   checks every address it resolved to ([`AllowList::check_address`]: link-local and cloud
+//!   metadata addresses are refused unless listed explicitly), and only then dials the checked
+//!   addresses, in order. The name is never resolved again, so a DNS answer that changes
+//!   between the check and the connection (DNS rebinding) cannot reach another address. A
+//!   refusal fails the request with `HttpRequestDenied` and opens no connection.
+//! * **Keep-alive** (hyper-util's pool). Idle connections are reused per scheme and authority
+//!   (a reused connection was checked when it was opened); one goes back to the pool only after
+//!   its response body was read to the end. Idle connections older than [`MAX_IDLE`] are never
+//!   reused, and are dropped in the background, for every destination. A request that a stale
+//!   connection hands back unsent (the server closed it while it was idle, and hyper saw so
+//!   before writing the request) is sent again, once, on a new connection; a request that had
+//!   started on the wire is never sent again.
 //! * **TLS** (rustls, ring provider): the system trust store, or the compiled-in web roots when
 //!   the system store is empty, plus an optional CA file ([`TlsOptions::ca_file`]); SNI is the
 //!   host name, ALPN `http/1.1`. A rejected certificate fails with `TlsCertificateError`, an
@@ -23,32 +28,38 @@
 //!   its response body is read or dropped; another one waits for a slot up to its connect
 //!   timeout, then fails with `ConnectionLimitReached`).
 //! * Per request: `TCP_NODELAY`; the connect timeout bounds resolving, connecting and the TLS
-//!   and HTTP handshakes together; first-byte and between-bytes timeouts.
+//!   handshake together (it reaches the connector as a task-local, `connector::REQUEST`);
+//!   first-byte (from the moment a connection carries the request) and between-bytes timeouts.
+//! * **Errors**: an answer that is not HTTP is `HttpProtocolError` (a head past hyper's limit
+//!   `HttpResponseHeaderSectionSize`); a connection that ends (closed, reset) before the whole
+//!   answer is `HttpResponseIncomplete` once the request had started on the wire, and
+//!   `ConnectionTerminated` before.
 //!
 //! A [`Network`] (TLS roots, resolver) is made once and shared; each instance gets its own
 //! [`ConnectionPool`] from [`Network::pool`].
 
-use std::collections::HashMap;
+mod body;
+mod connector;
+
 use std::future::Future;
-use std::net::{IpAddr, SocketAddr};
+use std::net::IpAddr;
 use std::path::PathBuf;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, OnceLock};
-use std::task::{ready, Context, Poll};
-use std::time::{Duration, Instant};
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
 
-use bytes::Bytes;
-use http_body::{Body, Frame};
 use http_body_util::BodyExt;
-use hyper::client::conn::http1::SendRequest;
+use hyper_util::client::legacy::connect::capture_connection;
+use hyper_util::client::legacy::Client;
+use hyper_util::rt::{TokioExecutor, TokioTimer};
 use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, ServerName};
-use tokio::io::{AsyncRead, AsyncWrite};
-use tokio::net::TcpStream;
-use tokio::sync::{OwnedSemaphorePermit, Semaphore};
-use wasmtime_wasi_http::io::TokioIo;
+use rustls::pki_types::CertificateDer;
+use tokio::sync::Semaphore;
 use wasmtime_wasi_http::{Error, RequestOptions, WasiBody};
+
+use body::{conn_id, request_error, RequestBody, RequestState, ResponseBody, Tracker};
+use connector::{ConnId, Connector, RequestContext, REQUEST};
 
 use crate::allow_list::AllowList;
 use crate::limits::Limits;
@@ -189,17 +200,34 @@ impl Network {
     /// A new, empty pool for one instance: its requests may reach only `allow`, within
     /// `limits` (`max_response_bytes`, `max_concurrent_requests`).
     pub fn pool(&self, allow: Arc<AllowList>, limits: &Limits) -> ConnectionPool {
-        ConnectionPool {
+        let tracker = Arc::new(Tracker::default());
+        let connects = Arc::new(AtomicU64::new(0));
+        let connector = Connector {
             network: self.clone(),
+            allow: allow.clone(),
+            connects: connects.clone(),
+            tracker: tracker.clone(),
+        };
+        let client = Client::builder(TokioExecutor::new())
+            .pool_idle_timeout(MAX_IDLE)
+            .pool_max_idle_per_host(MAX_IDLE_PER_HOST)
+            // Drops expired idle connections of every destination in the background.
+            .pool_timer(TokioTimer::new())
+            // A request a stale keep-alive connection handed back unsent (the server closed it
+            // while it was idle) is sent again on a new connection.
+            .retry_canceled_requests(true)
+            .build(connector);
+        ConnectionPool {
+            client,
             allow,
-            idle: Arc::default(),
+            tracker,
             slots: Arc::new(Semaphore::new(limits.max_concurrent_requests.max(1))),
             max_response_bytes: limits.max_response_bytes,
-            connects: Arc::default(),
+            connects,
         }
     }
 
-    fn tls_config(&self) -> Arc<rustls::ClientConfig> {
+    pub(super) fn tls_config(&self) -> Arc<rustls::ClientConfig> {
         self.inner
             .tls
             .get_or_init(|| Arc::new(client_config(&self.inner.extra_roots)))
@@ -267,31 +295,13 @@ fn client_config(extra: &[CertificateDer<'static>]) -> rustls::ClientConfig {
     config
 }
 
-/// The wasi:http error for a failed TLS handshake.
-fn tls_error(e: &std::io::Error) -> Error {
-    match e
-        .get_ref()
-        .and_then(|inner| inner.downcast_ref::<rustls::Error>())
-    {
-        Some(rustls::Error::InvalidCertificate(_)) => Error::TlsCertificateError,
-        Some(rustls::Error::AlertReceived(alert)) => Error::TlsAlertReceived {
-            alert_id: Some(alert.to_array()[0]),
-            alert_message: Some(format!("{alert:?}")),
-        },
-        _ => Error::TlsProtocolError,
-    }
-}
-
-/// A connection ready for another request, and since when it has been idle.
-type IdleConnection = (SendRequest<WasiBody>, Instant);
-
-/// The connections of one instance: idle ones by `scheme://host:port`, the allow-list, the
-/// limits. Cheap to clone (clones share everything).
+/// The connections of one instance: hyper-util's pooled client over the instance's
+/// [`Connector`], the allow-list, the limits. Cheap to clone (clones share everything).
 #[derive(Clone)]
 pub struct ConnectionPool {
-    network: Network,
+    client: Client<Connector, RequestBody>,
     allow: Arc<AllowList>,
-    idle: Arc<Mutex<HashMap<String, Vec<IdleConnection>>>>,
+    tracker: Arc<Tracker>,
     slots: Arc<Semaphore>,
     max_response_bytes: u64,
     connects: Arc<AtomicU64>,
@@ -312,7 +322,7 @@ struct Destination {
     /// The host as an IP address, if it is one.
     ip: Option<IpAddr>,
     port: u16,
-    /// The pool key: `scheme://host:port` (IPv6 in brackets).
+    /// `scheme://host:port` (IPv6 in brackets), for logs.
     key: String,
 }
 
@@ -358,43 +368,16 @@ fn operation(request: &http::Request<WasiBody>) -> String {
         .to_string()
 }
 
+/// How much longer than its connect timeout a request waits for a connection before giving up
+/// by itself: the connector's own bound (with its more precise error: DNS, connect, TLS) comes
+/// first; this one is only a backstop.
+const CONNECT_MARGIN: Duration = Duration::from_millis(100);
+
 impl ConnectionPool {
-    /// An idle, ready connection to `key`, if any; drops every stale idle connection (of any
-    /// destination) on the way.
-    fn take(&self, key: &str) -> Option<SendRequest<WasiBody>> {
-        let mut idle = self.idle.lock().ok()?;
-        idle.retain(|_, list| {
-            list.retain(|(sender, since)| since.elapsed() < MAX_IDLE && !sender.is_closed());
-            !list.is_empty()
-        });
-        let list = idle.get_mut(key)?;
-        while let Some((sender, _)) = list.pop() {
-            if sender.is_ready() {
-                return Some(sender);
-            }
-        }
-        None
-    }
-
-    fn put(&self, key: String, sender: SendRequest<WasiBody>) {
-        self.put_since(key, sender, Instant::now());
-    }
-
-    fn put_since(&self, key: String, sender: SendRequest<WasiBody>, since: Instant) {
-        if let Ok(mut idle) = self.idle.lock() {
-            let list = idle.entry(key).or_default();
-            if list.len() < MAX_IDLE_PER_HOST {
-                list.push((sender, since));
-            }
-        }
-    }
-
-    /// How many idle connections are kept (all destinations).
+    /// How many idle connections are kept (all destinations): open, carrying no request, idle
+    /// for less than [`MAX_IDLE`].
     pub fn idle(&self) -> usize {
-        self.idle
-            .lock()
-            .map(|m| m.values().map(Vec::len).sum())
-            .unwrap_or(0)
+        self.tracker.idle()
     }
 
     /// How many TCP connections this pool has tried to open (each address tried counts).
@@ -402,138 +385,10 @@ impl ConnectionPool {
         self.connects.load(Ordering::Relaxed)
     }
 
-    /// The addresses to dial for `dest`: its IP address, or its name resolved once; every one
-    /// checked against the allow-list (any refused one fails the request, before any
-    /// connection).
-    async fn addresses(
-        &self,
-        dest: &Destination,
-        op: &str,
-        deadline: tokio::time::Instant,
-    ) -> Result<Vec<SocketAddr>, Error> {
-        let ips = match dest.ip {
-            Some(ip) => vec![ip],
-            None => {
-                let lookup = self.network.inner.resolver.lookup(&dest.host);
-                match tokio::time::timeout_at(deadline, lookup).await {
-                    Err(_) => return Err(Error::DnsTimeout),
-                    Ok(Err(e)) => {
-                        return Err(Error::DnsError {
-                            rcode: Some(e.to_string()),
-                            info_code: None,
-                        })
-                    }
-                    Ok(Ok(ips)) if ips.is_empty() => {
-                        return Err(Error::DnsError {
-                            rcode: Some("no address".into()),
-                            info_code: None,
-                        })
-                    }
-                    Ok(Ok(ips)) => ips,
-                }
-            }
-        };
-        for ip in &ips {
-            if let Err(reason) = self
-                .allow
-                .check_address(dest.scheme, &dest.host, dest.port, *ip)
-            {
-                tracing::warn!(
-                    op = %op,
-                    destination = %dest.key,
-                    address = %ip,
-                    reason = %reason,
-                    allowed = %self.allow,
-                    "outgoing request denied by the allow-list: the host resolved to a refused address"
-                );
-                return Err(Error::HttpRequestDenied);
-            }
-        }
-        Ok(ips
-            .into_iter()
-            .map(|ip| SocketAddr::new(ip, dest.port))
-            .collect())
-    }
-
-    /// Opens a connection to `dest` (resolving, checking, connecting, TLS and HTTP
-    /// handshakes), all within `connect_timeout`.
-    async fn connect(
-        &self,
-        dest: &Destination,
-        op: &str,
-        connect_timeout: Duration,
-    ) -> Result<SendRequest<WasiBody>, Error> {
-        let deadline = tokio::time::Instant::now() + connect_timeout;
-        let addrs = self.addresses(dest, op, deadline).await?;
-        let mut last_error = None;
-        let mut stream = None;
-        let count = addrs.len();
-        for (i, addr) in addrs.into_iter().enumerate() {
-            self.connects.fetch_add(1, Ordering::Relaxed);
-            // Each address gets an equal share of the time left, the last one all of it (so an
-            // address that drops packets does not starve the next ones).
-            let left = deadline.saturating_duration_since(tokio::time::Instant::now());
-            let shares = u32::try_from(count - i).unwrap_or(u32::MAX);
-            let attempt_deadline = tokio::time::Instant::now() + left / shares;
-            match tokio::time::timeout_at(attempt_deadline, TcpStream::connect(addr)).await {
-                Err(_) if i + 1 == count => return Err(Error::ConnectionTimeout),
-                Err(_) => {
-                    tracing::debug!(destination = %dest.key, address = %addr, "connect timed out, trying the next address");
-                    last_error = Some(std::io::Error::from(std::io::ErrorKind::TimedOut));
-                }
-                Ok(Ok(s)) => {
-                    stream = Some(s);
-                    break;
-                }
-                Ok(Err(e)) => {
-                    tracing::debug!(destination = %dest.key, address = %addr, error = %e, "connect failed");
-                    last_error = Some(e);
-                }
-            }
-        }
-        let Some(stream) = stream else {
-            return Err(match last_error {
-                Some(e) if e.kind() == std::io::ErrorKind::ConnectionRefused => {
-                    Error::ConnectionRefused
-                }
-                Some(e) => Error::Connect(e),
-                None => Error::ConnectionRefused,
-            });
-        };
-        let _ = stream.set_nodelay(true);
-        if !dest.tls {
-            return handshake(stream, deadline).await;
-        }
-        let name = match dest.ip {
-            Some(ip) => ServerName::IpAddress(ip.into()),
-            None => {
-                ServerName::try_from(dest.host.clone()).map_err(|_| Error::HttpRequestUriInvalid)?
-            }
-        };
-        let connector = tokio_rustls::TlsConnector::from(self.network.tls_config());
-        let tls = match tokio::time::timeout_at(deadline, connector.connect(name, stream)).await {
-            Err(_) => return Err(Error::ConnectionTimeout),
-            Ok(Err(e)) => {
-                let error = tls_error(&e);
-                tracing::warn!(
-                    op = %op,
-                    destination = %dest.key,
-                    error = %e,
-                    code = %error,
-                    ca_file = ?self.network.ca_file(),
-                    "TLS handshake failed"
-                );
-                return Err(error);
-            }
-            Ok(Ok(tls)) => tls,
-        };
-        handshake(tls, deadline).await
-    }
-
     /// Sends a request (`http` or `https`) over a pooled (or new) connection.
     pub async fn send(
         &self,
-        mut request: http::Request<WasiBody>,
+        request: http::Request<WasiBody>,
         options: Option<RequestOptions>,
     ) -> Result<http::Response<WasiBody>, Error> {
         let dest = Destination::of(request.uri())?;
@@ -557,15 +412,18 @@ impl ConnectionPool {
             .and_then(|o| o.between_bytes_timeout)
             .unwrap_or(DEFAULT_TIMEOUT)
             .max(Duration::from_nanos(1));
-        // Origin-form request target: the scheme and authority are the connection's business.
-        *request.uri_mut() = http::Uri::builder()
-            .path_and_query(
-                request
-                    .uri()
-                    .path_and_query()
-                    .map(|p| p.as_str())
-                    .unwrap_or("/"),
-            )
+        // Absolute form with the scheme spelt out: hyper-util keys its pool by scheme and
+        // authority, and writes the origin form on the wire itself.
+        let (mut parts, body) = request.into_parts();
+        let authority = parts
+            .uri
+            .authority()
+            .cloned()
+            .ok_or(Error::HttpRequestUriInvalid)?;
+        parts.uri = http::Uri::builder()
+            .scheme(dest.scheme)
+            .authority(authority)
+            .path_and_query(parts.uri.path_and_query().map_or("/", |p| p.as_str()))
             .build()
             .map_err(|_| Error::HttpRequestUriInvalid)?;
         let permit = match tokio::time::timeout(connect_timeout, self.slots.clone().acquire_owned())
@@ -581,141 +439,78 @@ impl ConnectionPool {
                 return Err(Error::ConnectionLimitReached);
             }
         };
-        let mut sender = match self.take(&dest.key) {
-            Some(sender) => sender,
-            None => self.connect(&dest, &op, connect_timeout).await?,
+        let state = Arc::new(RequestState::default());
+        let mut request = http::Request::from_parts(parts, RequestBody::new(body, state.clone()));
+        let mut capture = capture_connection(&mut request);
+        let context = RequestContext {
+            connect_timeout,
+            op,
         };
-        let response = tokio::time::timeout(first_byte_timeout, sender.send_request(request))
-            .await
-            .map_err(|_| Error::ConnectionReadTimeout)?
-            .map_err(Error::from)?;
-        let mut timeout = tokio::time::interval(between_bytes_timeout);
-        timeout.reset();
-        let pool = self.clone();
-        let max = self.max_response_bytes;
-        Ok(response.map(|incoming| {
-            PooledBody {
-                incoming: Some(incoming),
-                timeout,
-                read: 0,
-                max,
-                release: Some((pool, dest.key, sender)),
-                permit: Some(permit),
-            }
-            .boxed_unsync()
-        }))
-    }
-}
-
-/// The HTTP/1.1 handshake on an open connection, whose driver then runs as its own task.
-async fn handshake<T>(io: T, deadline: tokio::time::Instant) -> Result<SendRequest<WasiBody>, Error>
-where
-    T: AsyncRead + AsyncWrite + Send + Unpin + 'static,
-{
-    let (sender, connection) = tokio::time::timeout_at(
-        deadline,
-        hyper::client::conn::http1::Builder::new().handshake(TokioIo::new(io)),
-    )
-    .await
-    .map_err(|_| Error::ConnectionTimeout)??;
-    tokio::spawn(async move {
-        if let Err(e) = connection.await {
-            tracing::debug!(error = %e, "pooled connection closed");
-        }
-    });
-    Ok(sender)
-}
-
-/// A response body that enforces the between-bytes timeout and the size cap, holds its request's
-/// slot, and gives its connection back to the pool once it has been read to the end.
-struct PooledBody {
-    /// `None` once failed (the connection is dropped with it).
-    incoming: Option<hyper::body::Incoming>,
-    timeout: tokio::time::Interval,
-    read: u64,
-    max: u64,
-    release: Option<(ConnectionPool, String, SendRequest<WasiBody>)>,
-    permit: Option<OwnedSemaphorePermit>,
-}
-
-impl PooledBody {
-    /// Ends the body with an error: the connection is dropped, not pooled.
-    fn fail(&mut self, error: Error) -> Poll<Option<Result<Frame<Bytes>, Error>>> {
-        self.incoming = None;
-        self.release = None;
-        self.permit = None;
-        Poll::Ready(Some(Err(error)))
-    }
-}
-
-impl Body for PooledBody {
-    type Data = Bytes;
-    type Error = Error;
-
-    fn poll_frame(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, Error>>> {
-        let this = &mut *self;
-        let Some(incoming) = this.incoming.as_mut() else {
-            return Poll::Ready(None);
-        };
-        if this.read == 0 && incoming.size_hint().lower() > this.max {
-            return this.fail(Error::HttpResponseBodySize(Some(this.max)));
-        }
-        match Pin::new(incoming).poll_frame(cx) {
-            Poll::Ready(None) => {
-                this.incoming = None;
-                this.permit = None;
-                if let Some((pool, key, sender)) = this.release.take() {
-                    pool.put(key, sender);
-                }
-                Poll::Ready(None)
-            }
-            Poll::Ready(Some(Err(e))) => this.fail(if e.is_timeout() {
-                Error::HttpResponseTimeout
-            } else {
-                Error::from(e)
-            }),
-            Poll::Ready(Some(Ok(frame))) => {
-                if let Some(data) = frame.data_ref() {
-                    this.read = this.read.saturating_add(data.len() as u64);
-                    if this.read > this.max {
-                        tracing::warn!(
-                            destination = this.release.as_ref().map_or("-", |(_, key, _)| key.as_str()),
-                            limit = this.max,
-                            "response body exceeds the instance's limit (max_response_bytes): connection dropped"
-                        );
-                        return this.fail(Error::HttpResponseBodySize(Some(this.max)));
+        let response = self.client.request(request);
+        // Two phases: until a connection (pooled or new) carries the request, bounded by the
+        // connect timeout (the connector bounds its own work by it; see `CONNECT_MARGIN`); then
+        // the first-byte timeout, until the response head. (If hyper-util retries a request a
+        // stale connection handed back unsent, the new connection's connect time counts in the
+        // second phase, still bounded by the connector's own connect timeout.)
+        let result = REQUEST
+            .scope(context, async {
+                tokio::pin!(response);
+                tokio::select! {
+                    biased;
+                    result = &mut response => return result.map_err(|e| request_error(&e, &state)),
+                    _ = capture.wait_for_connection_metadata() => {}
+                    _ = tokio::time::sleep(connect_timeout + CONNECT_MARGIN) => {
+                        return Err(Error::ConnectionTimeout);
                     }
                 }
-                this.timeout.reset();
-                Poll::Ready(Some(Ok(frame)))
+                if let Some(id) = conn_id(capture.connection_metadata().as_ref()) {
+                    self.tracker.busy(id);
+                }
+                match tokio::time::timeout(first_byte_timeout, response).await {
+                    Ok(result) => result.map_err(|e| request_error(&e, &state)),
+                    Err(_) => Err(Error::ConnectionReadTimeout),
+                }
+            })
+            .await;
+        let response = match result {
+            Ok(response) => response,
+            Err(error) => {
+                // The connection that carried it (if any) is closing.
+                if let Some(id) = conn_id(capture.connection_metadata().as_ref()) {
+                    self.tracker.closed(id);
+                }
+                return Err(error);
             }
-            Poll::Pending => {
-                ready!(this.timeout.poll_tick(cx));
-                this.fail(Error::ConnectionReadTimeout)
-            }
+        };
+        let conn = response.extensions().get::<ConnId>().copied();
+        if let Some(id) = conn {
+            self.tracker.busy(id);
         }
-    }
-
-    fn is_end_stream(&self) -> bool {
-        self.incoming.as_ref().is_none_or(|i| i.is_end_stream())
-    }
-
-    fn size_hint(&self) -> http_body::SizeHint {
-        self.incoming
-            .as_ref()
-            .map_or_else(|| http_body::SizeHint::with_exact(0), |i| i.size_hint())
+        let tracker = self.tracker.clone();
+        let max = self.max_response_bytes;
+        Ok(response.map(|incoming| {
+            ResponseBody::new(
+                incoming,
+                max,
+                between_bytes_timeout,
+                conn.map(|id| (tracker, id)),
+                permit,
+                dest.key,
+            )
+            .boxed_unsync()
+        }))
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use bytes::Bytes;
     use http_body_util::Empty;
+    use std::collections::HashMap;
     use std::sync::atomic::AtomicUsize;
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use std::time::Instant;
+    use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
     use tokio::net::TcpListener;
 
     /// Answers injected for names; counts lookups.
@@ -953,28 +748,333 @@ mod tests {
         assert_eq!(body_text(response).await.unwrap(), "ok");
     }
 
+    /// A keep-alive HTTP server answering `ok` to everything; counts the connections it
+    /// accepted and those the client closed.
+    async fn closing_count_server() -> (u16, Arc<AtomicUsize>, Arc<AtomicUsize>) {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let accepted = Arc::new(AtomicUsize::new(0));
+        let closed = Arc::new(AtomicUsize::new(0));
+        let (a, c) = (accepted.clone(), closed.clone());
+        tokio::spawn(async move {
+            while let Ok((stream, _)) = listener.accept().await {
+                a.fetch_add(1, Ordering::SeqCst);
+                let c = c.clone();
+                tokio::spawn(async move {
+                    serve(stream, b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok").await;
+                    c.fetch_add(1, Ordering::SeqCst);
+                });
+            }
+        });
+        (port, accepted, closed)
+    }
+
     #[tokio::test]
     async fn stale_idle_connections_of_every_destination_are_dropped() {
-        let any = AllowList::parse(["*://*:*"]).unwrap();
-        let pool = Network::default().pool(Arc::new(any), &Limits::default());
-        for key in ["http://a:1", "http://b:2"] {
-            let (client, server) = tokio::io::duplex(1024);
-            tokio::spawn(serve(
-                server,
-                b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n",
-            ));
-            let sender = handshake(client, tokio::time::Instant::now() + Duration::from_secs(5))
+        let (one, _, closed_one) = closing_count_server().await;
+        let (two, _, closed_two) = closing_count_server().await;
+        let pool = pool_with(
+            Network::default(),
+            &["http://127.0.0.1:*"],
+            Limits::default(),
+        );
+        for port in [one, two] {
+            let response = pool
+                .send(get(&format!("http://127.0.0.1:{port}/")), timeouts(2_000))
                 .await
                 .unwrap();
-            let long_ago = Instant::now()
-                .checked_sub(MAX_IDLE * 2)
-                .expect("the clock runs long enough");
-            pool.put_since(key.to_string(), sender, long_ago);
+            assert_eq!(body_text(response).await.unwrap(), "ok");
         }
         assert_eq!(pool.idle(), 2);
-        // A request to a third destination drops both.
-        assert!(pool.take("http://c:3").is_none());
+        assert_eq!(pool.connect_attempts(), 2);
+        // Past MAX_IDLE neither is reused, and both are closed without any request made.
+        tokio::time::sleep(MAX_IDLE + Duration::from_millis(100)).await;
         assert_eq!(pool.idle(), 0);
+        let started = Instant::now();
+        while closed_one.load(Ordering::SeqCst) + closed_two.load(Ordering::SeqCst) < 2 {
+            assert!(
+                started.elapsed() < MAX_IDLE * 2,
+                "stale idle connections are still open"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let response = pool
+            .send(get(&format!("http://127.0.0.1:{one}/")), timeouts(2_000))
+            .await
+            .unwrap();
+        assert_eq!(body_text(response).await.unwrap(), "ok");
+        assert_eq!(pool.connect_attempts(), 3, "a stale connection was reused");
+    }
+
+    /// A plain-thread HTTP server (it runs while the test's runtime is blocked): on each
+    /// connection it answers one request `ok` (keep-alive: no `Connection: close`), then, once
+    /// the test says so (`close`), writes a byte to `trigger` and, 20 ms later, closes the
+    /// connection.
+    fn close_after_first_answer_server(
+        close: std::sync::mpsc::Receiver<()>,
+        mut trigger: std::os::unix::net::UnixStream,
+    ) -> (u16, Arc<AtomicUsize>) {
+        use std::io::{Read, Write};
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let accepted = Arc::new(AtomicUsize::new(0));
+        let count = accepted.clone();
+        std::thread::spawn(move || {
+            for stream in listener.incoming().take(2) {
+                let Ok(mut stream) = stream else { return };
+                count.fetch_add(1, Ordering::SeqCst);
+                let _ = stream.set_read_timeout(Some(Duration::from_secs(10)));
+                let mut head = Vec::new();
+                let mut buf = [0u8; 4096];
+                while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+                    match stream.read(&mut buf) {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => head.extend_from_slice(&buf[..n]),
+                    }
+                }
+                let _ = stream.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok");
+                if close.recv_timeout(Duration::from_secs(10)).is_err() {
+                    return;
+                }
+                let _ = trigger.write_all(b"!");
+                std::thread::sleep(Duration::from_millis(20));
+                drop(stream);
+            }
+        });
+        (port, accepted)
+    }
+
+    #[tokio::test]
+    async fn a_request_on_a_connection_the_server_closed_while_idle_is_retried_on_a_new_one() {
+        let (trigger, server_end) = std::os::unix::net::UnixStream::pair().unwrap();
+        trigger.set_nonblocking(true).unwrap();
+        let trigger = tokio::net::UnixStream::from_std(trigger).unwrap();
+        let (close, close_rx) = std::sync::mpsc::channel();
+        let (port, accepted) = close_after_first_answer_server(close_rx, server_end);
+        let pool = pool_with(
+            Network::default(),
+            &["http://127.0.0.1:*"],
+            Limits::default(),
+        );
+        let url = format!("http://127.0.0.1:{port}/");
+        let response = pool.send(get(&url), timeouts(2_000)).await.unwrap();
+        assert_eq!(body_text(response).await.unwrap(), "ok");
+        // Let the connection go back to the pool, idle.
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert_eq!(pool.idle(), 1);
+        // The server closes the connection just as the next request goes out: while the
+        // runtime is blocked, the trigger becomes readable and then the connection's end
+        // arrives, so the runtime wakes this task (which sends) before the connection's task
+        // (which would have seen the end first).
+        close.send(()).unwrap();
+        tokio::spawn(async { std::thread::sleep(Duration::from_millis(300)) });
+        trigger.readable().await.unwrap();
+        let response = pool.send(get(&url), timeouts(2_000)).await.unwrap();
+        assert_eq!(body_text(response).await.unwrap(), "ok");
+        assert_eq!(accepted.load(Ordering::SeqCst), 2);
+        assert_eq!(pool.connect_attempts(), 2);
+        let _ = close.send(());
+    }
+
+    /// Never answers.
+    struct HangingResolver;
+
+    impl Resolve for HangingResolver {
+        fn lookup(&self, _: &str) -> LookupFuture {
+            Box::pin(std::future::pending())
+        }
+    }
+
+    #[tokio::test]
+    async fn each_request_brings_its_own_connect_and_first_byte_timeouts() {
+        // The connect timeout reaches the connector: a lookup that never ends is a DNS timeout
+        // after the request's 300 ms.
+        let pool = pool_with(
+            Network::default().with_resolver(Arc::new(HangingResolver)),
+            &["http://*:*"],
+            Limits::default(),
+        );
+        let started = Instant::now();
+        let e = pool
+            .send(get("http://slow.test:1/"), timeouts(300))
+            .await
+            .unwrap_err();
+        assert!(matches!(e, Error::DnsTimeout), "{e:?}");
+        let took = started.elapsed();
+        assert!(
+            took >= Duration::from_millis(290) && took < Duration::from_secs(2),
+            "{took:?}"
+        );
+        // A TLS handshake that never ends: a connect timeout.
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        tokio::spawn(async move {
+            let mut held = Vec::new();
+            while let Ok((stream, _)) = listener.accept().await {
+                held.push(stream);
+            }
+        });
+        let pool = pool_with(
+            Network::default(),
+            &["https://127.0.0.1:*"],
+            Limits::default(),
+        );
+        let started = Instant::now();
+        let e = pool
+            .send(get(&format!("https://127.0.0.1:{port}/")), timeouts(300))
+            .await
+            .unwrap_err();
+        assert!(matches!(e, Error::ConnectionTimeout), "{e:?}");
+        assert!(started.elapsed() < Duration::from_secs(2));
+        // An answer that never starts: the first-byte timeout.
+        let silent = raw_server(|stream| async move {
+            tokio::time::sleep(Duration::from_secs(30)).await;
+            drop(stream);
+        })
+        .await;
+        let pool = pool_with(
+            Network::default(),
+            &["http://127.0.0.1:*"],
+            Limits::default(),
+        );
+        let options = Some(RequestOptions {
+            connect_timeout: Some(Duration::from_secs(5)),
+            first_byte_timeout: Some(Duration::from_millis(300)),
+            between_bytes_timeout: Some(Duration::from_secs(5)),
+        });
+        let started = Instant::now();
+        let e = pool
+            .send(get(&format!("http://127.0.0.1:{silent}/")), options)
+            .await
+            .unwrap_err();
+        assert!(matches!(e, Error::ConnectionReadTimeout), "{e:?}");
+        let took = started.elapsed();
+        assert!(
+            took >= Duration::from_millis(290) && took < Duration::from_secs(2),
+            "{took:?}"
+        );
+        assert_eq!(pool.idle(), 0);
+    }
+
+    /// A server that reads a request's head and then does `answer` with the connection.
+    async fn raw_server<F, Fut>(answer: F) -> u16
+    where
+        F: Fn(tokio::net::TcpStream) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = ()> + Send + 'static,
+    {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let answer = Arc::new(answer);
+        tokio::spawn(async move {
+            while let Ok((mut stream, _)) = listener.accept().await {
+                let answer = answer.clone();
+                tokio::spawn(async move {
+                    let mut head = Vec::new();
+                    let mut buf = [0u8; 4096];
+                    while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+                        match stream.read(&mut buf).await {
+                            Ok(0) | Err(_) => return,
+                            Ok(n) => head.extend_from_slice(&buf[..n]),
+                        }
+                    }
+                    answer(stream).await;
+                });
+            }
+        });
+        port
+    }
+
+    #[tokio::test]
+    async fn hyper_errors_tell_not_http_from_a_cut_answer() {
+        let pool = pool_with(
+            Network::default(),
+            &["http://127.0.0.1:*"],
+            Limits::default(),
+        );
+        let send = |port: u16| {
+            let pool = pool.clone();
+            async move {
+                pool.send(get(&format!("http://127.0.0.1:{port}/")), timeouts(2_000))
+                    .await
+                    .map(|_| ())
+                    .unwrap_err()
+            }
+        };
+        // Not HTTP at all.
+        let ssh = raw_server(|mut stream| async move {
+            let _ = stream.write_all(b"SSH-2.0-OpenSSH_9.6\r\n").await;
+        })
+        .await;
+        let e = send(ssh).await;
+        assert!(matches!(e, Error::HttpProtocolError), "{e:?}");
+        // The request read, the connection closed without an answer.
+        let silent = raw_server(|stream| async move { drop(stream) }).await;
+        let e = send(silent).await;
+        assert!(matches!(e, Error::HttpResponseIncomplete), "{e:?}");
+        // Half a status line, then closed.
+        let half = raw_server(|mut stream| async move {
+            let _ = stream.write_all(b"HTTP/1.1 20").await;
+        })
+        .await;
+        let e = send(half).await;
+        assert!(matches!(e, Error::HttpResponseIncomplete), "{e:?}");
+        // A head cut inside its header fields.
+        let cut_head = raw_server(|mut stream| async move {
+            let _ = stream
+                .write_all(b"HTTP/1.1 200 OK\r\nContent-Type: text/pl")
+                .await;
+        })
+        .await;
+        let e = send(cut_head).await;
+        assert!(matches!(e, Error::HttpResponseIncomplete), "{e:?}");
+        // Reset (RST) after the request was read.
+        let reset = raw_server(|stream| async move {
+            let _ = stream.set_zero_linger();
+            drop(stream);
+        })
+        .await;
+        let e = send(reset).await;
+        assert!(matches!(e, Error::HttpResponseIncomplete), "{e:?}");
+        // A head past hyper's limit.
+        let huge = raw_server(|mut stream| async move {
+            let head = format!("HTTP/1.1 200 OK\r\nX-Big: {}\r\n", "x".repeat(1 << 20));
+            let _ = stream.write_all(head.as_bytes()).await;
+        })
+        .await;
+        let e = send(huge).await;
+        assert!(
+            matches!(e, Error::HttpResponseHeaderSectionSize(_)),
+            "{e:?}"
+        );
+        // A body cut before its declared length.
+        let cut = raw_server(|mut stream| async move {
+            let _ = stream
+                .write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\nabc")
+                .await;
+        })
+        .await;
+        let response = pool
+            .send(get(&format!("http://127.0.0.1:{cut}/")), timeouts(2_000))
+            .await
+            .unwrap();
+        let e = body_text(response).await.unwrap_err();
+        assert!(matches!(e, Error::HttpResponseIncomplete), "{e:?}");
+        // Accepted and closed before the request was written: nothing was sent.
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        tokio::spawn(async move {
+            while let Ok((stream, _)) = listener.accept().await {
+                drop(stream);
+            }
+        });
+        let e = send(port).await;
+        assert!(
+            matches!(
+                e,
+                Error::ConnectionTerminated | Error::HttpResponseIncomplete
+            ),
+            "{e:?}"
+        );
     }
 
     /// A server answering every request with a 200 and a chunked body that never ends (stops
