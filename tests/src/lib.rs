@@ -381,7 +381,11 @@ pub fn output_with_stdin(cmd: &mut Command, stdin: &[u8]) -> std::process::Outpu
         .expect("spawning the command");
     // A command may exit before it reads its input (a usage error): a closed pipe is fine.
     if let Err(e) = std::io::Write::write_all(&mut child.stdin.take().unwrap(), stdin) {
-        assert_eq!(e.kind(), std::io::ErrorKind::BrokenPipe, "writing the command's stdin: {e}");
+        assert_eq!(
+            e.kind(),
+            std::io::ErrorKind::BrokenPipe,
+            "writing the command's stdin: {e}"
+        );
     }
     child.wait_with_output().unwrap()
 }
