@@ -510,7 +510,15 @@ impl<T: Transport, P: Platform> ColumnTypeSource for Sink<T, P> {
             #[serde(rename = "type")]
             ty: String,
         }
-        let response = self.client.execute_owned(query)?;
+        // A read: repeated as the sink's retries allow (nothing has been sent yet).
+        let response = retry::run(
+            &self.retry_policy(),
+            &self.platform,
+            None,
+            || self.client.execute(&query),
+            |e| retry::is_worth_retrying(e.kind),
+        )?
+        .value;
         // Comments and default expressions are free text, whose bytes ClickHouse writes
         // unchecked: read the answer lossily (the names and types read are the table's
         // identifiers; a name that is not UTF-8 is one no row of ours can name anyway).
@@ -526,7 +534,7 @@ impl<T: Transport, P: Platform> ColumnTypeSource for Sink<T, P> {
 mod tests {
     use super::*;
     use crate::client::error::{TransportError, TransportFailure};
-    use crate::client::testing::{fail, ok, Scripted};
+    use crate::client::testing::{fail, ok, written, Scripted};
     use crate::client::{Compression, ConnectionOptions, HttpResponse};
     use crate::platform::testing::FakePlatform;
     use crate::sink::encode::Value;
@@ -1064,6 +1072,25 @@ mod tests {
             .unwrap_err();
         assert!(e.message.contains("column 'id'"), "{}", e.message);
         assert_eq!(t.sent.borrow().len(), 1);
+    }
+
+    #[test]
+    fn a_describe_that_meets_a_fault_is_retried_as_the_sink_allows() {
+        // With dedup and retries: the dedup check, a DESCRIBE cut off, the DESCRIBE again,
+        // the insert.
+        let t = Scripted::new(vec![
+            engine("MergeTree ORDER BY id SETTINGS non_replicated_deduplication_window = 100"),
+            fail(TransportFailure::Reset),
+            described(&[("id", "UInt64")]),
+            written(1),
+        ]);
+        let s = sink_with(&t, 10, true, 2);
+        let r = s.send_json(br#"{"id":1000}"#).unwrap();
+        assert_eq!(r.rows, 1);
+        let sent = t.sent.borrow();
+        assert_eq!(sent.len(), 4);
+        assert!(sent[1].body.starts_with(b"DESCRIBE TABLE"));
+        assert!(sent[2].body.starts_with(b"DESCRIBE TABLE"));
     }
 
     /// A column COMMENT whose bytes are not UTF-8 does not fail the DESCRIBE.
