@@ -841,8 +841,8 @@ impl WasiHttpView for HostState {
     }
 }
 
-/// The wasi:http seam: checks the allow-list, logs one line per request, sends (plain HTTP over
-/// the instance's keep-alive pool, HTTPS by wasmtime-wasi-http's default path).
+/// The wasi:http seam: checks the allow-list, logs one line per request, sends through the
+/// instance's keep-alive pool (HTTP and HTTPS alike: [`crate::pool`]).
 struct Hooks {
     allow: Arc<AllowList>,
     pool: ConnectionPool,
