@@ -209,7 +209,15 @@ class Connection:
         allow: Iterable[str] | None = None,
         connect_timeout_ms: int | None = None,
         request_timeout_ms: int | None = None,
+        max_memory_mib: int | None = None,
+        call_timeout_seconds: float | None = None,
+        max_response_mib: int | None = None,
     ) -> None:
+        if call_timeout_seconds is not None and (
+            isinstance(call_timeout_seconds, bool)
+            or not isinstance(call_timeout_seconds, (int, float))
+        ):
+            raise InvalidInputError("call_timeout_seconds must be a number of seconds")
         if allow is not None and isinstance(allow, str):
             allow = [allow]
         allow_list = [_str("allow entries", a) for a in (allow or [])]
@@ -225,6 +233,9 @@ class Connection:
             allow_list,
             _int("connect_timeout_ms", connect_timeout_ms, low=1),
             _int("request_timeout_ms", request_timeout_ms, low=1),
+            _int("max_memory_mib", max_memory_mib, low=1, high=1 << 20),
+            call_timeout_seconds,
+            _int("max_response_mib", max_response_mib, low=1, high=1 << 20),
         )
 
     @property
@@ -251,6 +262,9 @@ def connect(
     allow: Iterable[str] | None = None,
     connect_timeout_ms: int | None = None,
     request_timeout_ms: int | None = None,
+    max_memory_mib: int | None = None,
+    call_timeout_seconds: float | None = None,
+    max_response_mib: int | None = None,
 ) -> Connection:
     """A `Connection`.
 
@@ -259,7 +273,11 @@ def connect(
     user, password, database override the URL's; settings are ClickHouse settings sent with
     every request; ca_file a PEM file trusted for HTTPS besides the system's trust store;
     allow extra destinations (``scheme://host:port``, ``*`` wildcards) beyond the URL's
-    origin. Raises `InvalidInputError` for a malformed connection.
+    origin. connect_timeout_ms / request_timeout_ms: the connection's timeouts (defaults
+    10 s / 300 s). The host's limits, per component instance, as the CLI's flags:
+    max_memory_mib (default 1024), call_timeout_seconds (default none; past it the call
+    raises `RunnerError` and that object is stopped), max_response_mib (default 256).
+    Raises `InvalidInputError` for a malformed connection or limit.
     """
     return Connection(
         url,
@@ -271,6 +289,9 @@ def connect(
         allow=allow,
         connect_timeout_ms=connect_timeout_ms,
         request_timeout_ms=request_timeout_ms,
+        max_memory_mib=max_memory_mib,
+        call_timeout_seconds=call_timeout_seconds,
+        max_response_mib=max_response_mib,
     )
 
 
@@ -528,5 +549,6 @@ class Sink:
 
 def warm_up() -> tuple[str, float]:
     """Loads the component now rather than at the first call (compiles it, or loads the
-    precompiled copy from the cache); returns how (``compiled``, ``cache...``) and the ms."""
+    precompiled copy from the cache); returns how (``compiled``, ``compiled-and-cached``,
+    ``cache-hit``) and the milliseconds it took."""
     return _native.warm_up()

@@ -14,6 +14,9 @@ class Connection:
         allow: list[str] = ...,
         connect_timeout_ms: int | None = None,
         request_timeout_ms: int | None = None,
+        max_memory_mib: int | None = None,
+        call_timeout_seconds: float | None = None,
+        max_response_mib: int | None = None,
     ) -> None: ...
     @property
     def allowed(self) -> str: ...

@@ -18,11 +18,12 @@ use std::pin::Pin;
 use std::sync::{Arc, Mutex, OnceLock};
 
 use clickhouse_component::client::{ConnectionOptions, Endpoint, Error, ErrorKind, Redactor};
+use clickhouse_component_host::config::HostArgs;
 use clickhouse_component_host::runtime::runner_message;
 use clickhouse_component_host::{
     default_allow_list, AllowList, CachePolicy, CallError, ComponentSource, Compression, Instance,
-    LockEngine, LockHandle, Network, Receipt, Runtime, SinkHandle, SinkOptions, State, StoreHandle,
-    StoreOptions, TlsOptions, Value,
+    Limits, LoadKind, LockEngine, LockHandle, Network, Receipt, Runtime, SinkHandle, SinkOptions,
+    State, StoreHandle, StoreOptions, TlsOptions, Value,
 };
 use pyo3::prelude::*;
 use pyo3::types::{
@@ -173,11 +174,16 @@ where
 /// Makes a fresh instance for `connection` (GIL released).
 fn new_session(py: Python<'_>, connection: &Connection) -> PyResult<Session> {
     let runtime_network = connection.network.clone();
+    let limits = connection.limits;
     let allow = connection.allow.clone();
     let redactor = connection.redactor.clone();
     let result = py.detach(move || -> Result<Instance, Failure> {
         let shared = shared()?;
-        let runtime = shared.runtime.clone().with_network(runtime_network);
+        let runtime = shared
+            .runtime
+            .clone()
+            .with_network(runtime_network)
+            .with_limits(limits);
         std::panic::catch_unwind(AssertUnwindSafe(|| {
             shared.tokio.block_on(runtime.instantiate(allow))
         }))
@@ -199,13 +205,14 @@ struct Connection {
     options: ConnectionOptions,
     allow: AllowList,
     network: Network,
+    limits: Limits,
     redactor: Arc<Redactor>,
 }
 
 #[pymethods]
 impl Connection {
     #[new]
-    #[pyo3(signature = (url, user=None, password=None, database=None, settings=Vec::new(), ca_file=None, allow=Vec::new(), connect_timeout_ms=None, request_timeout_ms=None))]
+    #[pyo3(signature = (url, user=None, password=None, database=None, settings=Vec::new(), ca_file=None, allow=Vec::new(), connect_timeout_ms=None, request_timeout_ms=None, max_memory_mib=None, call_timeout_seconds=None, max_response_mib=None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -218,7 +225,19 @@ impl Connection {
         allow: Vec<String>,
         connect_timeout_ms: Option<u32>,
         request_timeout_ms: Option<u32>,
+        max_memory_mib: Option<u64>,
+        call_timeout_seconds: Option<f64>,
+        max_response_mib: Option<u64>,
     ) -> PyResult<Connection> {
+        // The CLI's own checks and defaults (--max-memory-mib, ...).
+        let limits = HostArgs {
+            max_memory_mib,
+            call_timeout_seconds,
+            max_response_mib,
+            ..HostArgs::default()
+        }
+        .limits()
+        .map_err(|e| Failure::from_error(e, None).into_py(py))?;
         let options = ConnectionOptions {
             url,
             user,
@@ -242,6 +261,7 @@ impl Connection {
             options,
             allow: list,
             network,
+            limits,
             redactor,
         })
     }
@@ -776,7 +796,12 @@ fn warm_up(py: Python<'_>) -> PyResult<(String, f64)> {
     let report = py.detach(|| shared().map(|s| s.runtime.load_report().clone()));
     let report = report.map_err(|f| f.into_py(py))?;
     Ok((
-        format!("{:?}", report.kind).to_lowercase(),
+        match report.kind {
+            LoadKind::Compiled => "compiled",
+            LoadKind::CompiledAndCached => "compiled-and-cached",
+            LoadKind::CacheHit => "cache-hit",
+        }
+        .to_string(),
         report.duration.as_secs_f64() * 1e3,
     ))
 }

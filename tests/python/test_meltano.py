@@ -1,0 +1,236 @@
+"""Meltano 4.4.1 with our wheel installed (found by its `meltano.state_backends` and
+`meltano.settings` entry points, nothing else): `meltano run` of a tiny incremental tap into a
+tiny target keeps its bookmark in ClickHouse through our backend; Meltano's own `meltano state`
+commands and our CLI see the same states."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import urllib.parse
+from pathlib import Path
+
+import pytest
+from conftest import PASSWORD, URL, USER, cli, cli_get, sql
+
+MELTANO = Path(sys.executable).parent / "meltano"
+PLUGINS = Path(__file__).resolve().parent / "plugins"
+JOB = "dev:tap-counter-to-target-collect"
+MELTANO_ENV = {
+    "MELTANO_SEND_ANONYMOUS_USAGE_STATS": "false",
+    "MELTANO_DISABLE_TRACKING": "true",
+    "MELTANO_CLI_LOG_LEVEL": "info",
+    "NO_COLOR": "1",
+}
+
+
+class Project:
+    """A temporary Meltano project whose state backend is ours, on `database`."""
+
+    def __init__(self, root: Path, database: str) -> None:
+        self.root = root
+        self.database = database
+        self.output = root / "records.jsonl"
+        self.log = root / "tap.log"
+        parsed = urllib.parse.urlsplit(URL)
+        # The password goes through the `state_backend.clickhouse.password` setting (declared
+        # by our `meltano.settings` entry points), the state database through `schema`.
+        uri = f"clickhouse://{urllib.parse.quote(USER)}@{parsed.hostname}:{parsed.port}/default"
+        meltano_yml = {
+            "default_environment": "dev",
+            "project_id": "clickhouse-component-test",
+            "send_anonymous_usage_stats": False,
+            "environments": [{"name": "dev"}],
+            "state_backend": {
+                "uri": uri,
+                "lock_timeout_seconds": 20,
+                "clickhouse": {"schema": database},
+            },
+            "plugins": {
+                "extractors": [
+                    {
+                        "name": "tap-counter",
+                        "namespace": "tap_counter",
+                        "executable": str(PLUGINS / "tap_counter.py"),
+                        "capabilities": ["state"],
+                        "settings": [
+                            {"name": "count", "kind": "integer"},
+                            {"name": "key"},
+                            {"name": "fail_after", "kind": "integer"},
+                            {"name": "log"},
+                        ],
+                        "config": {"count": 3, "log": str(self.log)},
+                    }
+                ],
+                "loaders": [
+                    {
+                        "name": "target-collect",
+                        "namespace": "target_collect",
+                        "executable": str(PLUGINS / "target_collect.py"),
+                        "settings": [{"name": "path"}],
+                        "config": {"path": str(self.output)},
+                    }
+                ],
+            },
+        }
+        root.mkdir(parents=True, exist_ok=True)
+        # JSON is YAML.
+        (root / "meltano.yml").write_text(json.dumps(meltano_yml, indent=2))
+
+    def env(self, extra: dict[str, str] | None = None) -> dict[str, str]:
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("CLICKHOUSE_", "MELTANO_"))}
+        env.update(MELTANO_ENV)
+        env["MELTANO_PROJECT_ROOT"] = str(self.root)
+        env["MELTANO_STATE_BACKEND_CLICKHOUSE_PASSWORD"] = PASSWORD
+        env.update(extra or {})
+        return env
+
+    def meltano(self, *args: str, env: dict[str, str] | None = None, check: bool = True):
+        proc = subprocess.run(
+            [str(MELTANO), *args],
+            cwd=self.root,
+            env=self.env(env),
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        if check and proc.returncode != 0:
+            pytest.fail(
+                f"meltano {' '.join(args)} exited {proc.returncode}:\n{proc.stderr[-4000:]}"
+            )
+        return proc
+
+    def run(self, *, check: bool = True, **config: object):
+        env = {f"TAP_COUNTER_{k.upper()}": str(v) for k, v in config.items()}
+        return self.meltano("run", "tap-counter", "target-collect", env=env, check=check)
+
+    def records(self) -> list[int]:
+        if not self.output.exists():
+            return []
+        return [json.loads(line)["id"] for line in self.output.read_text().splitlines()]
+
+    def starts(self) -> list[int]:
+        return [json.loads(line)["start"] for line in self.log.read_text().splitlines()]
+
+
+@pytest.fixture
+def project(tmp_path, database):
+    return Project(tmp_path / "project", database)
+
+
+def bookmark(state: dict) -> int:
+    return state["singer_state"]["bookmarks"]["counter"]["last"]
+
+
+def test_meltano_run_keeps_its_bookmark_in_clickhouse(project):
+    first = project.run()
+    assert "ClickHouseStateStoreManager" in first.stderr  # Meltano loaded our add-on
+    assert project.records() == [1, 2, 3]
+    assert project.starts() == [0]
+
+    # Our CLI reads the bookmark Meltano wrote, from the configured schema (a setting
+    # declared by our entry points: without it the state would be in `meltano`).
+    stored = cli_get(JOB, database=project.database)
+    merged = {**stored["completed"], **stored["partial"]}
+    assert bookmark(merged) == 3
+    # And SQL, in the shared layout.
+    rows = sql(
+        f"SELECT completed_state, partial_state FROM `{project.database}`.state FINAL "
+        "WHERE state_id = {id:String} FORMAT JSONEachRow",
+        id=JOB,
+    )
+    assert '\\"last\\":3' in rows.replace(" ", "")
+
+    second = project.run(count=2)
+    assert second.returncode == 0
+    assert project.starts() == [0, 3]  # resumed from the stored bookmark
+    assert project.records() == [1, 2, 3, 4, 5]
+    assert bookmark(json.loads(cli("get", JOB, database=project.database).stdout)) == 5
+
+
+def test_failed_run_leaves_partial_state_and_next_run_resumes(project):
+    project.run(count=3)
+    failed = project.run(count=5, fail_after=2, check=False)
+    assert failed.returncode != 0
+    assert project.records() == [1, 2, 3, 4, 5]
+    # Meltano stored every bookmark the target confirmed before the tap failed: the last one
+    # is that of record 5 (the failed run's second), not the last successful run's 3.
+    assert bookmark(json.loads(cli("get", JOB, database=project.database).stdout)) == 5
+    project.run(count=1)
+    assert project.starts() == [0, 3, 5]
+    assert project.records() == [1, 2, 3, 4, 5, 6]
+
+
+def test_meltano_state_commands_agree_with_our_cli(project):
+    db = project.database
+    project.meltano("state", "set", "--force", "dev:a", '{"singer_state": {"x": 1}}')
+    assert cli_get("dev:a", database=db) == {
+        "id": "dev:a",
+        "partial": {},
+        "completed": {"singer_state": {"x": 1}},
+    }
+    cli("set", "--force", "dev:b", '{"singer_state": {"y": 2}}', database=db)
+    cli("set", "--force", "other", '{"singer_state": {"z": 3}}', database=db)
+
+    listed = project.meltano("state", "list").stdout.split()
+    assert sorted(listed) == ["dev:a", "dev:b", "other"]
+    assert sorted(project.meltano("state", "list", "--pattern", "dev:*").stdout.split()) == [
+        "dev:a",
+        "dev:b",
+    ]
+    assert cli("list", "dev:*", database=db).stdout.split() == ["dev:a", "dev:b"]
+
+    for state_id in ("dev:a", "dev:b"):
+        theirs = json.loads(project.meltano("state", "get", state_id).stdout)
+        ours = json.loads(cli("get", state_id, database=db).stdout)
+        assert theirs == ours
+
+    project.meltano("state", "merge", "dev:a", '{"singer_state": {"w": 4}}')
+    assert json.loads(cli("get", "dev:a", database=db).stdout) == {"singer_state": {"x": 1, "w": 4}}
+
+    project.meltano("state", "copy", "--force", "dev:a", "dev:c")
+    assert json.loads(cli("get", "dev:c", database=db).stdout) == {"singer_state": {"x": 1, "w": 4}}
+    project.meltano("state", "move", "--force", "dev:c", "dev:d")
+    assert cli("list", database=db).stdout.split() == ["dev:a", "dev:b", "dev:d", "other"]
+
+    project.meltano("state", "clear", "--force", "dev:b")
+    assert cli("list", database=db).stdout.split() == ["dev:a", "dev:d", "other"]
+    assert json.loads(project.meltano("state", "get", "dev:a").stdout) == json.loads(
+        cli("get", "dev:a", database=db).stdout
+    )
+
+
+def test_lock_held_by_our_cli_blocks_meltano(project):
+    """Meltano's update() waits for our lock (held here by the CLI) and gives up with its own
+    StateIDLockedError after state_backend.lock_timeout_seconds."""
+    cli("set", "--force", "dev:held", '{"singer_state": {"x": 1}}', database=project.database)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MELTANO_")}
+    env.update(CLICKHOUSE_URL=URL, CLICKHOUSE_USER=USER, CLICKHOUSE_PASSWORD=PASSWORD)
+    from conftest import CLI
+
+    holder = subprocess.Popen(
+        [str(CLI), "lock", "--state-database", project.database, "dev:held", "--hold", "8s"],
+        env=env,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert "acquired" in holder.stderr.readline()
+        merged = project.meltano(
+            "state",
+            "merge",
+            "dev:held",
+            '{"singer_state": {"y": 2}}',
+            env={"MELTANO_STATE_BACKEND_LOCK_TIMEOUT_SECONDS": "1"},
+            check=False,
+        )
+        assert merged.returncode != 0
+        assert "lock" in (merged.stderr + merged.stdout).lower()
+    finally:
+        holder.kill()
+        holder.wait()
+    assert json.loads(cli("get", "dev:held", database=project.database).stdout) == {
+        "singer_state": {"x": 1}
+    }
