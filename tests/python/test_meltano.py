@@ -234,3 +234,32 @@ def test_lock_held_by_our_cli_blocks_meltano(project):
     assert json.loads(cli("get", "dev:held", database=project.database).stdout) == {
         "singer_state": {"x": 1}
     }
+
+
+def test_two_concurrent_runs_keep_every_partial_key(project):
+    """Two `meltano run --force --state-strategy merge` of one job at once, from taps emitting
+    different bookmark keys: Meltano's update() merges each partial state under our lock
+    (fenced), so no write of one run is lost to the other's."""
+    args = ("run", "--force", "--state-strategy", "merge", "tap-counter", "target-collect")
+    # The system database (Meltano's jobs) first: two runs would both create it.
+    project.meltano("upgrade", "database")
+    runs = []
+    for key in ("alpha", "beta"):
+        env = project.env({"TAP_COUNTER_KEY": key, "TAP_COUNTER_COUNT": "12"})
+        runs.append(
+            subprocess.Popen(
+                [str(MELTANO), *args],
+                cwd=project.root,
+                env=env,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+        )
+    for run in runs:
+        _, stderr = run.communicate(timeout=300)
+        assert run.returncode == 0, stderr[-4000:]
+    merged = json.loads(cli("get", JOB, database=project.database).stdout)
+    assert merged["singer_state"]["bookmarks"] == {"alpha": {"last": 12}, "beta": {"last": 12}}
+    stored = cli_get(JOB, database=project.database)
+    assert stored["completed"] == {}  # merge strategy: partial states only
