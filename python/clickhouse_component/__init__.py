@@ -64,6 +64,11 @@ __all__ = [
 
 WASMTIME_VERSION: str = _native.WASMTIME_VERSION
 
+# A child forked after the runtime started cannot use it (its threads stay in the parent):
+# its calls raise RunnerError instead of hanging.
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_native._after_fork_in_child)
+
 
 def _str(name: str, value: object, *, optional: bool = False) -> str | None:
     if value is None and optional:

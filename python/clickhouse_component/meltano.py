@@ -22,7 +22,9 @@ held lock, fenced (a holder whose lease ended writes nothing and gets `LockedErr
 from __future__ import annotations
 
 import logging
+import random
 import threading
+import time
 import typing as t
 from contextlib import contextmanager
 from urllib.parse import parse_qsl, unquote, urlencode, urlsplit
@@ -35,12 +37,12 @@ from meltano.core.state_store.base import (
 )
 
 from . import Connection, Lock, State, StateStore
-from .errors import InvalidInputError, LockedError
+from .errors import InvalidInputError, LockedError, UncertainError
 
 if t.TYPE_CHECKING:
     from collections.abc import Generator, Iterable
 
-__all__ = ["ClickHouseStateStoreManager"]
+__all__ = ["ClickHouseStateStoreManager", "connection_from_uri"]
 
 logger = logging.getLogger(__name__)
 
@@ -48,82 +50,113 @@ DEFAULT_SCHEMA = "meltano"
 DEFAULT_TABLE = "state"
 
 
-def _setting(name: str, label: str, description: str, kind: SettingKind, **extra: t.Any):
-    return SettingDefinition(
-        name=f"state_backend.clickhouse.{name}",
-        label=label,
-        description=description,
-        kind=kind,
-        env_specific=True,
-        **extra,
-    )
+# (name, label, description, kind, extra): the settings of meltano-state-backend-clickhouse
+# (same names, meanings and defaults), then ours.
+_SETTINGS: list[tuple[str, str, str, SettingKind, dict[str, t.Any]]] = [
+    ("host", "ClickHouse Host", "ClickHouse server hostname", SettingKind.STRING, {}),
+    ("port", "ClickHouse Port", "ClickHouse HTTP interface port", SettingKind.INTEGER, {}),
+    (
+        "database",
+        "ClickHouse Database",
+        "ClickHouse database name (the connection's database)",
+        SettingKind.STRING,
+        {},
+    ),
+    ("user", "ClickHouse User", "ClickHouse username", SettingKind.STRING, {}),
+    (
+        "password",
+        "ClickHouse Password",
+        "ClickHouse password",
+        SettingKind.STRING,
+        {"sensitive": True},
+    ),
+    (
+        "secure",
+        "ClickHouse Secure (TLS)",
+        "Connect to ClickHouse over HTTPS/TLS",
+        SettingKind.BOOLEAN,
+        {},
+    ),
+    (
+        "schema",
+        "ClickHouse Database/Schema",
+        "ClickHouse database used for state storage (default: meltano)",
+        SettingKind.STRING,
+        {},
+    ),
+    (
+        "table",
+        "ClickHouse Table",
+        "ClickHouse table name for state storage (default: state)",
+        SettingKind.STRING,
+        {},
+    ),
+    (
+        "lock_table",
+        "Lock table",
+        "Lock table of clickhouse-component (default: <table>_component_lock)",
+        SettingKind.STRING,
+        {},
+    ),
+    (
+        "lock_engine",
+        "Lock engine",
+        "auto, keeper-map or merge-tree (default: auto)",
+        SettingKind.STRING,
+        {},
+    ),
+    (
+        "stale_after_seconds",
+        "Lock lease",
+        "Seconds after which a crashed holder's lock frees itself (default: 300)",
+        SettingKind.INTEGER,
+        {},
+    ),
+    (
+        "retries",
+        "Retries",
+        "How many times a request that may pass is repeated (default: 5)",
+        SettingKind.INTEGER,
+        {},
+    ),
+    (
+        "ca_file",
+        "CA file",
+        "PEM file of CA certificates trusted for HTTPS besides the system's",
+        SettingKind.STRING,
+        {},
+    ),
+    (
+        "allow_hosts",
+        "Allowed hosts",
+        "Extra destinations the component may reach (scheme://host:port, comma-separated)",
+        SettingKind.STRING,
+        {},
+    ),
+]
 
 
-# The settings of meltano-state-backend-clickhouse: same names, meanings and defaults.
-HOST = _setting("host", "ClickHouse Host", "ClickHouse server hostname", SettingKind.STRING)
-PORT = _setting("port", "ClickHouse Port", "ClickHouse HTTP interface port", SettingKind.INTEGER)
-DATABASE = _setting(
-    "database",
-    "ClickHouse Database",
-    "ClickHouse database name (the connection's database)",
-    SettingKind.STRING,
-)
-USER = _setting("user", "ClickHouse User", "ClickHouse username", SettingKind.STRING)
-PASSWORD = _setting(
-    "password", "ClickHouse Password", "ClickHouse password", SettingKind.STRING, sensitive=True
-)
-SECURE = _setting(
-    "secure", "ClickHouse Secure (TLS)", "Connect to ClickHouse over HTTPS/TLS", SettingKind.BOOLEAN
-)
-SCHEMA = _setting(
-    "schema",
-    "ClickHouse Database/Schema",
-    "ClickHouse database used for state storage (default: meltano)",
-    SettingKind.STRING,
-)
-TABLE = _setting(
-    "table",
-    "ClickHouse Table",
-    "ClickHouse table name for state storage (default: state)",
-    SettingKind.STRING,
-)
-# Ours.
-LOCK_TABLE = _setting(
-    "lock_table",
-    "Lock table",
-    "Lock table of clickhouse-component (default: <table>_component_lock)",
-    SettingKind.STRING,
-)
-LOCK_ENGINE = _setting(
-    "lock_engine",
-    "Lock engine",
-    "auto, keeper-map or merge-tree (default: auto)",
-    SettingKind.STRING,
-)
-STALE_AFTER_SECONDS = _setting(
-    "stale_after_seconds",
-    "Lock lease",
-    "Seconds after which a crashed holder's lock frees itself (default: 300)",
-    SettingKind.INTEGER,
-)
-RETRIES = _setting(
-    "retries",
-    "Retries",
-    "How many times a request that may pass is repeated (default: 5)",
-    SettingKind.INTEGER,
-)
-CA_FILE = _setting(
-    "ca_file",
-    "CA file",
-    "PEM file of CA certificates trusted for HTTPS besides the system's",
-    SettingKind.STRING,
-)
-ALLOW_HOSTS = _setting(
-    "allow_hosts",
-    "Allowed hosts",
-    "Extra destinations the component may reach (scheme://host:port, comma-separated)",
-    SettingKind.STRING,
-)
+def _definitions(namespace: str) -> dict[str, SettingDefinition]:
+    return {
+        name: SettingDefinition(
+            name=f"state_backend.{namespace}.{name}",
+            label=label,
+            description=description,
+            kind=kind,
+            env_specific=True,
+            **extra,
+        )
+        for name, label, description, kind, extra in _SETTINGS
+    }
+
+
+# `state_backend.clickhouse.*` (entry points `meltano.settings`: HOST, PORT, ...), and the same
+# settings as `state_backend.clickhouses.*` for `clickhouses://` URIs (Meltano picks the
+# backend, and the settings' namespace, by the URI's scheme): TLS_HOST, TLS_PORT, ...
+for _name, _definition in _definitions("clickhouse").items():
+    globals()[_name.upper()] = _definition
+for _name, _definition in _definitions("clickhouses").items():
+    globals()[f"TLS_{_name.upper()}"] = _definition
 
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off"}
@@ -268,6 +301,7 @@ class ClickHouseStateStoreManager(StateStoreManager):
             "retries": int(retries) if retries not in (None, "") else None,
         }
         self._default_retry_ms = _seconds_ms("lock_retry_seconds", lock_retry_seconds)
+        self._write_retries = int(retries) if retries not in (None, "") else 5
         # One store per lock retry interval (Meltano passes the interval to each
         # acquire_lock; a store's is fixed when it opens). Opening creates the schema.
         self._stores: dict[int | None, StateStore] = {}
@@ -298,12 +332,28 @@ class ClickHouseStateStoreManager(StateStoreManager):
         held: dict[str, Lock] | None = getattr(self._held, "locks", None)
         return held.get(state_id) if held else None
 
+    def _fenced(self, write: t.Callable[[], t.Any]) -> t.Any:
+        """A write through the lock `acquire_lock` holds, repeated while its outcome is
+        unknown. The component does not repeat a write through a lock held across calls (a
+        late first attempt could land after a later write under the same lock and undo it);
+        here it is the only write of this acquisition, and once the lock is released a late
+        attempt is refused by the fence: repeating the same write is safe, and what Meltano
+        is told is what is stored."""
+        for attempt in range(self._write_retries + 1):
+            try:
+                return write()
+            except UncertainError:
+                if attempt == self._write_retries:
+                    raise
+                time.sleep(min(2.0, 0.1 * 2**attempt) * (1 + random.random() / 2))
+        raise AssertionError("unreachable")
+
     def set(self, state: MeltanoState) -> None:
         """Overwrites the state; inside `acquire_lock` on its id, fenced by that lock."""
         ours = _from_meltano(state)
         lock = self._held_lock(state.state_id)
         if lock is not None:
-            lock.set(partial=ours.partial, completed=ours.completed)
+            self._fenced(lambda: lock.set(partial=ours.partial, completed=ours.completed))
         else:
             self.store.set(ours)
 
@@ -316,7 +366,7 @@ class ClickHouseStateStoreManager(StateStoreManager):
         """Deletes the state; inside `acquire_lock` on its id, fenced by that lock."""
         lock = self._held_lock(state_id)
         if lock is not None:
-            lock.delete()
+            self._fenced(lock.delete)
         else:
             self.store.delete(state_id)
 

@@ -15,6 +15,7 @@
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
 use clickhouse_component::client::{ConnectionOptions, Endpoint, Error, ErrorKind, Redactor};
@@ -38,9 +39,18 @@ struct Shared {
 
 static SHARED: OnceLock<Result<Shared, String>> = OnceLock::new();
 
+/// Set in a child forked after the runtime started: its threads (tokio's workers, the epoch
+/// ticker) are not in the child, so a call would wait for them for ever.
+static FORKED_AFTER_START: AtomicBool = AtomicBool::new(false);
+
 /// The shared runtime, made at the first call (compiling the component, or loading the
 /// precompiled copy from the cache).
 fn shared() -> Result<&'static Shared, Failure> {
+    if FORKED_AFTER_START.load(Ordering::SeqCst) {
+        return Err(Failure::runner(
+            "this process was forked after the clickhouse_component runtime started: its threads are not in the child; fork before the first call, or use the spawn start method",
+        ));
+    }
     let shared = SHARED.get_or_init(|| {
         let tokio = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
@@ -811,6 +821,15 @@ fn py_warm_up(py: Python<'_>) -> PyResult<(String, f64)> {
     warm_up(py)
 }
 
+/// `os.register_at_fork(after_in_child=...)`: a child forked after the runtime started can
+/// use none of it.
+#[pyfunction]
+fn _after_fork_in_child() {
+    if SHARED.get().is_some() {
+        FORKED_AFTER_START.store(true, Ordering::SeqCst);
+    }
+}
+
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Connection>()?;
@@ -818,6 +837,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<NativeLock>()?;
     m.add_class::<NativeSink>()?;
     m.add_function(wrap_pyfunction!(py_warm_up, m)?)?;
+    m.add_function(wrap_pyfunction!(_after_fork_in_child, m)?)?;
     m.add(
         "WASMTIME_VERSION",
         clickhouse_component_host::component::WASMTIME_VERSION,

@@ -387,3 +387,22 @@ def test_ping(conn):
     assert info.user == USER
     assert info.version[0].isdigit()
     assert PASSWORD not in repr(conn) or not PASSWORD
+
+
+def test_a_child_forked_after_the_runtime_started_is_told_not_stuck(conn):
+    import os
+
+    conn.ping()  # the runtime has started
+    pid = os.fork()
+    if pid == 0:  # the child
+        code = 1
+        try:
+            try:
+                conn.ping()
+            except cc.RunnerError as e:
+                code = 0 if "forked" in str(e) else 2
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
+    conn.ping()  # the parent is unaffected

@@ -84,6 +84,7 @@ class Project:
         env.update(MELTANO_ENV)
         env["MELTANO_PROJECT_ROOT"] = str(self.root)
         env["MELTANO_STATE_BACKEND_CLICKHOUSE_PASSWORD"] = PASSWORD
+        env["MELTANO_STATE_BACKEND_CLICKHOUSES_PASSWORD"] = PASSWORD
         env.update(extra or {})
         return env
 
@@ -263,3 +264,122 @@ def test_two_concurrent_runs_keep_every_partial_key(project):
     assert merged["singer_state"]["bookmarks"] == {"alpha": {"last": 12}, "beta": {"last": 12}}
     stored = cli_get(JOB, database=project.database)
     assert stored["completed"] == {}  # merge strategy: partial states only
+
+
+class FaultProxy:
+    """The tests crate's fault proxy (target/debug/fault_proxy) in front of the local
+    ClickHouse: a seeded share of the requests refused, cut, or with their reply lost."""
+
+    def __init__(self, faults: str, in_20: int, seed: int) -> None:
+        from conftest import ROOT
+
+        binary = ROOT / "target" / "debug" / "fault_proxy"
+        if not os.access(binary, os.X_OK):
+            pytest.fail(f"no {binary} (cargo build -p clickhouse-component-tests --bins)")
+        self.proc = subprocess.Popen(
+            [str(binary), URL, "--seed", str(seed), "--in-20", str(in_20), "--faults", faults],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        self.url = self.proc.stdout.readline().strip()
+        assert self.url.startswith("http://127.0.0.1:")
+
+    def stop(self) -> dict:
+        out, _ = self.proc.communicate(timeout=30)
+        return json.loads(out.strip().splitlines()[-1])
+
+
+def through(project: Project, proxy: FaultProxy) -> None:
+    """Points the project's state backend at the proxy."""
+    parsed = urllib.parse.urlsplit(proxy.url)
+    yml = json.loads((project.root / "meltano.yml").read_text())
+    yml["state_backend"]["uri"] = (
+        f"clickhouse://{urllib.parse.quote(USER)}@{parsed.hostname}:{parsed.port}/default"
+    )
+    (project.root / "meltano.yml").write_text(json.dumps(yml, indent=2))
+
+
+def test_meltano_run_through_faults_that_retries_cover(project):
+    """Requests refused or cut before the server got them are repeated (retries, 5 by
+    default): the run finishes and every bookmark is stored exactly."""
+    proxy = FaultProxy("refuse,cut-request", in_20=6, seed=22)
+    try:
+        through(project, proxy)
+        project.run(count=8)
+    finally:
+        summary = proxy.stop()
+    assert sum(summary["faults"].values()) >= 3, summary
+    assert bookmark(json.loads(cli("get", JOB, database=project.database).stdout)) == 8
+    assert project.records() == list(range(1, 9))
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_meltano_run_with_lost_replies_stores_every_bookmark(project, seed):
+    """Replies lost or cut after the server executed the request. The reads, the lock's
+    requests and `update`'s own steps are repeated by the component; the write through the
+    lock Meltano's update() holds is repeated by the backend while its outcome is unknown
+    (the only write of that acquisition; once released, a late attempt is refused by the
+    fence). So the run ends with every bookmark stored, and Meltano never logs a failed state
+    write."""
+    proxy = FaultProxy("drop-reply,cut-reply", in_20=2, seed=seed)
+    try:
+        through(project, proxy)
+        run = project.run(count=8)
+    finally:
+        summary = proxy.stop()
+    assert sum(summary["faults"].values()) >= 1, summary
+    assert "Failed to persist" not in run.stderr
+    assert bookmark(json.loads(cli("get", JOB, database=project.database).stdout)) == 8
+    # The next run (no faults) resumes from it.
+    parsed = urllib.parse.urlsplit(URL)
+    _set_uri(
+        project, f"clickhouse://{urllib.parse.quote(USER)}@{parsed.hostname}:{parsed.port}/default"
+    )
+    project.run(count=2)
+    assert project.starts()[-1] == 8
+    assert bookmark(json.loads(cli("get", JOB, database=project.database).stdout)) == 10
+
+
+def _set_uri(project: Project, uri: str) -> None:
+    yml = json.loads((project.root / "meltano.yml").read_text())
+    yml["state_backend"]["uri"] = uri
+    (project.root / "meltano.yml").write_text(json.dumps(yml, indent=2))
+
+
+@pytest.mark.parametrize(
+    "form",
+    [
+        "clickhouses://{user}@{host}:{port}/default",
+        "clickhouse://{user}@{host}:{port}/default?secure=true",
+    ],
+)
+def test_tls_asked_for_by_the_uri_is_honoured(project, form):
+    """`clickhouses://` (its own entry point, a thin alias) and `?secure=true` connect with TLS:
+    to the local server's plain HTTP port that fails, as our disconnected error, through our
+    backend; `secure: false` turns it off again."""
+    parsed = urllib.parse.urlsplit(URL)
+    _set_uri(project, form.format(user=USER, host=parsed.hostname, port=parsed.port))
+    scheme = form.split(":")[0]
+    # Meltano reads the settings of the URI's scheme: state_backend.clickhouses.* here.
+    namespace = f"MELTANO_STATE_BACKEND_{scheme.upper()}"
+    failed = project.meltano(
+        "state",
+        "list",
+        env={f"{namespace}_RETRIES": "0", f"{namespace}_SCHEMA": project.database},
+        check=False,
+    )
+    assert failed.returncode != 0
+    out = failed.stderr + failed.stdout
+    assert "No state backend found" not in out
+    assert "ClickHouseStateStoreManager" in out
+    assert "tls" in out.lower() or "handshake" in out.lower() or "disconnected" in out.lower(), out[
+        -2000:
+    ]
+    cli("set", "--force", "dev:tls", '{"singer_state": {"x": 1}}', database=project.database)
+    plain = project.meltano(
+        "state",
+        "list",
+        env={f"{namespace}_SECURE": "false", f"{namespace}_SCHEMA": project.database},
+    )
+    assert plain.stdout.split() == ["dev:tls"]
