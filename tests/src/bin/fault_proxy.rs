@@ -62,7 +62,11 @@ fn main() {
                 .unwrap_or_else(|| usage(&format!("{name} needs a value")))
         };
         match arg.as_str() {
-            "--seed" => seed = value("--seed").parse().unwrap_or_else(|_| usage("bad --seed")),
+            "--seed" => {
+                seed = value("--seed")
+                    .parse()
+                    .unwrap_or_else(|_| usage("bad --seed"))
+            }
             "--in-20" => {
                 in_20 = value("--in-20")
                     .parse()
