@@ -15,16 +15,18 @@ CHDB_VERSION := 26.9.0
 # The Python wheel (docs/python.md): maturin builds python/ with the tests' cargo profile into the
 # shared target directory (no second wasmtime build); WHEEL_PROFILE=release for a distribution.
 # Its tools (maturin, ruff) and its test venv (Meltano, pytest; the wheel is pip-installed into
-# it by `make test`, as a user would) are pinned here.
+# it by `make test`, as a user would; onestep without onestep-clickhouse, which registers the
+# same resource types) are pinned here.
 PY_VENV := $(VENV)-python
 PLUGIN_VENV := $(VENV)-plugin
 MATURIN_VERSION := 1.16.0
 RUFF_VERSION := 0.17.6
 PYTEST_VERSION := 9.2.0
 PLUGIN_MELTANO_VERSION := 4.4.1
+PLUGIN_ONESTEP_VERSION := 1.15.0
 WHEEL_PROFILE ?= dev
 PY_TOOLS := $(PY_VENV)/.tools-maturin-$(MATURIN_VERSION)-ruff-$(RUFF_VERSION)
-PLUGIN_DEPS := $(PLUGIN_VENV)/.meltano-$(PLUGIN_MELTANO_VERSION)-pytest-$(PYTEST_VERSION)
+PLUGIN_DEPS := $(PLUGIN_VENV)/.meltano-$(PLUGIN_MELTANO_VERSION)-onestep-$(PLUGIN_ONESTEP_VERSION)-pytest-$(PYTEST_VERSION)
 RUFF := $(PY_VENV)/bin/ruff --config python/pyproject.toml
 PY_SOURCES := python/clickhouse_component tests/python
 
@@ -58,7 +60,7 @@ $(PY_TOOLS):
 
 $(PLUGIN_DEPS):
 	python3 -m venv $(PLUGIN_VENV)
-	$(PLUGIN_VENV)/bin/pip install --quiet --disable-pip-version-check "meltano==$(PLUGIN_MELTANO_VERSION)" "pytest==$(PYTEST_VERSION)"
+	$(PLUGIN_VENV)/bin/pip install --quiet --disable-pip-version-check "meltano==$(PLUGIN_MELTANO_VERSION)" "onestep[yaml]==$(PLUGIN_ONESTEP_VERSION)" "pytest==$(PYTEST_VERSION)"
 	touch $@
 
 # The Node package: jco (pinned in js/package-lock.json) transpiles the component built above.
