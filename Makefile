@@ -44,7 +44,7 @@ test: setup wasmtime-cli $(VENV)-bench/.onestep-0.1.1 $(VENV)-meltano/.meltano-4
 
 # The wheel: one abi3 wheel (CPython >= 3.10, Linux x86_64) into target/wheels/.
 wheel: setup $(PY_TOOLS)
-	$(PY_VENV)/bin/maturin build --manifest-path python/Cargo.toml --profile $(WHEEL_PROFILE) --out target/wheels
+	$(PY_VENV)/bin/maturin build --manifest-path python/Cargo.toml --profile $(WHEEL_PROFILE) --strip --out target/wheels
 
 # Only the wheel's tests (builds the wheel, installs it into the test venv).
 python-test: setup $(PLUGIN_DEPS)
