@@ -227,3 +227,33 @@ def test_an_unanswered_send_stays_uncertain():
     finally:
         listener.close()
     assert error.kind is ConnectorErrorKind.UNCERTAIN
+
+
+def test_a_task_cancelled_mid_send_waits_for_the_send_to_end():
+    """asyncio cancellation does not cut a send short behind the caller's back: the cancelled
+    task ends only once the blocking send has ended (here: uncertain, after its timeout)."""
+    import socket
+
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(4)
+    port = listener.getsockname()[1]
+
+    async def main() -> float:
+        connector = ClickHouseConnector(
+            dsn=f"clickhouse://127.0.0.1:{port}", client_options={"send_receive_timeout": 0.5}
+        )
+        sink = connector.table_sink(table="t")
+        task = asyncio.create_task(sink.send(Envelope(body=[{"a": 1}])))
+        await asyncio.sleep(0.1)
+        started = time.monotonic()
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        return time.monotonic() - started
+
+    try:
+        waited = asyncio.run(main())
+    finally:
+        listener.close()
+    assert waited >= 0.3, waited
