@@ -46,9 +46,10 @@ test: setup wasmtime-cli $(VENV)-bench/.onestep-0.1.1 $(VENV)-meltano/.meltano-4
 wheel: setup $(PY_TOOLS)
 	$(PY_VENV)/bin/maturin build --manifest-path python/Cargo.toml --profile $(WHEEL_PROFILE) --strip --out target/wheels
 
-# Only the wheel's tests (builds the wheel, installs it into the test venv).
-python-test: setup $(PLUGIN_DEPS)
-	cargo build -p clickhouse-component-host
+# Only the wheel's tests (builds the CLI and fault_proxy they use, and the wheel, installs it
+# into the test venv; PYTEST_ARGS='-k meltano' passes options).
+python-test: setup $(PY_TOOLS) $(PLUGIN_DEPS)
+	cargo build --workspace --bins
 	$(MAKE) wheel WHEEL_PROFILE=dev
 	$(PLUGIN_VENV)/bin/pip install --quiet --disable-pip-version-check --force-reinstall --no-deps target/wheels/clickhouse_component-*-cp310-abi3-*.whl
 	scripts/with-clickhouse $(PLUGIN_VENV)/bin/python -m pytest -p no:cacheprovider tests/python $(PYTEST_ARGS)
