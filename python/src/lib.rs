@@ -157,7 +157,7 @@ where
         let mut guard = session.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
         let Some(instance) = guard.as_mut() else {
             return Err(Failure::runner(
-                "this object's component instance was stopped by an earlier runner failure: open a new one",
+                "this object's component instance is gone (the store was closed, or an earlier runner failure stopped it): open a new one",
             ));
         };
         let outcome =
