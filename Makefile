@@ -3,22 +3,66 @@
 #               ZooKeeper) unless CLICKHOUSE_URL is set, and runs the CLI end to end
 #   make test   installs the same and runs every test (what .ci/run runs): make lint, cargo tests, the
 #               Node tests and the differential tests against onestep-clickhouse (the sink) and
-#               Meltano 4.4.1 (`state`)
+#               Meltano 4.4.1 (`state`), and the Python wheel's tests (tests/python: the API, and
+#               Meltano 4.4.1 using the wheel as its state backend)
+#   make wheel  builds the Python wheel (python/) into target/wheels/
 
 SHELL := /bin/bash
 VENV := .venv
 PYTHON := $(VENV)/bin/python
 CHDB_VERSION := 26.9.0
 
-.PHONY: meltano-diff run test setup wasm-target venv zookeeper binaryen build bench diff lint fmt clean js wasmtime-cli
+# The Python wheel (docs/python.md): maturin builds python/ with the tests' cargo profile into the
+# shared target directory (no second wasmtime build); WHEEL_PROFILE=release for a distribution.
+# Its tools (maturin, ruff) and its test venv (Meltano, pytest; the wheel is pip-installed into
+# it by `make test`, as a user would; onestep without onestep-clickhouse, which registers the
+# same resource types) are pinned here.
+PY_VENV := $(VENV)-python
+PLUGIN_VENV := $(VENV)-plugin
+MATURIN_VERSION := 1.16.0
+RUFF_VERSION := 0.17.6
+PYTEST_VERSION := 9.2.0
+PLUGIN_MELTANO_VERSION := 4.4.1
+PLUGIN_ONESTEP_VERSION := 1.15.0
+WHEEL_PROFILE ?= dev
+PY_TOOLS := $(PY_VENV)/.tools-maturin-$(MATURIN_VERSION)-ruff-$(RUFF_VERSION)
+PLUGIN_DEPS := $(PLUGIN_VENV)/.meltano-$(PLUGIN_MELTANO_VERSION)-onestep-$(PLUGIN_ONESTEP_VERSION)-pytest-$(PYTEST_VERSION)
+RUFF := $(PY_VENV)/bin/ruff --config python/pyproject.toml
+PY_SOURCES := python/clickhouse_component tests/python
+
+.PHONY: meltano-diff run test setup wasm-target venv zookeeper binaryen build bench diff lint fmt clean js wasmtime-cli wheel python-test
 
 run: setup build
 	scripts/with-clickhouse scripts/quickstart
 
-test: setup wasmtime-cli $(VENV)-bench/.onestep-0.1.1 $(VENV)-meltano/.meltano-4.4.1 lint
+test: setup wasmtime-cli $(VENV)-bench/.onestep-0.1.1 $(VENV)-meltano/.meltano-4.4.1 $(PLUGIN_DEPS) lint
 	cargo build --workspace --bins --examples
 	$(MAKE) js
-	scripts/with-clickhouse bash -c 'cargo test --workspace --all-targets && (cd js && npm test) && $(VENV)-bench/bin/python tests/diff/onestep_diff.py && $(VENV)-meltano/bin/python tests/diff/meltano_diff.py --keep-going'
+	$(MAKE) wheel WHEEL_PROFILE=dev
+	$(PLUGIN_VENV)/bin/pip install --quiet --disable-pip-version-check --force-reinstall --no-deps target/wheels/clickhouse_component-*-cp310-abi3-*.whl
+	scripts/with-clickhouse bash -c 'cargo test --workspace --all-targets && (cd js && npm test) && $(VENV)-bench/bin/python tests/diff/onestep_diff.py && $(VENV)-meltano/bin/python tests/diff/meltano_diff.py --keep-going && $(PLUGIN_VENV)/bin/python -m pytest -p no:cacheprovider tests/python'
+
+# The wheel: one abi3 wheel (CPython >= 3.10, Linux x86_64) into target/wheels/.
+wheel: setup $(PY_TOOLS)
+	$(PY_VENV)/bin/maturin build --manifest-path python/Cargo.toml --profile $(WHEEL_PROFILE) --strip --out target/wheels
+
+# Only the wheel's tests (builds the CLI and fault_proxy they use, and the wheel, installs it
+# into the test venv; PYTEST_ARGS='-k meltano' passes options).
+python-test: setup $(PY_TOOLS) $(PLUGIN_DEPS)
+	cargo build --workspace --bins
+	$(MAKE) wheel WHEEL_PROFILE=dev
+	$(PLUGIN_VENV)/bin/pip install --quiet --disable-pip-version-check --force-reinstall --no-deps target/wheels/clickhouse_component-*-cp310-abi3-*.whl
+	scripts/with-clickhouse $(PLUGIN_VENV)/bin/python -m pytest -p no:cacheprovider tests/python $(PYTEST_ARGS)
+
+$(PY_TOOLS):
+	python3 -m venv $(PY_VENV)
+	$(PY_VENV)/bin/pip install --quiet --disable-pip-version-check "maturin==$(MATURIN_VERSION)" "ruff==$(RUFF_VERSION)"
+	touch $@
+
+$(PLUGIN_DEPS):
+	python3 -m venv $(PLUGIN_VENV)
+	$(PLUGIN_VENV)/bin/pip install --quiet --disable-pip-version-check "meltano==$(PLUGIN_MELTANO_VERSION)" "onestep[yaml]==$(PLUGIN_ONESTEP_VERSION)" "pytest==$(PYTEST_VERSION)"
+	touch $@
 
 # The Node package: jco (pinned in js/package-lock.json) transpiles the component built above.
 js: js/node_modules/.installed
@@ -58,18 +102,22 @@ $(VENV)/.chdb-$(CHDB_VERSION):
 build:
 	cargo build -p clickhouse-component-host
 
-lint:
+lint: $(PY_TOOLS)
 	cargo fmt --all -- --check
 	cargo clippy --workspace --all-targets -- -D warnings
 	cargo clippy -p clickhouse-component --target wasm32-wasip2 -- -D warnings
 	cargo clippy -p clickhouse-component --target wasm32-wasip2 --no-default-features -- -D warnings
+	$(RUFF) format --check $(PY_SOURCES)
+	$(RUFF) check $(PY_SOURCES)
 
-fmt:
+fmt: $(PY_TOOLS)
 	cargo fmt --all
+	$(RUFF) format $(PY_SOURCES)
 
 clean:
 	cargo clean
 	rm -rf $(VENV)
+	rm -rf $(PY_VENV) $(PLUGIN_VENV)
 
 # BENCH: the sections to run (state, load, sink, link); all of them by default. `link` runs the sink
 # benchmark inside a network namespace whose loopback is shaped to 100 Mbit/s (scripts/shaped-link;

@@ -1,0 +1,846 @@
+//! `clickhouse_component._native`: the reference host library as a CPython extension module
+//! (PyO3, abi3 for CPython >= 3.10). The typed API is the pure-Python package around it
+//! (`python/clickhouse_component/`); this module is its engine:
+//!
+//! * one tokio runtime and one compiled [`Runtime`] per process, made at the first call that
+//!   needs them (so importing costs no compilation);
+//! * every call into the component runs with the GIL released (`Python::detach`), on that
+//!   runtime (`block_on` on the calling thread; connections are driven by its workers);
+//! * one [`Instance`] per `NativeStore` / `NativeSink` / ping, behind a mutex: objects may be
+//!   shared by threads, their calls run one at a time;
+//! * every failure becomes the Python exception of its WIT error kind (built by
+//!   `clickhouse_component.errors._from_native`), its message redacted of the connection's
+//!   secrets; a panic is caught before it reaches Python and reported as a runner failure.
+
+use std::future::Future;
+use std::panic::AssertUnwindSafe;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+
+use clickhouse_component::client::{ConnectionOptions, Endpoint, Error, ErrorKind, Redactor};
+use clickhouse_component_host::config::HostArgs;
+use clickhouse_component_host::runtime::runner_message;
+use clickhouse_component_host::{
+    default_allow_list, AllowList, CachePolicy, CallError, ComponentSource, Compression, Instance,
+    Limits, LoadKind, LockEngine, LockHandle, Network, Receipt, Runtime, SinkHandle, SinkOptions,
+    State, StoreHandle, StoreOptions, TlsOptions, Value,
+};
+use pyo3::prelude::*;
+use pyo3::types::{
+    PyBool, PyByteArray, PyBytes, PyDict, PyFloat, PyInt, PyList, PyString, PyTuple,
+};
+
+/// The process's tokio runtime and compiled component, made once.
+struct Shared {
+    tokio: tokio::runtime::Runtime,
+    runtime: Runtime,
+}
+
+static SHARED: OnceLock<Result<Shared, String>> = OnceLock::new();
+
+/// Set in a child forked after the runtime started: its threads (tokio's workers, the epoch
+/// ticker) are not in the child, so a call would wait for them for ever.
+static FORKED_AFTER_START: AtomicBool = AtomicBool::new(false);
+
+/// The shared runtime, made at the first call (compiling the component, or loading the
+/// precompiled copy from the cache).
+fn shared() -> Result<&'static Shared, Failure> {
+    if FORKED_AFTER_START.load(Ordering::SeqCst) {
+        return Err(Failure::runner(
+            "this process was forked after the clickhouse_component runtime started: its threads are not in the child; fork before the first call, or use the spawn start method",
+        ));
+    }
+    let shared = SHARED.get_or_init(|| {
+        let tokio = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .thread_name("clickhouse-component")
+            .enable_all()
+            .build()
+            .map_err(|e| format!("cannot start the tokio runtime: {e}"))?;
+        let runtime = Runtime::new(&ComponentSource::Embedded, &CachePolicy::Default)
+            .map_err(|e| format!("cannot load the component: {}", runner_message(&e)))?;
+        Ok(Shared { tokio, runtime })
+    });
+    shared.as_ref().map_err(|e| Failure::runner(e.clone()))
+}
+
+/// A failure on its way to Python (built without the GIL, raised with it).
+struct Failure {
+    /// The WIT error kind, or `runner`.
+    kind: &'static str,
+    message: String,
+    server: Option<(i32, String, u16)>,
+    committed_rows: u64,
+}
+
+impl Failure {
+    fn runner(message: impl Into<String>) -> Failure {
+        Failure {
+            kind: "runner",
+            message: message.into(),
+            server: None,
+            committed_rows: 0,
+        }
+    }
+
+    fn invalid(message: impl Into<String>) -> Failure {
+        Failure::from_error(Error::invalid(message.into()), None)
+    }
+
+    fn from_error(e: Error, redactor: Option<&Redactor>) -> Failure {
+        Failure {
+            kind: e.kind.as_str(),
+            message: match redactor {
+                Some(r) => r.redact(&e.message),
+                None => e.message,
+            },
+            server: e.server.map(|s| (s.code, s.name, s.http_status)),
+            committed_rows: e.committed_rows,
+        }
+    }
+
+    fn from_call(e: CallError, redactor: &Redactor) -> Failure {
+        match e {
+            CallError::Component(e) => Failure::from_error(e, Some(redactor)),
+            CallError::Runner(e) => Failure::runner(redactor.redact(&runner_message(&e))),
+        }
+    }
+
+    /// The Python exception: `clickhouse_component.errors._from_native(kind, message, server,
+    /// committed_rows)`.
+    fn into_py(self, py: Python<'_>) -> PyErr {
+        let made = (|| -> PyResult<PyErr> {
+            let errors = py.import("clickhouse_component.errors")?;
+            let exc = errors.getattr("_from_native")?.call1((
+                self.kind,
+                &self.message,
+                self.server,
+                self.committed_rows,
+            ))?;
+            Ok(PyErr::from_value(exc))
+        })();
+        made.unwrap_or_else(|e| e)
+    }
+}
+
+type CallFuture<'a, T> = Pin<Box<dyn Future<Output = Result<T, CallError>> + Send + 'a>>;
+
+/// An instance of the component shared by the threads using one Python object; `None` once a
+/// runner failure (trap, deadline) has stopped it.
+type Session = Arc<Mutex<Option<Instance>>>;
+
+/// Runs `f` on the session's instance with the GIL released; a runner failure retires the
+/// instance (wasmtime forbids using a store after a trap), a panic becomes a runner failure.
+fn call<T, F>(py: Python<'_>, session: &Session, redactor: &Redactor, f: F) -> PyResult<T>
+where
+    T: Send,
+    F: for<'a> FnOnce(&'a mut Instance) -> CallFuture<'a, T> + Send,
+{
+    call_with(py, session, redactor, &[], move |i, _| f(i))
+}
+
+/// [`call`], lending the future `data` (bytes the caller keeps alive) as long as the instance.
+fn call_with<T, F>(
+    py: Python<'_>,
+    session: &Session,
+    redactor: &Redactor,
+    data: &[u8],
+    f: F,
+) -> PyResult<T>
+where
+    T: Send,
+    F: for<'a> FnOnce(&'a mut Instance, &'a [u8]) -> CallFuture<'a, T> + Send,
+{
+    let result = py.detach(|| -> Result<T, Failure> {
+        let shared = shared()?;
+        let mut guard = session.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let Some(instance) = guard.as_mut() else {
+            return Err(Failure::runner(
+                "this object's component instance is gone (the store was closed, or an earlier runner failure stopped it): open a new one",
+            ));
+        };
+        let outcome =
+            std::panic::catch_unwind(AssertUnwindSafe(|| shared.tokio.block_on(f(instance, data))));
+        match outcome {
+            Ok(Ok(value)) => Ok(value),
+            Ok(Err(e)) => {
+                if matches!(e, CallError::Runner(_)) {
+                    *guard = None;
+                }
+                Err(Failure::from_call(e, redactor))
+            }
+            Err(_) => {
+                *guard = None;
+                Err(Failure::runner(
+                    "the host panicked during the call; the instance was stopped",
+                ))
+            }
+        }
+    });
+    result.map_err(|f| f.into_py(py))
+}
+
+/// Makes a fresh instance for `connection` (GIL released).
+fn new_session(py: Python<'_>, connection: &Connection) -> PyResult<Session> {
+    let runtime_network = connection.network.clone();
+    let limits = connection.limits;
+    let allow = connection.allow.clone();
+    let redactor = connection.redactor.clone();
+    let result = py.detach(move || -> Result<Instance, Failure> {
+        let shared = shared()?;
+        let runtime = shared
+            .runtime
+            .clone()
+            .with_network(runtime_network)
+            .with_limits(limits);
+        std::panic::catch_unwind(AssertUnwindSafe(|| {
+            shared.tokio.block_on(runtime.instantiate(allow))
+        }))
+        .map_err(|_| Failure::runner("the host panicked while instantiating the component"))?
+        .map_err(|e| Failure::runner(redactor.redact(&runner_message(&e))))
+    });
+    result
+        .map(|instance| Arc::new(Mutex::new(Some(instance))))
+        .map_err(|f| f.into_py(py))
+}
+
+fn invalid(py: Python<'_>, message: impl Into<String>) -> PyErr {
+    Failure::invalid(message).into_py(py)
+}
+
+/// How to reach one ClickHouse: the connection record, the allow-list, TLS trust.
+#[pyclass(frozen, module = "clickhouse_component._native")]
+struct Connection {
+    options: ConnectionOptions,
+    allow: AllowList,
+    network: Network,
+    limits: Limits,
+    redactor: Arc<Redactor>,
+}
+
+#[pymethods]
+impl Connection {
+    #[new]
+    #[pyo3(signature = (url, user=None, password=None, database=None, settings=Vec::new(), ca_file=None, allow=Vec::new(), connect_timeout_ms=None, request_timeout_ms=None, max_memory_mib=None, call_timeout_seconds=None, max_response_mib=None))]
+    #[allow(clippy::too_many_arguments)]
+    fn new(
+        py: Python<'_>,
+        url: String,
+        user: Option<String>,
+        password: Option<String>,
+        database: Option<String>,
+        settings: Vec<(String, String)>,
+        ca_file: Option<std::path::PathBuf>,
+        allow: Vec<String>,
+        connect_timeout_ms: Option<u32>,
+        request_timeout_ms: Option<u32>,
+        max_memory_mib: Option<u64>,
+        call_timeout_seconds: Option<f64>,
+        max_response_mib: Option<u64>,
+    ) -> PyResult<Connection> {
+        // The CLI's own checks and defaults (--max-memory-mib, ...).
+        let limits = HostArgs {
+            max_memory_mib,
+            call_timeout_seconds,
+            max_response_mib,
+            ..HostArgs::default()
+        }
+        .limits()
+        .map_err(|e| Failure::from_error(e, None).into_py(py))?;
+        let options = ConnectionOptions {
+            url,
+            user,
+            password,
+            database,
+            settings,
+            connect_timeout_ms,
+            request_timeout_ms,
+        };
+        // Parsing checks the whole connection (nothing is sent) and names its secrets.
+        let endpoint =
+            Endpoint::parse(&options).map_err(|e| Failure::from_error(e, None).into_py(py))?;
+        let redactor = Arc::new(Redactor::new(endpoint.secrets()));
+        let mut list = default_allow_list(&options)
+            .map_err(|e| Failure::from_error(e, Some(&redactor)).into_py(py))?;
+        let extra = AllowList::parse(&allow).map_err(|e| invalid(py, e.to_string()))?;
+        list.extend(extra);
+        let network = Network::new(&TlsOptions { ca_file })
+            .map_err(|e| invalid(py, redactor.redact(&e.to_string())))?;
+        Ok(Connection {
+            options,
+            allow: list,
+            network,
+            limits,
+            redactor,
+        })
+    }
+
+    /// `server.ping`: (version, timezone, user, database, round_trip_us).
+    fn ping(&self, py: Python<'_>) -> PyResult<(String, String, String, String, u64)> {
+        let session = new_session(py, self)?;
+        let options = self.options.clone();
+        call(py, &session, &self.redactor, move |i| {
+            Box::pin(async move {
+                let info = i.ping(&options).await?;
+                Ok((
+                    info.version,
+                    info.timezone,
+                    info.user,
+                    info.database,
+                    info.round_trip_us,
+                ))
+            })
+        })
+    }
+
+    /// The allow-list, as text (no secrets: origins only).
+    #[getter]
+    fn allowed(&self) -> String {
+        self.allow.to_string()
+    }
+
+    fn __repr__(&self) -> String {
+        // Never the URL (it may carry the password or a secret setting).
+        format!("<clickhouse_component.Connection allow={}>", self.allow)
+    }
+}
+
+type StateTuple = (String, String, String);
+
+fn state(id: String, partial: String, completed: String) -> State {
+    State {
+        id,
+        partial,
+        completed,
+    }
+}
+
+fn tuple(s: State) -> StateTuple {
+    (s.id, s.partial, s.completed)
+}
+
+/// An open state store (`store` resource) in an instance of its own.
+#[pyclass(frozen, module = "clickhouse_component._native")]
+struct NativeStore {
+    session: Session,
+    store: StoreHandle,
+    redactor: Arc<Redactor>,
+}
+
+#[pymethods]
+impl NativeStore {
+    #[new]
+    #[pyo3(signature = (connection, database=None, table=None, lock_table=None, create_schema=None, lock_timeout_ms=None, lock_retry_ms=None, stale_after_ms=None, lock_engine=None, retries=None))]
+    #[allow(clippy::too_many_arguments)]
+    fn new(
+        py: Python<'_>,
+        connection: &Connection,
+        database: Option<String>,
+        table: Option<String>,
+        lock_table: Option<String>,
+        create_schema: Option<bool>,
+        lock_timeout_ms: Option<u32>,
+        lock_retry_ms: Option<u32>,
+        stale_after_ms: Option<u32>,
+        lock_engine: Option<String>,
+        retries: Option<u32>,
+    ) -> PyResult<NativeStore> {
+        let lock_engine = match lock_engine.as_deref() {
+            None => None,
+            Some("auto") => Some(LockEngine::Auto),
+            Some("keeper-map") => Some(LockEngine::KeeperMap),
+            Some("merge-tree") => Some(LockEngine::MergeTree),
+            Some(other) => {
+                return Err(invalid(
+                    py,
+                    format!(
+                        "lock_engine must be auto, keeper-map or merge-tree, not '{}'",
+                        other.escape_debug()
+                    ),
+                ))
+            }
+        };
+        let options = StoreOptions {
+            database,
+            table,
+            lock_table,
+            create_schema,
+            lock_timeout_ms,
+            lock_retry_ms,
+            stale_after_ms,
+            lock_engine,
+            retries,
+        };
+        let session = new_session(py, connection)?;
+        let conn = connection.options.clone();
+        let store = call(py, &session, &connection.redactor, move |i| {
+            Box::pin(async move { i.open_store(&conn, &options).await })
+        })?;
+        Ok(NativeStore {
+            session,
+            store,
+            redactor: connection.redactor.clone(),
+        })
+    }
+
+    fn get(&self, py: Python<'_>, id: String) -> PyResult<Option<StateTuple>> {
+        let s = self.store;
+        call(py, &self.session, &self.redactor, move |i| {
+            Box::pin(async move { Ok(i.state_get(s, &id).await?.map(tuple)) })
+        })
+    }
+
+    fn set(&self, py: Python<'_>, id: String, partial: String, completed: String) -> PyResult<()> {
+        let s = self.store;
+        let st = state(id, partial, completed);
+        call(py, &self.session, &self.redactor, move |i| {
+            Box::pin(async move { i.state_set(s, &st).await })
+        })
+    }
+
+    fn update(
+        &self,
+        py: Python<'_>,
+        id: String,
+        partial: String,
+        completed: String,
+    ) -> PyResult<StateTuple> {
+        let s = self.store;
+        let st = state(id, partial, completed);
+        call(py, &self.session, &self.redactor, move |i| {
+            Box::pin(async move { Ok(tuple(i.state_update(s, &st).await?)) })
+        })
+    }
+
+    fn delete(&self, py: Python<'_>, id: String) -> PyResult<u64> {
+        let s = self.store;
+        call(py, &self.session, &self.redactor, move |i| {
+            Box::pin(async move { i.state_delete(s, &id).await })
+        })
+    }
+
+    #[pyo3(signature = (pattern=None))]
+    fn ids(&self, py: Python<'_>, pattern: Option<String>) -> PyResult<Vec<String>> {
+        let s = self.store;
+        call(py, &self.session, &self.redactor, move |i| {
+            Box::pin(async move { i.state_ids(s, pattern.as_deref()).await })
+        })
+    }
+
+    #[pyo3(signature = (pattern=None))]
+    fn get_all(&self, py: Python<'_>, pattern: Option<String>) -> PyResult<Vec<StateTuple>> {
+        let s = self.store;
+        call(py, &self.session, &self.redactor, move |i| {
+            Box::pin(async move {
+                Ok(i.state_get_all(s, pattern.as_deref())
+                    .await?
+                    .into_iter()
+                    .map(tuple)
+                    .collect())
+            })
+        })
+    }
+
+    fn set_all(&self, py: Python<'_>, states: Vec<StateTuple>) -> PyResult<()> {
+        let s = self.store;
+        let states: Vec<State> = states
+            .into_iter()
+            .map(|(id, p, c)| state(id, p, c))
+            .collect();
+        call(py, &self.session, &self.redactor, move |i| {
+            Box::pin(async move { i.state_set_all(s, &states).await })
+        })
+    }
+
+    fn clear_all(&self, py: Python<'_>) -> PyResult<u64> {
+        let s = self.store;
+        call(py, &self.session, &self.redactor, move |i| {
+            Box::pin(async move { i.state_clear_all(s).await })
+        })
+    }
+
+    /// Acquires the lock on `id` (waiting up to the lock timeout).
+    fn lock(&self, py: Python<'_>, id: String) -> PyResult<NativeLock> {
+        let s = self.store;
+        let lock_id = id.clone();
+        let (handle, token) = call(py, &self.session, &self.redactor, move |i| {
+            Box::pin(async move {
+                let handle = i.lock(s, &lock_id).await?;
+                let token = i.lock_token(handle).await?;
+                Ok((handle, token))
+            })
+        })?;
+        Ok(NativeLock {
+            session: self.session.clone(),
+            handle: Mutex::new(Some(handle)),
+            id,
+            token,
+            redactor: self.redactor.clone(),
+        })
+    }
+
+    /// Closes the store handle (later calls fail); idempotent.
+    fn close(&self, py: Python<'_>) -> PyResult<()> {
+        let s = self.store;
+        let alive = self
+            .session
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .is_some();
+        if !alive {
+            return Ok(());
+        }
+        let result = call(py, &self.session, &self.redactor, move |i| {
+            Box::pin(async move { i.close_store(s).await })
+        });
+        *self.session.lock().unwrap_or_else(|p| p.into_inner()) = None;
+        result
+    }
+}
+
+/// A held lock (`lock` resource): its writes are fenced by it.
+#[pyclass(frozen, module = "clickhouse_component._native")]
+struct NativeLock {
+    session: Session,
+    handle: Mutex<Option<LockHandle>>,
+    id: String,
+    token: String,
+    redactor: Arc<Redactor>,
+}
+
+impl NativeLock {
+    fn held(&self, py: Python<'_>) -> PyResult<LockHandle> {
+        self.handle
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .ok_or_else(|| {
+                Failure::from_error(Error::new(ErrorKind::Locked, "the lock was released"), None)
+                    .into_py(py)
+            })
+    }
+}
+
+#[pymethods]
+impl NativeLock {
+    #[getter]
+    fn id(&self) -> String {
+        self.id.clone()
+    }
+
+    #[getter]
+    fn token(&self) -> String {
+        self.token.clone()
+    }
+
+    fn set(&self, py: Python<'_>, id: String, partial: String, completed: String) -> PyResult<()> {
+        let l = self.held(py)?;
+        let st = state(id, partial, completed);
+        call(py, &self.session, &self.redactor, move |i| {
+            Box::pin(async move { i.lock_set(l, &st).await })
+        })
+    }
+
+    fn update(
+        &self,
+        py: Python<'_>,
+        id: String,
+        partial: String,
+        completed: String,
+    ) -> PyResult<StateTuple> {
+        let l = self.held(py)?;
+        let st = state(id, partial, completed);
+        call(py, &self.session, &self.redactor, move |i| {
+            Box::pin(async move { Ok(tuple(i.lock_update(l, &st).await?)) })
+        })
+    }
+
+    fn delete(&self, py: Python<'_>) -> PyResult<u64> {
+        let l = self.held(py)?;
+        call(py, &self.session, &self.redactor, move |i| {
+            Box::pin(async move { i.lock_delete(l).await })
+        })
+    }
+
+    fn renew(&self, py: Python<'_>) -> PyResult<()> {
+        let l = self.held(py)?;
+        call(py, &self.session, &self.redactor, move |i| {
+            Box::pin(async move { i.lock_renew(l).await })
+        })
+    }
+
+    /// Releases the lock and drops its handle; idempotent.
+    fn release(&self, py: Python<'_>) -> PyResult<()> {
+        let Some(l) = self.handle.lock().unwrap_or_else(|p| p.into_inner()).take() else {
+            return Ok(());
+        };
+        call(py, &self.session, &self.redactor, move |i| {
+            Box::pin(async move { i.lock_release(l).await })
+        })
+    }
+
+    #[getter]
+    fn released(&self) -> bool {
+        self.handle
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .is_none()
+    }
+}
+
+type ReceiptTuple = (u64, u32, u64, u32, u32, u32);
+
+fn receipt(r: Receipt) -> ReceiptTuple {
+    (
+        r.rows,
+        r.chunks,
+        r.written_rows,
+        r.deduplicated_chunks,
+        r.unverified_chunks,
+        r.retries,
+    )
+}
+
+/// One Python value as a sink value: exact types only, nothing coerced.
+fn to_value(
+    py: Python<'_>,
+    v: &Bound<'_, PyAny>,
+    dumps: &Bound<'_, PyAny>,
+) -> Result<Value, String> {
+    if v.is_none() {
+        return Ok(Value::Null);
+    }
+    if let Ok(b) = v.cast::<PyBool>() {
+        return Ok(Value::Boolean(b.is_true()));
+    }
+    if v.is_instance_of::<PyInt>() {
+        if let Ok(i) = v.extract::<i64>() {
+            return Ok(Value::Int(i));
+        }
+        if let Ok(u) = v.extract::<u64>() {
+            return Ok(Value::Uint(u));
+        }
+        return Err("an integer outside the range of Int64 and UInt64".into());
+    }
+    if let Ok(f) = v.cast::<PyFloat>() {
+        return Ok(Value::Float(f.value()));
+    }
+    if let Ok(s) = v.cast::<PyString>() {
+        return Ok(Value::Text(
+            s.to_str()
+                .map_err(|_| "a str that is not valid UTF-8 (a lone surrogate)")?
+                .to_string(),
+        ));
+    }
+    if let Ok(b) = v.cast::<PyBytes>() {
+        return Ok(Value::Bytes(b.as_bytes().to_vec()));
+    }
+    if let Ok(b) = v.cast::<PyByteArray>() {
+        return Ok(Value::Bytes(b.to_vec()));
+    }
+    if v.is_instance_of::<PyDict>() || v.is_instance_of::<PyList>() || v.is_instance_of::<PyTuple>()
+    {
+        let text = dumps
+            .call1((v,))
+            .and_then(|t| t.extract::<String>())
+            .map_err(|e| format!("a value that is not JSON ({})", e.value(py)))?;
+        return Ok(Value::Json(text));
+    }
+    let type_name = v
+        .get_type()
+        .name()
+        .map(|n| n.to_string())
+        .unwrap_or_else(|_| "?".into());
+    Err(format!(
+        "a value of type {type_name} (give None, bool, int, float, str, bytes, or a dict/list for JSON)"
+    ))
+}
+
+fn to_rows(py: Python<'_>, rows: &Bound<'_, PyAny>) -> Result<Vec<Vec<(String, Value)>>, String> {
+    let dumps = py
+        .import("clickhouse_component.errors")
+        .and_then(|m| m.getattr("_json_dumps"))
+        .map_err(|e| e.to_string())?;
+    let iter = rows
+        .try_iter()
+        .map_err(|_| "rows must be a list of dicts".to_string())?;
+    let mut out = Vec::new();
+    for (index, row) in iter.enumerate() {
+        let row = row.map_err(|e| e.to_string())?;
+        let Ok(dict) = row.cast::<PyDict>() else {
+            return Err(format!("row {index} is not a dict"));
+        };
+        let mut values = Vec::with_capacity(dict.len());
+        for (k, v) in dict.iter() {
+            let Ok(key) = k.cast::<PyString>() else {
+                return Err(format!("row {index} has a key that is not a str"));
+            };
+            let key = key
+                .to_str()
+                .map_err(|_| format!("row {index} has a key that is not valid UTF-8"))?
+                .to_string();
+            let value = to_value(py, &v, &dumps)
+                .map_err(|m| format!("row {index}, column '{}': {m}", key.escape_debug()))?;
+            values.push((key, value));
+        }
+        out.push(values);
+    }
+    Ok(out)
+}
+
+/// An open table sink (`sink` resource) in an instance of its own.
+#[pyclass(frozen, module = "clickhouse_component._native")]
+struct NativeSink {
+    session: Session,
+    sink: SinkHandle,
+    redactor: Arc<Redactor>,
+}
+
+#[pymethods]
+impl NativeSink {
+    #[new]
+    #[pyo3(signature = (connection, table, columns=None, batch_size=None, settings=Vec::new(), dedup=None, retries=None, compression=None))]
+    #[allow(clippy::too_many_arguments)]
+    fn new(
+        py: Python<'_>,
+        connection: &Connection,
+        table: String,
+        columns: Option<Vec<String>>,
+        batch_size: Option<u32>,
+        settings: Vec<(String, String)>,
+        dedup: Option<bool>,
+        retries: Option<u32>,
+        compression: Option<String>,
+    ) -> PyResult<NativeSink> {
+        let compression = match compression.as_deref() {
+            None => None,
+            Some("none") => Some(Compression::None),
+            Some("lz4") => Some(Compression::Lz4),
+            Some("zstd") => Some(Compression::Zstd),
+            Some("gzip") => Some(Compression::Gzip),
+            Some(other) => {
+                return Err(invalid(
+                    py,
+                    format!(
+                        "compression must be none, lz4, zstd or gzip, not '{}'",
+                        other.escape_debug()
+                    ),
+                ))
+            }
+        };
+        let options = SinkOptions {
+            table,
+            columns,
+            batch_size,
+            settings,
+            dedup,
+            retries,
+            compression,
+        };
+        let session = new_session(py, connection)?;
+        let conn = connection.options.clone();
+        let sink = call(py, &session, &connection.redactor, move |i| {
+            Box::pin(async move { i.open_sink(&conn, &options).await })
+        })?;
+        Ok(NativeSink {
+            session,
+            sink,
+            redactor: connection.redactor.clone(),
+        })
+    }
+
+    /// Sends rows (a list of dicts): validated, chunked, each chunk acknowledged.
+    fn send(&self, py: Python<'_>, rows: &Bound<'_, PyAny>) -> PyResult<ReceiptTuple> {
+        let rows = to_rows(py, rows).map_err(|m| invalid(py, m))?;
+        let s = self.sink;
+        call(py, &self.session, &self.redactor, move |i| {
+            Box::pin(async move { Ok(receipt(i.sink_send(s, &rows).await?)) })
+        })
+    }
+
+    /// Sends NDJSON or a JSON array of objects, as bytes.
+    fn send_json(&self, py: Python<'_>, data: &Bound<'_, PyAny>) -> PyResult<ReceiptTuple> {
+        let s = self.sink;
+        if let Ok(bytes) = data.cast::<PyBytes>() {
+            // Immutable and kept alive by the caller for the whole call: no copy.
+            let data: &[u8] = bytes.as_bytes();
+            return call_with(py, &self.session, &self.redactor, data, move |i, data| {
+                Box::pin(async move { Ok(receipt(i.sink_send_json(s, data).await?)) })
+            });
+        }
+        let data: Vec<u8> = if let Ok(b) = data.cast::<PyByteArray>() {
+            b.to_vec()
+        } else if let Ok(m) = data.extract::<Vec<u8>>() {
+            m
+        } else {
+            return Err(invalid(
+                py,
+                "send_json takes bytes (UTF-8 NDJSON or a JSON array)",
+            ));
+        };
+        call(py, &self.session, &self.redactor, move |i| {
+            Box::pin(async move { Ok(receipt(i.sink_send_json(s, &data).await?)) })
+        })
+    }
+
+    /// Closes the sink (later sends fail with invalid-input); idempotent.
+    fn close(&self, py: Python<'_>) -> PyResult<()> {
+        let alive = self
+            .session
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .is_some();
+        if !alive {
+            return Ok(());
+        }
+        let s = self.sink;
+        call(py, &self.session, &self.redactor, move |i| {
+            Box::pin(async move { i.sink_close(s).await })
+        })
+    }
+}
+
+/// Loads the component now (instead of at the first call): (`compiled` | `cache-hit` | ...,
+/// milliseconds).
+fn warm_up(py: Python<'_>) -> PyResult<(String, f64)> {
+    let report = py.detach(|| shared().map(|s| s.runtime.load_report().clone()));
+    let report = report.map_err(|f| f.into_py(py))?;
+    Ok((
+        match report.kind {
+            LoadKind::Compiled => "compiled",
+            LoadKind::CompiledAndCached => "compiled-and-cached",
+            LoadKind::CacheHit => "cache-hit",
+        }
+        .to_string(),
+        report.duration.as_secs_f64() * 1e3,
+    ))
+}
+
+#[pyfunction(name = "warm_up")]
+fn py_warm_up(py: Python<'_>) -> PyResult<(String, f64)> {
+    warm_up(py)
+}
+
+/// `os.register_at_fork(after_in_child=...)`: a child forked after the runtime started can
+/// use none of it.
+#[pyfunction]
+fn _after_fork_in_child() {
+    if SHARED.get().is_some() {
+        FORKED_AFTER_START.store(true, Ordering::SeqCst);
+    }
+}
+
+#[pymodule]
+fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<Connection>()?;
+    m.add_class::<NativeStore>()?;
+    m.add_class::<NativeLock>()?;
+    m.add_class::<NativeSink>()?;
+    m.add_function(wrap_pyfunction!(py_warm_up, m)?)?;
+    m.add_function(wrap_pyfunction!(_after_fork_in_child, m)?)?;
+    m.add(
+        "WASMTIME_VERSION",
+        clickhouse_component_host::component::WASMTIME_VERSION,
+    )?;
+    Ok(())
+}

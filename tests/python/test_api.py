@@ -1,0 +1,408 @@
+"""The Python API against the local ClickHouse: the state store round trip, fenced writes
+through a lock, the sink, every error kind that can be produced here, threads sharing the
+runtime, and the GIL released during a call."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import socket
+import threading
+import time
+
+import clickhouse_component as cc
+import pytest
+from clickhouse_component import errors
+from conftest import PASSWORD, URL, USER, cli, cli_get, sql
+
+
+def test_round_trip(conn, database):
+    store = cc.StateStore(conn, database=database)
+    assert store.get("job") is None
+    assert store.ids() == []
+
+    store.set("job", completed={"singer_state": {"n": 1}})
+    assert store.get("job") == cc.State("job", {}, {"singer_state": {"n": 1}})
+
+    # update: a partial is deep-merged into the stored partial, the completed part kept.
+    merged = store.update("job", partial={"singer_state": {"m": 2}})
+    assert merged == cc.State("job", {"singer_state": {"m": 2}}, {"singer_state": {"n": 1}})
+    merged = store.update("job", partial='{"singer_state": {"k": 12345678901234567890.5}}')
+    assert merged.partial["singer_state"] == {"m": 2, "k": 12345678901234567890.5}
+    # a completed part replaces the state and clears the partial one.
+    assert store.update("job", completed={"singer_state": {"n": 3}}) == cc.State(
+        "job", {}, {"singer_state": {"n": 3}}
+    )
+    assert store.get("job").merged() == {"singer_state": {"n": 3}}
+
+    # The CLI reads what Python wrote (same tables, same component).
+    assert cli_get("job", database=database) == {
+        "id": "job",
+        "partial": {},
+        "completed": {"singer_state": {"n": 3}},
+    }
+
+    store.set_all([cc.State("a_1", completed={"v": 1}), cc.State("a%2", partial={"v": 2})])
+    assert store.ids() == ["a%2", "a_1", "job"]
+    assert store.ids("a_*") == ["a_1"]  # exact glob: `_` is literal
+    assert store.ids("a?*") == ["a%2", "a_1"]
+    assert [s.id for s in store.get_all("a*")] == ["a%2", "a_1"]
+    assert store.get_all("a%2")[0].partial == {"v": 2}
+
+    assert store.delete("a_1") == 1
+    assert store.delete("a_1") == 0
+    assert store.ids() == ["a%2", "job"]
+    assert store.clear_all() == 2
+    assert store.ids() == []
+    # The rows are the shared layout, read with SQL.
+    sql(f"SELECT count() FROM `{database}`.state")
+    store.close()
+    store.close()  # idempotent
+
+
+def test_state_written_by_cli_is_read_by_python(conn, database):
+    cli("set", "--force", "from-cli", '{"singer_state": {"x": 7}}', database=database)
+    store = cc.StateStore(conn, database=database)
+    assert store.get("from-cli").completed == {"singer_state": {"x": 7}}
+
+
+def test_lock_fences_writes(conn, database):
+    store = cc.StateStore(conn, database=database, stale_after_ms=2000)
+    store.set("fenced", completed={"v": 0})
+    with store.lock("fenced") as lock:
+        assert lock.id == "fenced" and len(lock.token) > 8
+        lock.set(completed={"v": 1})
+        assert lock.update(partial={"p": 1}) == cc.State("fenced", {"p": 1}, {"v": 1})
+        lock.renew()
+    assert lock.released
+    assert store.get("fenced") == cc.State("fenced", {"p": 1}, {"v": 1})
+    with pytest.raises(cc.LockedError):
+        lock.set(completed={"v": 2})  # released: nothing written
+
+    # A holder whose lease ended writes nothing and is told so.
+    stale = store.lock("fenced")
+    time.sleep(2.3)
+    with pytest.raises(cc.LockedError) as info:
+        stale.set(completed={"v": 99})
+    assert info.value.kind == "locked"
+    with pytest.raises(cc.LockedError):
+        stale.delete()
+    stale.release()
+    assert store.get("fenced").completed == {"v": 1}
+
+    with store.lock("fenced") as lock:
+        assert lock.delete() == 1
+    assert store.get("fenced") is None
+
+
+def test_locked_while_held_elsewhere(conn, database):
+    holder = cc.StateStore(conn, database=database)
+    waiter = cc.StateStore(conn, database=database, lock_timeout_ms=300, lock_retry_ms=50)
+    with holder.lock("busy"):
+        started = time.monotonic()
+        with pytest.raises(cc.LockedError) as info:
+            waiter.lock("busy")
+        assert time.monotonic() - started >= 0.25
+        assert isinstance(info.value, errors.ClickHouseError)
+        with pytest.raises(cc.LockedError):
+            waiter.update("busy", partial={"x": 1})
+    # Released: the other store gets it at once.
+    with waiter.lock("busy"):
+        pass
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda c, db: cc.connect("ftp://example.com"),
+        lambda c, db: cc.connect(URL, settings={"max_threads": object()}),
+        lambda c, db: cc.connect(URL, allow=["not a host"]),
+        lambda c, db: cc.connect(URL, max_memory_mib=0),
+        lambda c, db: cc.StateStore(c, database=db).set("x", partial="not json"),
+        lambda c, db: cc.StateStore(c, database=db).set("x", partial="[1, 2]"),
+        lambda c, db: cc.StateStore(c, database=db).set("x", partial={"f": float("nan")}),
+        lambda c, db: cc.StateStore(c, database=db).set("x", partial=5),
+        lambda c, db: cc.StateStore(c, database=db).set(42),
+        lambda c, db: cc.StateStore(c, database=db).set("", completed={}),
+        lambda c, db: cc.StateStore(c, database=db).set("bad\nid", completed={"a": 1}),
+        lambda c, db: cc.StateStore(c, database=db, lock_engine="zookeeper"),
+        lambda c, db: cc.StateStore(c, database=db, table=""),
+        lambda c, db: cc.StateStore("not a connection"),
+        lambda c, db: cc.Sink(c, "t", batch_size=0),
+        lambda c, db: cc.Sink(c, "t", retries=3),  # retries need dedup
+        lambda c, db: cc.Sink(c, "t", settings={"async_insert": 1}),
+        lambda c, db: cc.Sink(c, "t").send([{"a": 2**70}]),
+        lambda c, db: cc.Sink(c, "t").send([{"a": object()}]),
+        lambda c, db: cc.Sink(c, "t").send([{"a": 1}, {"b": 1}]),
+        lambda c, db: cc.Sink(c, "t").send([]),
+        lambda c, db: cc.Sink(c, "t").send_json("text, not bytes"),
+        lambda c, db: cc.Sink(c, "t").send_json(b"[1, 2]"),
+    ],
+)
+def test_invalid_input(conn, database, call):
+    with pytest.raises(cc.InvalidInputError) as info:
+        call(conn, database)
+    assert info.value.kind == "invalid-input"
+    assert info.value.server is None
+    assert isinstance(info.value, ValueError)
+
+
+def test_misconfigured_unknown_table(conn, database):
+    with pytest.raises(cc.MisconfiguredError) as info:
+        cc.StateStore(conn, database=database, create_schema=False)
+    assert info.value.kind == "misconfigured"
+
+    sink = cc.Sink(conn, f"{database}.missing")
+    sql(f"CREATE DATABASE `{database}`")
+    with pytest.raises(cc.MisconfiguredError) as info:
+        sink.send([{"a": 1}])
+    assert info.value.server is not None and info.value.server.name == "UNKNOWN_TABLE"
+    assert info.value.committed_rows == 0
+
+
+def test_misconfigured_bad_password_is_not_in_the_message(database):
+    secret = "Wr0ng-S3cret-Pa55"
+    bad = cc.connect(URL, user=USER, password=secret)
+    with pytest.raises(cc.MisconfiguredError) as info:
+        cc.StateStore(bad, database=database)
+    assert info.value.server.name == "AUTHENTICATION_FAILED"
+    assert info.value.server.http_status in (401, 403)
+    assert secret not in str(info.value) and secret not in repr(info.value)
+    # Nor in the URL form, nor in the connection's repr.
+    url_form = URL.replace("://", f"://{USER}:{secret}@")
+    bad = cc.connect(url_form)
+    assert secret not in repr(bad)
+    with pytest.raises(cc.MisconfiguredError) as info:
+        bad.ping()
+    assert secret not in str(info.value)
+
+
+def _closed_port() -> int:
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+def test_disconnected_closed_port():
+    c = cc.connect(f"http://127.0.0.1:{_closed_port()}")
+    with pytest.raises(cc.DisconnectedError) as info:
+        c.ping()
+    assert info.value.kind == "disconnected"
+    with pytest.raises(cc.DisconnectedError):
+        cc.StateStore(c, retries=0)
+
+
+def test_allow_list_denies_other_destinations(conn):
+    # A URL whose origin is not on the list: the host denies it before any connection.
+    c = cc.connect(f"http://127.0.0.1:{_closed_port()}")
+    assert c.allowed.startswith("http://127.0.0.1:")
+    assert cc.connect(URL, allow=["http://example.com:80"]).allowed.count("example.com") == 1
+
+
+class SilentServer:
+    """A TCP server that accepts, reads and never answers (a server hung mid-request)."""
+
+    def __init__(self) -> None:
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(16)
+        self.port = self.sock.getsockname()[1]
+        self.conns: list[socket.socket] = []
+        self.received = 0
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                c, _ = self.sock.accept()
+            except OSError:
+                return
+            self.conns.append(c)
+            threading.Thread(target=self._drain, args=(c,), daemon=True).start()
+
+    def _drain(self, c: socket.socket) -> None:
+        while True:
+            try:
+                data = c.recv(65536)
+            except OSError:
+                return
+            if not data:
+                return
+            self.received += len(data)
+
+    def close(self) -> None:
+        self.sock.close()
+        for c in self.conns:
+            c.close()
+
+
+def test_transient_read_timeout_and_uncertain_write():
+    server = SilentServer()
+    try:
+        c = cc.connect(f"http://127.0.0.1:{server.port}", request_timeout_ms=300)
+        with pytest.raises(cc.TransientError):
+            c.ping()  # a read with no answer: safe to retry
+        sink = cc.Sink(c, "t")  # opening sends nothing
+        with pytest.raises(cc.UncertainError) as info:
+            sink.send([{"a": 1}])  # a write with no answer: may have been committed
+        assert info.value.kind == "uncertain"
+        assert server.received > 0
+    finally:
+        server.close()
+
+
+def test_runner_error_stops_the_object():
+    server = SilentServer()
+    try:
+        c = cc.connect(f"http://127.0.0.1:{server.port}", call_timeout_seconds=0.3)
+        sink = cc.Sink(c, "t")
+        with pytest.raises(cc.RunnerError) as info:
+            sink.send([{"a": 1}])
+        assert "deadline" in str(info.value)
+        with pytest.raises(cc.RunnerError) as info:
+            sink.send([{"a": 1}])
+        assert "stopped" in str(info.value)
+    finally:
+        server.close()
+
+
+def test_sink_and_permanent_error(conn, database):
+    sql(f"CREATE DATABASE `{database}`")
+    sql(
+        f"CREATE TABLE `{database}`.t (id UInt32, name String, tags Array(String), "
+        "blob String, ok Bool, score Nullable(Float64)) ENGINE = MergeTree ORDER BY id"
+    )
+    with cc.Sink(conn, f"{database}.t", batch_size=2, compression="zstd") as sink:
+        receipt = sink.send(
+            [
+                {
+                    "id": 1,
+                    "name": "a",
+                    "tags": ["x"],
+                    "blob": b"\x00\x01",
+                    "ok": True,
+                    "score": None,
+                },
+                {"id": 2, "name": "b", "tags": [], "blob": b"", "ok": False, "score": 1.5},
+                {"id": 3, "name": "c", "tags": ["y", "z"], "blob": b"q", "ok": True, "score": 2.0},
+            ]
+        )
+        assert receipt == cc.Receipt(3, 2, 3, 0, 0, 0)
+        lines = b"\n".join(
+            json.dumps(
+                {"id": i, "name": "n", "tags": [], "blob": "", "ok": True, "score": 0.1}
+            ).encode()
+            for i in range(10, 15)
+        )
+        assert sink.send_json(lines).rows == 5
+        assert (
+            sink.send_json(
+                bytearray(
+                    b'[{"id": 20, "name": "", "tags": [], "blob": "", "ok": true, "score": null}]'
+                )
+            ).rows
+            == 1
+        )
+        with pytest.raises(cc.PermanentError) as info:
+            sink.send(
+                [
+                    {
+                        "id": "not a number",
+                        "name": "",
+                        "tags": [],
+                        "blob": "",
+                        "ok": True,
+                        "score": None,
+                    }
+                ]
+            )
+        assert info.value.server is not None
+    assert sql(f"SELECT count(), sum(id) FROM `{database}`.t FORMAT TSV").split() == ["9", "86"]
+    assert sql(f"SELECT hex(blob) FROM `{database}`.t WHERE id = 1 FORMAT TSV").strip() == "0001"
+    with pytest.raises(cc.InvalidInputError):
+        sink.send([{"id": 4}])  # closed
+
+
+def test_threads_share_the_runtime(conn, database):
+    cc.StateStore(conn, database=database).close()  # schema first
+    failures: list[BaseException] = []
+    shared = cc.StateStore(conn, database=database)
+
+    def work(n: int) -> None:
+        try:
+            own = cc.StateStore(conn, database=database)
+            for i in range(5):
+                own.set(f"own-{n}", completed={"i": i})
+                shared.update(f"shared-{n}", partial={str(i): n})
+            assert own.get(f"own-{n}").completed == {"i": 4}
+            assert shared.get(f"shared-{n}").partial == {str(i): n for i in range(5)}
+        except BaseException as e:
+            failures.append(e)
+
+    threads = [threading.Thread(target=work, args=(n,)) for n in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert not failures, failures
+    assert len(shared.ids()) == 12
+
+
+def test_gil_released_during_a_slow_call(conn, database):
+    holder = cc.StateStore(conn, database=database)
+    waiter = cc.StateStore(conn, database=database, lock_timeout_ms=1500, lock_retry_ms=100)
+    ticks: list[float] = []
+    done = threading.Event()
+    outcome: list[object] = []
+
+    def slow() -> None:
+        try:
+            waiter.lock("slow")
+        except cc.LockedError as e:
+            outcome.append(e)
+        finally:
+            done.set()
+
+    with holder.lock("slow"):
+        t = threading.Thread(target=slow)
+        started = time.monotonic()
+        t.start()
+        while not done.is_set():
+            ticks.append(time.monotonic())
+            sum(range(200))  # pure Python: needs the GIL
+        elapsed = time.monotonic() - started
+        t.join()
+    assert isinstance(outcome[0], cc.LockedError)
+    assert elapsed >= 1.4
+    # This thread ran throughout the call: many iterations, no long gap.
+    assert len(ticks) > 1000
+    gaps = max(b - a for a, b in itertools.pairwise(ticks))
+    assert gaps < 0.5, gaps
+
+
+def test_ping(conn):
+    info = conn.ping()
+    assert info.user == USER
+    assert info.version[0].isdigit()
+    assert PASSWORD not in repr(conn) or not PASSWORD
+
+
+def test_a_child_forked_after_the_runtime_started_is_told_not_stuck(conn):
+    import os
+
+    conn.ping()  # the runtime has started
+    pid = os.fork()
+    if pid == 0:  # the child
+        code = 1
+        try:
+            try:
+                conn.ping()
+            except cc.RunnerError as e:
+                code = 0 if "forked" in str(e) else 2
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
+    conn.ping()  # the parent is unaffected
