@@ -390,6 +390,47 @@ pub fn output_with_stdin(cmd: &mut Command, stdin: &[u8]) -> std::process::Outpu
     child.wait_with_output().unwrap()
 }
 
+/// Starts a command through a small Python process that reports the command's own peak RSS
+/// (its `ru_maxrss` as a waited child) on a last stderr line. Linux keeps a process's peak RSS
+/// across fork and exec, so a command forked straight from this test process would count the
+/// test's own memory (a bomb built in another test's thread, say).
+const PEAK_RSS: &str = "import resource, subprocess, sys
+code = subprocess.call(sys.argv[2:])
+sys.stderr.write('\\n%s%d\\n' % (sys.argv[1], resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss))
+sys.exit(code if code >= 0 else 128 - code)";
+
+/// The marker of the peak RSS line (the first argument of [`PEAK_RSS`]).
+const PEAK_MARK: &str = "peak-rss-kib: ";
+
+/// `cmd`, run through [`PEAK_RSS`].
+pub fn with_peak_rss(cmd: &Command) -> Command {
+    let mut wrapped = Command::new("python3");
+    wrapped
+        .args(["-c", PEAK_RSS, PEAK_MARK])
+        .arg(cmd.get_program())
+        .args(cmd.get_args());
+    for (name, value) in cmd.get_envs() {
+        match value {
+            Some(value) => wrapped.env(name, value),
+            None => wrapped.env_remove(name),
+        };
+    }
+    if let Some(dir) = cmd.get_current_dir() {
+        wrapped.current_dir(dir);
+    }
+    wrapped
+}
+
+/// A [`with_peak_rss`] command's stderr without the peak line, and the peak in bytes.
+pub fn split_peak_rss(stderr: &[u8]) -> (String, u64) {
+    let stderr = String::from_utf8_lossy(stderr);
+    let (rest, peak) = stderr
+        .rsplit_once(&format!("\n{PEAK_MARK}"))
+        .expect("the peak RSS line");
+    let kib: u64 = peak.trim().parse().expect("a peak RSS in KiB");
+    (rest.to_string(), kib * 1024)
+}
+
 /// The CLI with the server's connection in its environment (and nothing inherited that could
 /// point it elsewhere).
 pub fn cli(server: &Server) -> Command {

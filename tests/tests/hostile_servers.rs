@@ -13,8 +13,8 @@ use std::time::{Duration, Instant};
 use clickhouse_component_tests::native::Sql;
 use clickhouse_component_tests::proxy::{Fault, Proxy, Rule};
 use clickhouse_component_tests::{
-    cli, clickhouse, lz4_reply, raw_http_server, raw_http_server_with_head, trickling_server,
-    unique_name, Server,
+    cli, clickhouse, lz4_reply, raw_http_server, raw_http_server_with_head, split_peak_rss,
+    trickling_server, unique_name, with_peak_rss, Server,
 };
 
 /// What a measured run printed and took.
@@ -57,37 +57,6 @@ impl Run {
     }
 }
 
-/// Starts a command through a small Python process that reports the command's own peak RSS
-/// (its `ru_maxrss` as a waited child) on a last stderr line. Linux keeps a process's peak RSS
-/// across fork and exec, so a command forked straight from this test process would count the
-/// test's own memory (a bomb built in another test's thread, say).
-const PEAK_RSS: &str = "import resource, subprocess, sys
-code = subprocess.call(sys.argv[2:])
-sys.stderr.write('\\n%s%d\\n' % (sys.argv[1], resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss))
-sys.exit(code if code >= 0 else 128 - code)";
-
-/// The marker of the peak RSS line (the first argument of [`PEAK_RSS`]).
-const PEAK_MARK: &str = "peak-rss-kib: ";
-
-/// `cmd`, run through [`PEAK_RSS`].
-fn with_peak_rss(cmd: &Command) -> Command {
-    let mut wrapped = Command::new("python3");
-    wrapped
-        .args(["-c", PEAK_RSS, PEAK_MARK])
-        .arg(cmd.get_program())
-        .args(cmd.get_args());
-    for (name, value) in cmd.get_envs() {
-        match value {
-            Some(value) => wrapped.env(name, value),
-            None => wrapped.env_remove(name),
-        };
-    }
-    if let Some(dir) = cmd.get_current_dir() {
-        wrapped.current_dir(dir);
-    }
-    wrapped
-}
-
 /// Runs `cmd` (stdin from `stdin`, if any) and measures its peak RSS.
 fn measured(
     mut cmd: Command,
@@ -113,11 +82,8 @@ fn measured(
     if let Some(feeder) = feeder {
         let _ = feeder.join();
     }
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    let (stderr, peak) = stderr
-        .rsplit_once(&format!("\n{PEAK_MARK}"))
-        .expect("the peak RSS line");
-    let peak_kib: f64 = peak.trim().parse().expect("a peak RSS in KiB");
+    let (stderr, peak_bytes) = split_peak_rss(&output.stderr);
+    let peak_kib = peak_bytes as f64 / 1024.0;
     Run {
         code: output.status.code().unwrap_or(-1),
         stdout: String::from_utf8_lossy(&output.stdout).into_owned(),

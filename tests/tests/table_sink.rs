@@ -12,7 +12,8 @@ use clickhouse_component_host::{
 use clickhouse_component_tests::native::sql;
 use clickhouse_component_tests::proxy::{Fault, Proxy, Rule};
 use clickhouse_component_tests::{
-    cli, clickhouse, instance, output_with_stdin, runtime, unique_name,
+    cli, clickhouse, instance, output_with_stdin, runtime, split_peak_rss, unique_name,
+    with_peak_rss,
 };
 use serde_json::{json, Value as Json};
 
@@ -749,27 +750,13 @@ async fn closed_sinks_refuse_and_missing_tables_are_misconfigured() {
     assert_eq!(count(&t), 0);
 }
 
-/// Peak resident memory of a finished child, in bytes (Linux `wait4`, which also reaps it).
-#[allow(clippy::zombie_processes)]
+/// Runs `cmd`: its exit code, its own peak resident memory in bytes (measured by a small
+/// parent, [`with_peak_rss`]: a child forked from this test would count the test's memory),
+/// and its stdout.
 fn run_measuring_rss(cmd: &mut std::process::Command) -> (i32, u64, Vec<u8>) {
-    let child = cmd.stdout(Stdio::piped()).spawn().unwrap();
-    let pid = child.id() as libc::pid_t;
-    let mut stdout = child.stdout.unwrap();
-    let reader = std::thread::spawn(move || {
-        let mut out = Vec::new();
-        std::io::Read::read_to_end(&mut stdout, &mut out).unwrap();
-        out
-    });
-    let mut status = 0;
-    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
-    let r = unsafe { libc::wait4(pid, &mut status, 0, &mut usage) };
-    assert_eq!(r, pid);
-    let out = reader.join().unwrap();
-    (
-        libc::WEXITSTATUS(status),
-        usage.ru_maxrss as u64 * 1024,
-        out,
-    )
+    let out = with_peak_rss(cmd).output().unwrap();
+    let (_, peak) = split_peak_rss(&out.stderr);
+    (out.status.code().unwrap_or(-1), peak, out.stdout)
 }
 
 #[test]
