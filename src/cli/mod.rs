@@ -321,9 +321,9 @@ pub fn usage_error(
         };
         return output::error(true, &Error::invalid(message), stdout, stderr);
     }
-    // As clap prints it (colours only on a terminal).
+    // As clap words it (without colours: `stderr` may be any writer).
+    let _ = write!(stderr, "{}", e.render());
     let _ = stderr.flush();
-    let _ = e.print();
     crate::client::ErrorKind::InvalidInput.exit_code()
 }
 
@@ -374,6 +374,12 @@ mod tests {
         let (mut out, mut err) = (Vec::new(), Vec::new());
         assert_eq!(usage_error(&e, &args, &mut out, &mut err), 2);
         assert!(out.is_empty());
+        // The text goes to the writer given, as clap words it.
+        let text = String::from_utf8(err).unwrap();
+        assert!(
+            text.starts_with("error: unrecognized subcommand '--json'"),
+            "{text}"
+        );
     }
 
     #[test]
