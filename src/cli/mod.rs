@@ -343,7 +343,8 @@ mod tests {
 
     #[test]
     fn usage_errors_under_json_print_the_json_error_object() {
-        let args: Vec<String> = [
+        let argv = |a: &[&str]| -> Vec<String> { a.iter().map(|s| s.to_string()).collect() };
+        let args = argv(&[
             "clickhouse-component",
             "--json",
             "sink",
@@ -351,10 +352,7 @@ mod tests {
             "t",
             "--batch-size",
             "-5",
-        ]
-        .iter()
-        .map(|s| s.to_string())
-        .collect();
+        ]);
         let e = Cli::try_parse_from(&args).unwrap_err();
         let (mut out, mut err) = (Vec::new(), Vec::new());
         assert_eq!(usage_error(&e, &args, &mut out, &mut err), 2);
@@ -366,10 +364,7 @@ mod tests {
             "{v}"
         );
         // `--json` after `--` is not the option.
-        let args: Vec<String> = ["clickhouse-component", "state", "--", "--json"]
-            .iter()
-            .map(|s| s.to_string())
-            .collect();
+        let args = argv(&["clickhouse-component", "state", "--", "--json"]);
         let e = Cli::try_parse_from(&args).unwrap_err();
         let (mut out, mut err) = (Vec::new(), Vec::new());
         assert_eq!(usage_error(&e, &args, &mut out, &mut err), 2);

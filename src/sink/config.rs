@@ -270,6 +270,17 @@ mod tests {
         }
     }
 
+    /// Sink options for table `t` with these settings.
+    fn with(settings: &[(&str, &str)]) -> SinkOptions {
+        SinkOptions {
+            settings: settings
+                .iter()
+                .map(|(n, v)| (n.to_string(), v.to_string()))
+                .collect(),
+            ..opts("t")
+        }
+    }
+
     fn err(options: SinkOptions, url: &str) -> String {
         let e = SinkConfig::new(&options, &endpoint(url)).unwrap_err();
         assert_eq!(e.kind, ErrorKind::InvalidInput);
@@ -313,13 +324,6 @@ mod tests {
 
     #[test]
     fn background_distributed_inserts_are_refused_in_both_spellings() {
-        let with = |settings: &[(&str, &str)]| SinkOptions {
-            settings: settings
-                .iter()
-                .map(|(n, v)| (n.to_string(), v.to_string()))
-                .collect(),
-            ..opts("t")
-        };
         let ok = SinkConfig::new(&opts("t"), &endpoint("http://h")).unwrap();
         assert!(ok
             .settings
@@ -340,13 +344,6 @@ mod tests {
 
     #[test]
     fn dates_out_of_range_are_errors_and_no_setting_makes_them_silent() {
-        let with = |settings: &[(&str, &str)]| SinkOptions {
-            settings: settings
-                .iter()
-                .map(|(n, v)| (n.to_string(), v.to_string()))
-                .collect(),
-            ..opts("t")
-        };
         let ok = SinkConfig::new(&opts("t"), &endpoint("http://h")).unwrap();
         assert!(ok
             .settings
@@ -366,13 +363,6 @@ mod tests {
 
     #[test]
     fn async_insert_needs_wait_in_every_spelling() {
-        let with = |settings: &[(&str, &str)]| SinkOptions {
-            settings: settings
-                .iter()
-                .map(|(k, v)| (k.to_string(), v.to_string()))
-                .collect(),
-            ..opts("t")
-        };
         for on in ["1", "true", "TRUE", "True"] {
             let msg = err(with(&[("async_insert", on)]), "http://h");
             assert!(msg.contains("fire-and-forget"), "{on}: {msg}");

@@ -99,6 +99,19 @@ impl<T: Transport, P: Platform> Sink<T, P> {
         RetryPolicy::new(self.config.retries)
     }
 
+    /// A read of the sink's own (the dedup check, the column types): repeated as the sink's
+    /// retries allow; nothing has been sent yet.
+    fn read(&self, query: &Query) -> Result<crate::client::Response, Error> {
+        retry::run(
+            &self.retry_policy(),
+            &self.platform,
+            None,
+            || self.client.execute(query),
+            |e| retry::is_worth_retrying(e.kind),
+        )
+        .map(|retried| retried.value)
+    }
+
     /// Checks that the target table deduplicates inserts (see [`deduplication_refusal`]).
     fn check_deduplicates(&self) -> Result<(), Error> {
         let database = if self.config.database.is_some() {
@@ -129,14 +142,7 @@ impl<T: Transport, P: Platform> Sink<T, P> {
             non_replicated_default: String,
             replicated_default: String,
         }
-        let response = retry::run(
-            &self.retry_policy(),
-            &self.platform,
-            None,
-            || self.client.execute(&query),
-            |e| retry::is_worth_retrying(e.kind),
-        )?
-        .value;
+        let response = self.read(&query)?;
         let rows: Vec<Row> = json_rows(&response.body, "the table engine query")?;
         let table = self.config.qualified_table();
         let Some(row) = rows.into_iter().next() else {
@@ -510,15 +516,7 @@ impl<T: Transport, P: Platform> ColumnTypeSource for Sink<T, P> {
             #[serde(rename = "type")]
             ty: String,
         }
-        // A read: repeated as the sink's retries allow (nothing has been sent yet).
-        let response = retry::run(
-            &self.retry_policy(),
-            &self.platform,
-            None,
-            || self.client.execute(&query),
-            |e| retry::is_worth_retrying(e.kind),
-        )?
-        .value;
+        let response = self.read(&query)?;
         // Comments and default expressions are free text, whose bytes ClickHouse writes
         // unchecked: read the answer lossily (the names and types read are the table's
         // identifiers; a name that is not UTF-8 is one no row of ours can name anyway).

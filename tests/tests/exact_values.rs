@@ -534,18 +534,33 @@ async fn every_value_is_stored_exactly_or_refused_with_nothing_written() {
     assert!(accepted > 100 && refused > 100, "{accepted} / {refused}");
 }
 
+/// A database of its own with a `k UInt32, v UInt8` table; returns `db.table`.
+fn uint8_table(prefix: &str) -> String {
+    let db = unique_name(prefix);
+    sql().exec("CREATE DATABASE {db:Identifier}", &[("db", &db)]);
+    create(&db, 0, "UInt8")
+}
+
+fn rows_in(table: &str) -> u64 {
+    let (db, t) = table.split_once('.').unwrap();
+    sql().count(
+        "SELECT count() FROM {db:Identifier}.{t:Identifier}",
+        &[("db", db), ("t", t)],
+    )
+}
+
+fn truncate(table: &str) {
+    let (db, t) = table.split_once('.').unwrap();
+    sql().exec(
+        "TRUNCATE TABLE {db:Identifier}.{t:Identifier}",
+        &[("db", db), ("t", t)],
+    );
+}
+
 #[test]
 fn the_cli_refuses_what_the_library_refuses() {
-    let db = unique_name("exact_cli");
-    sql().exec("CREATE DATABASE {db:Identifier}", &[("db", &db)]);
-    let table = create(&db, 0, "UInt8");
-    let (t_db, t) = table.split_once('.').unwrap();
-    let count = || {
-        sql().count(
-            "SELECT count() FROM {db:Identifier}.{t:Identifier}",
-            &[("db", t_db), ("t", t)],
-        )
-    };
+    let table = uint8_table("exact_cli");
+    let count = || rows_in(&table);
     // 300 into UInt8: refused, nothing written, the row and column named.
     let out = output_with_stdin(
         cli(clickhouse()).args(["sink", "--table", &table, "-"]),
@@ -596,16 +611,8 @@ fn the_cli_refuses_what_the_library_refuses() {
 
 #[test]
 fn a_file_is_checked_whole_before_anything_is_sent() {
-    let db = unique_name("exact_file");
-    sql().exec("CREATE DATABASE {db:Identifier}", &[("db", &db)]);
-    let table = create(&db, 0, "UInt8");
-    let (t_db, t) = table.split_once('.').unwrap();
-    let count = || {
-        sql().count(
-            "SELECT count() FROM {db:Identifier}.{t:Identifier}",
-            &[("db", t_db), ("t", t)],
-        )
-    };
+    let table = uint8_table("exact_file");
+    let count = || rows_in(&table);
     // 25 rows in batches of 10; row 23 (in the third batch) does not fit.
     let rows: String = (0..25)
         .map(|k| format!("{{\"k\": {k}, \"v\": {}}}\n", if k == 23 { 300 } else { k }))
@@ -640,10 +647,7 @@ fn a_file_is_checked_whole_before_anything_is_sent() {
         ("--stream", vec!["--stream", file], &b""[..]),
         ("stdin", vec!["-"], rows.as_bytes()),
     ] {
-        sql().exec(
-            "TRUNCATE TABLE {db:Identifier}.{t:Identifier}",
-            &[("db", t_db), ("t", t)],
-        );
+        truncate(&table);
         let out = sink(&extra, stdin);
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert_eq!(
@@ -655,10 +659,7 @@ fn a_file_is_checked_whole_before_anything_is_sent() {
         assert_eq!(count(), 20, "{what}");
     }
     // A good file goes through whole.
-    sql().exec(
-        "TRUNCATE TABLE {db:Identifier}.{t:Identifier}",
-        &[("db", t_db), ("t", t)],
-    );
+    truncate(&table);
     std::fs::write(
         dir.join("rows.ndjson"),
         rows.replace("\"v\": 300", "\"v\": 3"),
