@@ -25,33 +25,38 @@ PYTEST_VERSION := 9.2.0
 PLUGIN_MELTANO_VERSION := 4.4.1
 PLUGIN_ONESTEP_VERSION := 1.15.0
 WHEEL_PROFILE ?= dev
+BENCH_DEPS := $(VENV)-bench/.onestep-clickhouse-0.1.1-onestep-$(PLUGIN_ONESTEP_VERSION)
 PY_TOOLS := $(PY_VENV)/.tools-maturin-$(MATURIN_VERSION)-ruff-$(RUFF_VERSION)
 PLUGIN_DEPS := $(PLUGIN_VENV)/.meltano-$(PLUGIN_MELTANO_VERSION)-onestep-$(PLUGIN_ONESTEP_VERSION)-pytest-$(PYTEST_VERSION)
 RUFF := $(PY_VENV)/bin/ruff --config python/pyproject.toml
 PY_SOURCES := python/clickhouse_component tests/python
 
-.PHONY: meltano-diff run test setup wasm-target venv zookeeper binaryen build bench diff lint fmt clean js wasmtime-cli wheel python-test
+.PHONY: meltano-diff run test setup wasm-target venv zookeeper binaryen build bench diff lint fmt clean js wasmtime-cli wheel plugin-wheel python-test
 
 run: setup build
 	scripts/with-clickhouse scripts/quickstart
 
-test: setup wasmtime-cli $(VENV)-bench/.onestep-0.1.1 $(VENV)-meltano/.meltano-4.4.1 $(PLUGIN_DEPS) lint
+test: setup wasmtime-cli $(BENCH_DEPS) $(VENV)-meltano/.meltano-4.4.1 $(PLUGIN_DEPS) lint
 	cargo build --workspace --bins --examples
 	$(MAKE) js
-	$(MAKE) wheel WHEEL_PROFILE=dev
-	$(PLUGIN_VENV)/bin/pip install --quiet --disable-pip-version-check --force-reinstall --no-deps target/wheels/clickhouse_component-*-cp310-abi3-*.whl
-	scripts/with-clickhouse bash -c 'cargo test --workspace --all-targets && (cd js && npm test) && $(VENV)-bench/bin/python tests/diff/onestep_diff.py && $(VENV)-meltano/bin/python tests/diff/meltano_diff.py --keep-going && $(PLUGIN_VENV)/bin/python -m pytest -p no:cacheprovider tests/python'
+	$(MAKE) plugin-wheel
+	scripts/with-clickhouse bash -c 'cargo test --workspace --all-targets && (cd js && npm test) && DIFF_PLUGIN_PYTHON=$(PLUGIN_VENV)/bin/python $(VENV)-bench/bin/python tests/diff/onestep_diff.py && $(VENV)-meltano/bin/python tests/diff/meltano_diff.py --keep-going && $(PLUGIN_VENV)/bin/python -m pytest -p no:cacheprovider tests/python'
 
 # The wheel: one abi3 wheel (CPython >= 3.10, Linux x86_64) into target/wheels/.
 wheel: setup $(PY_TOOLS)
 	$(PY_VENV)/bin/maturin build --manifest-path python/Cargo.toml --profile $(WHEEL_PROFILE) --strip --out target/wheels
 
+# The wheel as `make test` builds it (the tests' profile), installed into the plugin venv as a user
+# would (pip, found by its entry points).
+plugin-wheel: $(PLUGIN_DEPS)
+	$(MAKE) wheel WHEEL_PROFILE=dev
+	$(PLUGIN_VENV)/bin/pip install --quiet --disable-pip-version-check --force-reinstall --no-deps target/wheels/clickhouse_component-*-cp310-abi3-*.whl
+
 # Only the wheel's tests (builds the CLI and fault_proxy they use, and the wheel, installs it
 # into the test venv; PYTEST_ARGS='-k meltano' passes options).
 python-test: setup $(PY_TOOLS) $(PLUGIN_DEPS)
 	cargo build --workspace --bins
-	$(MAKE) wheel WHEEL_PROFILE=dev
-	$(PLUGIN_VENV)/bin/pip install --quiet --disable-pip-version-check --force-reinstall --no-deps target/wheels/clickhouse_component-*-cp310-abi3-*.whl
+	$(MAKE) plugin-wheel
 	scripts/with-clickhouse $(PLUGIN_VENV)/bin/python -m pytest -p no:cacheprovider tests/python $(PYTEST_ARGS)
 
 $(PY_TOOLS):
@@ -119,12 +124,15 @@ clean:
 	rm -rf $(VENV)
 	rm -rf $(PY_VENV) $(PLUGIN_VENV)
 
-# BENCH: the sections to run (state, load, sink, link); all of them by default. `link` runs the sink
-# benchmark inside a network namespace whose loopback is shaped to 100 Mbit/s (scripts/shaped-link;
-# skipped where namespaces are not permitted, or when CLICKHOUSE_URL names another server).
-BENCH ?= state load sink link
-bench: setup $(VENV)-bench/.onestep-0.1.1
+# BENCH: the sections to run (state, python, load, sink, link); all of them by default. `python`
+# (and the Python rows of `sink`) use the wheel, built and installed into $(PLUGIN_VENV) first.
+# `link` runs the sink benchmark inside a network namespace whose loopback is shaped to
+# 100 Mbit/s (scripts/shaped-link; skipped where namespaces are not permitted, or when
+# CLICKHOUSE_URL names another server).
+BENCH ?= state python load sink link
+bench: setup $(BENCH_DEPS) $(PLUGIN_DEPS)
 	cargo build -p clickhouse-component-host -p clickhouse-component-bench
+	$(MAKE) plugin-wheel
 	@if [ -n "$(filter-out link,$(BENCH))" ]; then \
 		scripts/with-clickhouse target/debug/bench $(filter-out link,$(BENCH)); fi
 	@if [ -n "$(filter link,$(BENCH))" ]; then \
@@ -134,9 +142,12 @@ bench: setup $(VENV)-bench/.onestep-0.1.1
 
 # Differential test of the table sink against onestep-clickhouse 0.1.1 (same payloads, options and
 # ClickHouse; compares accepted/rejected, error kind and the rows left): tests/diff/onestep_diff.py.
-diff: setup $(VENV)-bench/.onestep-0.1.1
+# Each case runs through our CLI and through our onestep plugin (the wheel in $(PLUGIN_VENV):
+# onestep refuses two registrations of one resource type, so each plugin has its own venv).
+diff: setup $(BENCH_DEPS) $(PLUGIN_DEPS)
 	cargo build -p clickhouse-component-host
-	scripts/with-clickhouse $(VENV)-bench/bin/python tests/diff/onestep_diff.py
+	$(MAKE) plugin-wheel
+	scripts/with-clickhouse env DIFF_PLUGIN_PYTHON=$(PLUGIN_VENV)/bin/python $(VENV)-bench/bin/python tests/diff/onestep_diff.py
 
 # Differential test of `state` against Meltano 4.4.1's `meltano state` (systemdb backend in a
 # temporary project; a seeded sequence of operations; compares stdout, exit code and both stores
@@ -149,8 +160,9 @@ meltano-diff: setup $(VENV)-meltano/.meltano-4.4.1
 $(VENV)-meltano/.meltano-4.4.1:
 	scripts/meltano-venv
 
-# onestep-clickhouse 0.1.1 (the sink benchmark's Python comparison), in a venv of its own.
-$(VENV)-bench/.onestep-0.1.1:
+# onestep-clickhouse 0.1.1 (the sink benchmark's Python comparison), in a venv of its own, on the
+# same onestep as the plugin's venv.
+$(BENCH_DEPS):
 	python3 -m venv $(VENV)-bench
-	$(VENV)-bench/bin/pip install --quiet "onestep-clickhouse==0.1.1"
+	$(VENV)-bench/bin/pip install --quiet --disable-pip-version-check "onestep-clickhouse==0.1.1" "onestep==$(PLUGIN_ONESTEP_VERSION)"
 	touch $@

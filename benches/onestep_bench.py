@@ -1,7 +1,19 @@
-"""Benchmark helper: onestep-clickhouse 0.1.1 inserting the benchmark's events into ClickHouse.
+"""Benchmark helper: the benchmark's events into ClickHouse from Python, three ways.
 
-Usage: python onestep_bench.py TABLE ROWS BATCH_SIZE (CLICKHOUSE_URL / _USER / _PASSWORD set).
-Prints one JSON line: {"rows": N, "seconds": S, "compress": C}. Row generation is not timed.
+Usage (CLICKHOUSE_URL / _USER / _PASSWORD set):
+    python onestep_bench.py onestep-clickhouse TABLE ROWS BATCH_SIZE   # in .venv-bench
+    python onestep_bench.py plugin TABLE ROWS BATCH_SIZE               # in .venv-plugin
+    python onestep_bench.py send-json TABLE FILE BATCH_SIZE            # in .venv-plugin
+
+- `onestep-clickhouse`: onestep-clickhouse 0.1.1's table sink, one `send` of every row as dicts
+  (clickhouse-connect's Native format and its default compression, lz4, unless ONESTEP_COMPRESS
+  names another: False, lz4, zstd, gzip);
+- `plugin`: the same `send` of the same rows through our onestep plugin
+  (`clickhouse_component.onestep`, the wheel; the sink's default compression, lz4);
+- `send-json`: the wheel's `Sink.send_json` of the NDJSON file's bytes, in one call.
+
+Prints one JSON line: {"rows": N, "seconds": S, "path": P}. Building the rows and reading the file
+are not timed.
 """
 
 import asyncio
@@ -11,42 +23,81 @@ import os
 import sys
 import time
 
-from onestep import Envelope
-from onestep_clickhouse import ClickHouseConnector
+COLUMNS = ["event_id", "seq", "occurred_at", "kind", "payload"]
 
 
-async def main() -> None:
-    table, rows, batch_size = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+def dsn() -> str:
     host_port = os.environ["CLICKHOUSE_URL"].split("//", 1)[1].rstrip("/")
     user = os.environ.get("CLICKHOUSE_USER", "default")
     password = os.environ.get("CLICKHOUSE_PASSWORD", "")
-    dsn = f"clickhouse://{user}:{password}@{host_port}/default"
-    # clickhouse-connect's default (compress=True: lz4 Content-Encoding on inserts), unless
-    # ONESTEP_COMPRESS names another setting (False, lz4, zstd, gzip).
-    compress = os.environ.get("ONESTEP_COMPRESS", "True")
-    compress = {"True": True, "False": False}.get(compress, compress)
-    connector = ClickHouseConnector(dsn, client_options={"compress": compress})
-    sink = connector.table_sink(
-        table=table,
-        columns=["event_id", "occurred_at", "kind", "payload"],
-        batch_size=batch_size,
-    )
+    return f"clickhouse://{user}:{password}@{host_port}/default"
+
+
+def documents(rows: int, as_datetime: bool) -> list[dict]:
+    """The rows the Rust benchmark writes as NDJSON: onestep-clickhouse's Native serializer takes
+    a datetime for DateTime64; ours takes the JSON text ClickHouse reads."""
     base = datetime.datetime(2026, 11, 29, 10, 0, 0)
     payload = "p" * 64
-    documents = [
-        {
-            "event_id": f"ev-{n:07d}",
-            "occurred_at": base + datetime.timedelta(milliseconds=n),
-            "kind": f"k{n % 7}",
-            "payload": payload,
-        }
-        for n in range(rows)
-    ]
+    out = []
+    for n in range(rows):
+        at = base + datetime.timedelta(milliseconds=n)
+        out.append(
+            {
+                "event_id": f"ev-{n:07d}",
+                "seq": 1_000_000_000_000 + n,
+                "occurred_at": at if as_datetime else at.strftime("%Y-%m-%d %H:%M:%S.%f")[:-3],
+                "kind": f"k{n % 7}",
+                "payload": payload,
+            }
+        )
+    return out
+
+
+async def onestep_send(connector, table: str, rows: int, batch_size: int, as_datetime: bool) -> float:
+    from onestep import Envelope
+
+    sink = connector.table_sink(table=table, columns=COLUMNS, batch_size=batch_size)
+    body = documents(rows, as_datetime)
     started = time.perf_counter()
-    await sink.send(Envelope(body=documents))
+    await sink.send(Envelope(body=body))
     seconds = time.perf_counter() - started
+    await sink.close()
     await connector.close()
-    print(json.dumps({"rows": rows, "seconds": seconds, "compress": str(compress)}))
+    return seconds
 
 
-asyncio.run(main())
+def main() -> None:
+    mode, table, what, batch_size = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+    if mode == "onestep-clickhouse":
+        from onestep_clickhouse import ClickHouseConnector
+
+        compress = os.environ.get("ONESTEP_COMPRESS", "True")
+        compress = {"True": True, "False": False}.get(compress, compress)
+        connector = ClickHouseConnector(dsn(), client_options={"compress": compress})
+        rows = int(what)
+        seconds = asyncio.run(onestep_send(connector, table, rows, batch_size, True))
+        path = f"onestep-clickhouse 0.1.1 (clickhouse-connect, Native format, compress={compress})"
+    elif mode == "plugin":
+        from clickhouse_component.onestep import ClickHouseConnector
+
+        rows = int(what)
+        seconds = asyncio.run(onestep_send(ClickHouseConnector(dsn()), table, rows, batch_size, False))
+        path = "our onestep plugin (`clickhouse_table_sink`, the wheel), the same dicts, lz4"
+    elif mode == "send-json":
+        import clickhouse_component as cc
+
+        data = open(what, "rb").read()
+        rows = data.count(b"\n")
+        sink = cc.Sink(cc.connect(dsn()), table, columns=COLUMNS, batch_size=batch_size)
+        started = time.perf_counter()
+        receipt = sink.send_json(data)
+        seconds = time.perf_counter() - started
+        assert receipt.rows == rows, receipt
+        sink.close()
+        path = "Python wheel `Sink.send_json` of the file's bytes, one call, lz4"
+    else:
+        raise SystemExit(f"unknown mode {mode}")
+    print(json.dumps({"rows": rows, "seconds": seconds, "path": path}))
+
+
+main()

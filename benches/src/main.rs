@@ -422,39 +422,30 @@ async fn bench_sink(title: &str, rows: usize, batch: usize, embedded: bool) {
         wire_bytes: Some(all.len()),
     });
 
-    // onestep-clickhouse 0.1.1 from PyPI driving the same server (clickhouse-connect's own
-    // compression, lz4 by default).
-    let python = clickhouse_component_tests::repo_root().join(".venv-bench/bin/python");
-    if python.exists() {
-        let table = events_table(&sql, "onestep");
-        let out = server
-            .export_to(&mut std::process::Command::new(&python))
-            .arg(clickhouse_component_tests::repo_root().join("benches/onestep_bench.py"))
-            .args([&table, &rows.to_string(), &batch.to_string()])
-            .output()
-            .unwrap();
-        if out.status.success() {
-            let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    // From Python (benches/onestep_bench.py): onestep-clickhouse 0.1.1 from PyPI driving the
+    // same server (clickhouse-connect's own compression, lz4 by default), our onestep plugin
+    // with the same rows, and the wheel's send_json of the file.
+    let input_arg = input.to_string_lossy().into_owned();
+    let python_paths = [
+        (
+            ".venv-bench",
+            "onestep-clickhouse",
+            "onestep",
+            rows.to_string(),
+        ),
+        (".venv-plugin", "plugin", "plugin", rows.to_string()),
+        (".venv-plugin", "send-json", "send_json", input_arg),
+    ];
+    for (venv, mode, name, what) in python_paths {
+        let table = events_table(&sql, name);
+        if let Some((seconds, path)) = python_bench(server, venv, mode, &table, &what, batch) {
             assert_eq!(count_rows(&sql, &table), rows as u64);
             results.push(Measured {
-                path: format!(
-                    "onestep-clickhouse 0.1.1 (clickhouse-connect, Native format, compress={})",
-                    v["compress"]
-                ),
-                seconds: v["seconds"].as_f64().unwrap(),
+                path,
+                seconds,
                 wire_bytes: None,
             });
-        } else {
-            eprintln!(
-                "onestep-clickhouse failed: {}",
-                String::from_utf8_lossy(&out.stderr)
-            );
         }
-    } else {
-        eprintln!(
-            "(no {}: run `make bench` to install onestep-clickhouse 0.1.1)",
-            python.display()
-        );
     }
     let _ = std::fs::remove_file(&input);
 
@@ -495,6 +486,185 @@ async fn bench_sink(title: &str, rows: usize, batch: usize, embedded: bool) {
             );
         }
     }
+    if let Some(send_json) = rate("Python wheel `Sink.send_json`") {
+        println!(
+            "Python send_json / component CLI (defaults): {:.2} (target >= 0.9)",
+            send_json / component
+        );
+    }
+    if let (Some(plugin), Some(onestep)) = (rate("our onestep plugin"), rate("onestep")) {
+        println!(
+            "our onestep plugin / onestep-clickhouse 0.1.1: {:.2}",
+            plugin / onestep
+        );
+    }
+}
+
+/// Runs benches/onestep_bench.py MODE in `venv` (skipped, with a note, when that venv is not
+/// there: `make bench` makes both); returns its seconds and the path's name.
+fn python_bench(
+    server: &clickhouse_component_tests::Server,
+    venv: &str,
+    mode: &str,
+    table: &str,
+    what: &str,
+    batch: usize,
+) -> Option<(f64, String)> {
+    let root = clickhouse_component_tests::repo_root();
+    let python = root.join(venv).join("bin/python");
+    if !python.exists() {
+        eprintln!("(no {}: `make bench` makes it)", python.display());
+        return None;
+    }
+    let out = server
+        .export_to(&mut std::process::Command::new(&python))
+        .arg(root.join("benches/onestep_bench.py"))
+        .args([mode, table, what, &batch.to_string()])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "onestep_bench.py {mode} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    Some((
+        v["seconds"].as_f64().unwrap(),
+        v["path"].as_str().unwrap().to_string(),
+    ))
+}
+
+/// The Python wheel (docs/python.md): state store latency from Python against the Rust
+/// embedding's in the same run (the same operations on the same server, one warm instance
+/// each), the wheel's size, `import clickhouse_component` time, and `meltano run` of a tap
+/// emitting 200 STATE messages with our backend and with Meltano's systemdb.
+async fn bench_python(iterations: usize) {
+    let root = clickhouse_component_tests::repo_root();
+    let python = root.join(".venv-plugin/bin/python");
+    if !python.exists() {
+        eprintln!("(no {}: `make bench` makes it)", python.display());
+        return;
+    }
+    let server = clickhouse();
+    let conn = server.connection();
+    let db = unique_name("bench_python");
+    let (mut i, s) = store_in(runtime(), &conn, &db).await;
+    let id = "tap-bench--target-bench";
+    let completed = r#"{"singer_state":{"bookmarks":{"stream":{"replication_key_value":"x"}}}}"#;
+    let state = |partial: String, completed: &str| State {
+        id: id.into(),
+        partial,
+        completed: completed.into(),
+    };
+    for _ in 0..20 {
+        i.state_set(s, &state(String::new(), completed))
+            .await
+            .unwrap();
+        i.state_get(s, id).await.unwrap().unwrap();
+    }
+    let (mut get, mut set, mut update) = (Vec::new(), Vec::new(), Vec::new());
+    for n in 0..iterations {
+        let t = Instant::now();
+        i.state_get(s, id).await.unwrap().unwrap();
+        get.push(t.elapsed());
+        let t = Instant::now();
+        i.state_set(s, &state(String::new(), completed))
+            .await
+            .unwrap();
+        set.push(t.elapsed());
+        let partial = format!(
+            r#"{{"singer_state":{{"bookmarks":{{"s{}":{{"v":{n}}}}}}}}}"#,
+            n % 5
+        );
+        let t = Instant::now();
+        i.state_update(s, &state(partial, "")).await.unwrap();
+        update.push(t.elapsed());
+    }
+    let out = server
+        .export_to(&mut std::process::Command::new(&python))
+        .arg(root.join("tests/python/bench_state.py"))
+        .args([&iterations.to_string(), "--json"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "bench_state.py: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let py: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    println!(
+        "\nPython wheel: state store from Python and from the Rust embedding ({iterations} iterations each, one warm instance each, same server, same run)\n"
+    );
+    println!("| operation | Rust p50 (ms) | Rust p99 (ms) | Python p50 (ms) | Python p99 (ms) | Python - Rust, p50 (ms) |");
+    println!("|---|---:|---:|---:|---:|---:|");
+    for (name, samples) in [
+        ("get", &mut get),
+        ("set", &mut set),
+        ("update", &mut update),
+    ] {
+        let (p50, p99) = percentiles(samples);
+        let (py50, py99) = (py[name][0].as_f64().unwrap(), py[name][1].as_f64().unwrap());
+        println!(
+            "| `{name}` | {p50:.2} | {p99:.2} | {py50:.2} | {py99:.2} | {:+.2} |",
+            py50 - p50
+        );
+    }
+
+    // The wheel `make bench` installed, and the time its import takes (fresh interpreters).
+    let wheel = std::fs::read_dir(root.join("target/wheels"))
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().ends_with(".whl"))
+        .max_by_key(|e| e.metadata().and_then(|m| m.modified()).ok());
+    let mut imports: Vec<f64> = (0..5)
+        .map(|_| {
+            let out = std::process::Command::new(&python)
+                .args(["-c", "import time; t = time.perf_counter(); import clickhouse_component; print(time.perf_counter() - t)"])
+                .output()
+                .unwrap();
+            assert!(out.status.success());
+            String::from_utf8_lossy(&out.stdout).trim().parse::<f64>().unwrap() * 1e3
+        })
+        .collect();
+    imports.sort_by(f64::total_cmp);
+    println!();
+    println!("| wheel | size | `import clickhouse_component` (median of 5) |");
+    println!("|---|---:|---:|");
+    if let Some(wheel) = wheel {
+        let size = wheel.metadata().unwrap().len();
+        println!(
+            "| {} | {:.1} MiB | {:.1} ms |",
+            wheel.file_name().to_string_lossy(),
+            size as f64 / (1024.0 * 1024.0),
+            imports[2]
+        );
+    }
+
+    // `meltano run`, 200 STATE messages, our backend against Meltano's default.
+    let out = server
+        .export_to(&mut std::process::Command::new(&python))
+        .arg(root.join("tests/python/bench_meltano.py"))
+        .args(["200", "--json"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "bench_meltano.py: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let m: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    println!();
+    println!("| `meltano run`, a tap emitting 200 STATE messages | seconds | ms per STATE |");
+    println!("|---|---:|---:|");
+    for (name, key) in [
+        ("our backend (`clickhouse`, the wheel)", "clickhouse"),
+        ("Meltano's default backend (systemdb)", "systemdb"),
+    ] {
+        let seconds = m[key].as_f64().unwrap();
+        println!("| {name} | {seconds:.1} | {:.1} |", seconds / 200.0 * 1e3);
+    }
+    println!("| meltano-state-backend-clickhouse at f6ec0ce (measured once, issue 22; not on PyPI) | 237 | 1,185 |");
 }
 
 /// Cold and warm start of each artifact: load (Cranelift compiles it, or the precompiled
@@ -581,6 +751,9 @@ fn main() {
             .and_then(|v| v.parse().ok())
             .unwrap_or(default)
     };
+    if all || which.iter().any(|w| w == "python") {
+        rt.block_on(bench_python(iterations));
+    }
     if all || which.iter().any(|w| w == "load") {
         rt.block_on(bench_load());
     }

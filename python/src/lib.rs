@@ -19,6 +19,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
 use clickhouse_component::client::{ConnectionOptions, Endpoint, Error, ErrorKind, Redactor};
+use clickhouse_component::sink::encode::{self, Value as JsonValue};
 use clickhouse_component_host::config::HostArgs;
 use clickhouse_component_host::runtime::runner_message;
 use clickhouse_component_host::{
@@ -606,37 +607,37 @@ fn to_value(
     py: Python<'_>,
     v: &Bound<'_, PyAny>,
     dumps: &Bound<'_, PyAny>,
-) -> Result<Value, String> {
+) -> Result<JsonValue, String> {
     if v.is_none() {
-        return Ok(Value::Null);
+        return Ok(JsonValue::Null);
     }
     if let Ok(b) = v.cast::<PyBool>() {
-        return Ok(Value::Boolean(b.is_true()));
+        return Ok(JsonValue::Bool(b.is_true()));
     }
     if v.is_instance_of::<PyInt>() {
         if let Ok(i) = v.extract::<i64>() {
-            return Ok(Value::Int(i));
+            return Ok(JsonValue::Int(i));
         }
         if let Ok(u) = v.extract::<u64>() {
-            return Ok(Value::Uint(u));
+            return Ok(JsonValue::Uint(u));
         }
         return Err("an integer outside the range of Int64 and UInt64".into());
     }
     if let Ok(f) = v.cast::<PyFloat>() {
-        return Ok(Value::Float(f.value()));
+        return Ok(JsonValue::Float(f.value()));
     }
     if let Ok(s) = v.cast::<PyString>() {
-        return Ok(Value::Text(
+        return Ok(JsonValue::Text(
             s.to_str()
                 .map_err(|_| "a str that is not valid UTF-8 (a lone surrogate)")?
                 .to_string(),
         ));
     }
     if let Ok(b) = v.cast::<PyBytes>() {
-        return Ok(Value::Bytes(b.as_bytes().to_vec()));
+        return Ok(JsonValue::Bytes(b.as_bytes().to_vec()));
     }
     if let Ok(b) = v.cast::<PyByteArray>() {
-        return Ok(Value::Bytes(b.to_vec()));
+        return Ok(JsonValue::Bytes(b.to_vec()));
     }
     if v.is_instance_of::<PyDict>() || v.is_instance_of::<PyList>() || v.is_instance_of::<PyTuple>()
     {
@@ -644,7 +645,7 @@ fn to_value(
             .call1((v,))
             .and_then(|t| t.extract::<String>())
             .map_err(|e| format!("a value that is not JSON ({})", e.value(py)))?;
-        return Ok(Value::Json(text));
+        return Ok(JsonValue::Json(text));
     }
     let type_name = v
         .get_type()
@@ -656,7 +657,35 @@ fn to_value(
     ))
 }
 
-fn to_rows(py: Python<'_>, rows: &Bound<'_, PyAny>) -> Result<Vec<Vec<(String, Value)>>, String> {
+/// The WIT value of a sink value.
+fn typed(value: JsonValue) -> Value {
+    match value {
+        JsonValue::Null => Value::Null,
+        JsonValue::Bool(b) => Value::Boolean(b),
+        JsonValue::Int(i) => Value::Int(i),
+        JsonValue::Uint(u) => Value::Uint(u),
+        JsonValue::Float(f) => Value::Float(f),
+        JsonValue::Text(t) => Value::Text(t),
+        JsonValue::Json(j) => Value::Json(j),
+        JsonValue::Bytes(b) => Value::Bytes(b),
+    }
+}
+
+/// Rows as `send` gives them to the component.
+enum Rows {
+    /// JSONEachRow, one line per row, keys in each dict's order (`send-json`).
+    Json(Vec<u8>),
+    /// Typed rows (`send`): only for rows with a bytes value that is not UTF-8, which JSON
+    /// text cannot carry.
+    Typed(Vec<Vec<(String, Value)>>),
+}
+
+/// Calls `each(index, key, value)` for every value of every row, in order.
+fn each_value(
+    py: Python<'_>,
+    rows: &Bound<'_, PyAny>,
+    mut each: impl FnMut(usize, Option<(String, JsonValue)>) -> Result<bool, String>,
+) -> Result<bool, String> {
     let dumps = py
         .import("clickhouse_component.errors")
         .and_then(|m| m.getattr("_json_dumps"))
@@ -664,13 +693,11 @@ fn to_rows(py: Python<'_>, rows: &Bound<'_, PyAny>) -> Result<Vec<Vec<(String, V
     let iter = rows
         .try_iter()
         .map_err(|_| "rows must be a list of dicts".to_string())?;
-    let mut out = Vec::new();
     for (index, row) in iter.enumerate() {
         let row = row.map_err(|e| e.to_string())?;
         let Ok(dict) = row.cast::<PyDict>() else {
             return Err(format!("row {index} is not a dict"));
         };
-        let mut values = Vec::with_capacity(dict.len());
         for (k, v) in dict.iter() {
             let Ok(key) = k.cast::<PyString>() else {
                 return Err(format!("row {index} has a key that is not a str"));
@@ -681,11 +708,56 @@ fn to_rows(py: Python<'_>, rows: &Bound<'_, PyAny>) -> Result<Vec<Vec<(String, V
                 .to_string();
             let value = to_value(py, &v, &dumps)
                 .map_err(|m| format!("row {index}, column '{}': {m}", key.escape_debug()))?;
-            values.push((key, value));
+            if !each(index, Some((key, value)))? {
+                return Ok(false);
+            }
         }
-        out.push(values);
+        // The end of the row.
+        if !each(index, None)? {
+            return Ok(false);
+        }
     }
-    Ok(out)
+    Ok(true)
+}
+
+/// The rows of a `send`: JSONEachRow built here (the component's typed path lowers every
+/// string into guest memory at once: 1,000,000 five-column rows needed more than its 1 GiB,
+/// and took 3x the time of the same rows as JSON), with the same JSON per value as the typed
+/// path writes (`encode::write_value`); typed rows when a bytes value is not UTF-8.
+fn to_rows(py: Python<'_>, rows: &Bound<'_, PyAny>) -> Result<Rows, String> {
+    let mut json = Vec::new();
+    let mut first = true;
+    let complete = each_value(py, rows, |index, value| {
+        let Some((key, value)) = value else {
+            json.extend_from_slice(if first { b"{}\n" } else { b"}\n" });
+            first = true;
+            return Ok(true);
+        };
+        if matches!(&value, JsonValue::Bytes(b) if std::str::from_utf8(b).is_err()) {
+            return Ok(false);
+        }
+        json.push(if first { b'{' } else { b',' });
+        first = false;
+        encode::write_json_string(&mut json, key.as_bytes());
+        json.push(b':');
+        encode::write_value(&mut json, &value)
+            .map_err(|m| format!("row {index}, column '{}': {m}", key.escape_debug()))
+            .map(|()| true)
+    })?;
+    if complete {
+        return Ok(Rows::Json(json));
+    }
+    drop(json);
+    let mut out: Vec<Vec<(String, Value)>> = Vec::new();
+    let mut row = Vec::new();
+    each_value(py, rows, |_, value| {
+        match value {
+            Some((key, value)) => row.push((key, typed(value))),
+            None => out.push(std::mem::take(&mut row)),
+        }
+        Ok(true)
+    })?;
+    Ok(Rows::Typed(out))
 }
 
 /// An open table sink (`sink` resource) in an instance of its own.
@@ -754,7 +826,12 @@ impl NativeSink {
         let rows = to_rows(py, rows).map_err(|m| invalid(py, m))?;
         let s = self.sink;
         call(py, &self.session, &self.redactor, move |i| {
-            Box::pin(async move { Ok(receipt(i.sink_send(s, &rows).await?)) })
+            Box::pin(async move {
+                Ok(receipt(match &rows {
+                    Rows::Json(json) => i.sink_send_json(s, json).await?,
+                    Rows::Typed(rows) => i.sink_send(s, rows).await?,
+                }))
+            })
         })
     }
 

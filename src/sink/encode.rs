@@ -242,7 +242,10 @@ pub fn encode_rows(
     Ok(out)
 }
 
-fn write_value(buf: &mut Vec<u8>, value: &Value) -> Result<(), String> {
+/// Writes one typed value as the JSON the INSERT carries (the typed-row path, and hosts that
+/// turn typed rows into JSONEachRow themselves, as the Python binding does); an error says why
+/// the value cannot be sent.
+pub fn write_value(buf: &mut Vec<u8>, value: &Value) -> Result<(), String> {
     match value {
         Value::Null => buf.extend_from_slice(b"null"),
         Value::Bool(b) => buf.extend_from_slice(if *b { b"true" } else { b"false" }),
@@ -263,7 +266,7 @@ fn write_value(buf: &mut Vec<u8>, value: &Value) -> Result<(), String> {
 
 /// A JSON string of arbitrary bytes: quotes, backslashes and control characters escaped, every
 /// other byte unchanged (ClickHouse reads string bytes verbatim, UTF-8 or not).
-fn write_json_string(buf: &mut Vec<u8>, bytes: &[u8]) {
+pub fn write_json_string(buf: &mut Vec<u8>, bytes: &[u8]) {
     buf.push(b'"');
     let mut start = 0;
     for (i, &b) in bytes.iter().enumerate() {

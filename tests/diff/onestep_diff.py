@@ -25,6 +25,15 @@ Ours: `--json` output and the exit code (which must match the kind). A case agre
 outcomes equal its `expect` and the rows are equal (and equal `rows` when given). A case with a
 `Diff` passes only if the observed difference is exactly the expected one.
 
+Through the plugin: with `DIFF_PLUGIN_PYTHON` naming the Python of a venv holding onestep 1.15.0
+and our wheel (not onestep-clickhouse: onestep refuses a second registration of a resource type,
+so the two cannot share a venv; `make test` passes `.venv-plugin/bin/python`), every case also
+runs a third time through our onestep plugin (`clickhouse_component.onestep`, the same calls as
+onestep's side: `ClickHouseConnector(dsn).table_sink(...)`, `send(Envelope(rows))`), in a
+subprocess of that venv. The plugin must agree with our CLI (outcome and rows), except where a
+case's `plugin` names the difference: the plugin, like onestep, takes Python objects and checks
+the whole payload before its first chunk.
+
 Prints one line per case, then `N passed, N failed`; exits 1 on any failure. DIFF_VERBOSE=1 adds
 each side's error message and rows under its case; DIFF_KEEP=1 keeps the tables.
 """
@@ -145,6 +154,15 @@ class Diff:
 
 
 @dataclass
+class PluginDiff:
+    """Where our onestep plugin differs from our CLI: exactly this outcome and these rows."""
+
+    outcome: str
+    reason: str
+    rows: list[dict] | None = None
+
+
+@dataclass
 class Case:
     name: str
     ddl: str | None  # column definitions; None: no table is created
@@ -160,6 +178,7 @@ class Case:
     # onestep's payload when it differs from `rows` read by json.loads (rows nested deeper than
     # Python's json reads: built as Python objects instead).
     objects: list[Any] | None = None
+    plugin: PluginDiff | None = None  # the plugin's difference from our CLI, if any
 
     def target(self) -> str:
         return self.table or f"{DB}.{self.name}"
@@ -249,7 +268,9 @@ CASES: list[Case] = [
          diff=Diff("accepted", "rejected:invalid-input",
                    "onestep gets Python dicts, which cannot hold a key twice (json.loads keeps the last); "
                    "ours refuses the ambiguous row",
-                   onestep_rows=[{"id": 1, "name": "a"}, {"id": 3, "name": "b"}], ours_rows=[])),
+                   onestep_rows=[{"id": 1, "name": "a"}, {"id": 3, "name": "b"}], ours_rows=[]),
+         plugin=PluginDiff("accepted", "the plugin gets the same Python dicts as onestep",
+                           rows=[{"id": 1, "name": "a"}, {"id": 3, "name": "b"}])),
     Case("payload_empty", BASIC, [], expect="rejected:invalid-input", rows_after=[]),
     Case("payload_empty_json_array", BASIC, [], ours_input="array",
          expect="rejected:invalid-input", rows_after=[]),
@@ -269,7 +290,9 @@ CASES: list[Case] = [
          diff=Diff("rejected:invalid-input", "rejected:uncertain",
                    "the CLI streams and validates batch by batch (README), so a bad row after committed "
                    "batches is uncertain; onestep validates the whole payload first",
-                   onestep_rows=[], ours_rows=FIVE[:4])),
+                   onestep_rows=[], ours_rows=FIVE[:4]),
+         plugin=PluginDiff("rejected:invalid-input", "the plugin, like onestep, is given the whole "
+                           "payload and checks it before its first chunk", rows=[])),
     # --- options ---------------------------------------------------------------------------
     Case("option_batch_size_zero", BASIC, [{"id": 1, "name": "a"}], batch_size=0,
          expect="rejected:invalid-input", rows_after=[]),
@@ -296,12 +319,16 @@ CASES: list[Case] = [
          diff=Diff("rejected:unclassified(AttributeError)", "accepted",
                    "ours passes JSON through and ClickHouse stores an object's JSON text in a String "
                    "column (README); onestep's Native serializer cannot encode a dict",
-                   onestep_rows=[], ours_rows=[nested(s='{"o": [1, 2]}')])),
+                   onestep_rows=[], ours_rows=[nested(s='{"o": [1, 2]}')]),
+         plugin=PluginDiff("accepted", "the plugin writes Python objects as compact JSON",
+                           rows=[nested(s='{"o":[1,2]}')])),
     Case("array_into_string", NESTED, [nested(s=[1, "x"])],
          diff=Diff("rejected:unclassified(AttributeError)", "accepted",
                    "ClickHouse's JSON input stores an array's JSON text in a String column; "
                    "onestep's Native serializer cannot encode a list",
-                   onestep_rows=[], ours_rows=[nested(s='[1, "x"]')])),
+                   onestep_rows=[], ours_rows=[nested(s='[1, "x"]')]),
+         plugin=PluginDiff("accepted", "the plugin writes Python objects as compact JSON",
+                           rows=[nested(s='[1,"x"]')])),
     Case("number_into_string", NESTED, [nested(s=12)],
          diff=Diff("rejected:unclassified(AttributeError)", "accepted",
                    "ClickHouse's JSON input reads a number into a String column as its text; "
@@ -502,6 +529,52 @@ async def run_onestep(case: Case) -> Result:
         await connector.close()
 
 
+async def run_plugin(case: Case) -> Result:
+    """The case through our onestep plugin, as onestep's side runs it (in the plugin's venv)."""
+    from onestep import ConnectorOperationError, Envelope
+
+    from clickhouse_component.onestep import ClickHouseConnector, ClickHousePayloadError
+
+    dsn, _ = onestep_dsn()  # clickhouse-connect's `compress` is not one of our client_options
+    connector = ClickHouseConnector(dsn)
+    options: dict[str, Any] = {}
+    if case.columns is not None:
+        options["columns"] = case.columns
+    if case.batch_size is not None:
+        options["batch_size"] = case.batch_size
+    if case.settings:
+        options["settings"] = dict(case.settings)
+    try:
+        try:
+            sink = connector.table_sink(table=case.target(), **options)
+        except (ValueError, TypeError) as e:
+            return Result("rejected:invalid-input", f"{type(e).__name__}: {e}")
+        try:
+            await asyncio.wait_for(sink.send(Envelope(body=case.payload_objects())), 30)
+        except ConnectorOperationError as e:
+            cause = e.cause
+            if isinstance(cause, ClickHousePayloadError) or getattr(cause, "kind", None) == "invalid-input":
+                kind = "invalid-input"
+            else:
+                kind = getattr(cause, "kind", None) or e.kind.value
+            if e.kind.value != EXPECTED_ONESTEP_KIND.get(kind, kind):
+                return Result(f"rejected:{kind}", str(cause), getattr(cause, "committed_rows", None),
+                              problem=f"plugin raised onestep kind {e.kind.value} for our {kind}")
+            return Result(f"rejected:{kind}", str(cause), getattr(cause, "committed_rows", None))
+        except Exception as e:  # noqa: BLE001 - the plugin let something through unclassified
+            return Result(f"rejected:unclassified({type(e).__name__})", str(e),
+                          problem=f"the plugin raised {type(e).__name__} outside ConnectorOperationError")
+        finally:
+            await sink.close()
+        return Result("accepted")
+    finally:
+        await connector.close()
+
+
+# Our kinds as onestep's `ConnectorErrorKind` (onestep has no invalid-input, locked or not-found).
+EXPECTED_ONESTEP_KIND = {"invalid-input": "permanent", "locked": "transient", "not-found": "misconfigured"}
+
+
 def run_ours(case: Case) -> Result:
     args = [CLI, "--json"]
     for name, value in case.settings.items():
@@ -545,7 +618,12 @@ def run_side(case: Case, side: str) -> tuple[Result, list[dict] | None]:
     if case.ddl is not None:
         create_table(table, case.ddl)
     try:
-        result = asyncio.run(run_onestep(case)) if side == "onestep" else run_ours(case)
+        if side == "onestep":
+            result = asyncio.run(run_onestep(case))
+        elif side == "plugin":
+            result = asyncio.run(run_plugin(case))
+        else:
+            result = run_ours(case)
         if case.settings.get("async_insert"):
             flush_async_inserts()
         return result, table_rows(table)
@@ -608,7 +686,54 @@ def judge(case: Case, os_res: Result, os_rows, ours_res: Result, ours_rows) -> l
     return problems
 
 
+def judge_plugin(case: Case, plugin_res: Result, plugin_rows, ours_res: Result, ours_rows) -> list[str]:
+    """The plugin must agree with our CLI, or differ exactly as the case's `plugin` says."""
+    problems = [plugin_res.problem] if plugin_res.problem else []
+    want_outcome, want_rows = ours_res.outcome, ours_rows
+    if case.plugin is not None:
+        want_outcome = case.plugin.outcome
+        want_rows = None if case.plugin.rows is None else canonical(case.plugin.rows)
+    if plugin_res.outcome != want_outcome:
+        problems.append(f"plugin {plugin_res.outcome}, expected {want_outcome}")
+    if plugin_rows != want_rows:
+        problems.append(f"plugin left {json.dumps(plugin_rows, ensure_ascii=False)}, expected "
+                        f"{json.dumps(want_rows, ensure_ascii=False)}")
+    if plugin_res.outcome == "rejected:uncertain" and plugin_rows is not None:
+        if plugin_res.committed_rows != len(plugin_rows):
+            problems.append(f"plugin reported {plugin_res.committed_rows} committed rows, the table "
+                            f"has {len(plugin_rows)}")
+    return problems
+
+
+def plugin_side(names: list[str]) -> int:
+    """Runs the named cases through the plugin (in the plugin's venv): one JSON line per case."""
+    logging.disable(logging.CRITICAL)
+    by_name = {c.name: c for c in CASES}
+    for name in names:
+        result, rows = run_side(by_name[name], "plugin")
+        print(json.dumps({"name": name, "result": result.__dict__, "rows": rows}), flush=True)
+    return 0
+
+
+def run_plugin_side(python: str, cases: list[Case]) -> dict[str, tuple[Result, list[dict] | None]]:
+    """Every case through the plugin, in one subprocess of the plugin's venv, before the others
+    (each side creates and drops the case's table in turn)."""
+    proc = subprocess.run([python, os.path.abspath(__file__), "--plugin-side", *(c.name for c in cases)],
+                          capture_output=True, timeout=600)
+    out: dict[str, tuple[Result, list[dict] | None]] = {}
+    for line in proc.stdout.decode(errors="replace").splitlines():
+        doc = json.loads(line)
+        out[doc["name"]] = (Result(**doc["result"]), doc["rows"])
+    if proc.returncode != 0 or len(out) != len(cases):
+        stderr = proc.stderr.decode(errors="replace").strip()[-2000:]
+        raise SystemExit(f"the plugin side failed (exit {proc.returncode}, {len(out)} of {len(cases)} "
+                         f"cases):\n{stderr}")
+    return out
+
+
 def main() -> int:
+    if sys.argv[1:2] == ["--plugin-side"]:
+        return plugin_side(sys.argv[2:])
     if not URL:
         print("CLICKHOUSE_URL is not set (run via scripts/with-clickhouse or `make diff`)", file=sys.stderr)
         return 2
@@ -624,6 +749,8 @@ def main() -> int:
     started = time.monotonic()
     ch("DROP DATABASE IF EXISTS {db:Identifier} SYNC", {"db": DB})
     ch("CREATE DATABASE {db:Identifier}", {"db": DB})
+    plugin_python = os.environ.get("DIFF_PLUGIN_PYTHON")
+    plugin = run_plugin_side(plugin_python, selected) if plugin_python else {}
     passed = failed = 0
     width = max(len(c.name) for c in selected)
     for case in selected:
@@ -632,6 +759,10 @@ def main() -> int:
         problems = judge(case, os_res, os_rows, ours_res, ours_rows)
         same = "same" if os_rows == ours_rows else "differ"
         rows = f"rows {show_rows(os_rows)}/{show_rows(ours_rows)} {same}"
+        if case.name in plugin:
+            plugin_res, plugin_rows = plugin[case.name]
+            problems += judge_plugin(case, plugin_res, plugin_rows, ours_res, ours_rows)
+            rows += f" plugin {plugin_res.outcome}"
         if problems:
             failed += 1
             verdict = "FAIL: " + "; ".join(problems)
@@ -641,7 +772,10 @@ def main() -> int:
         print(f"{case.name:<{width}}  onestep {os_res.outcome:<40} ours {ours_res.outcome:<24} "
               f"{rows:<18} {verdict}", flush=True)
         if verbose:
-            for side, res, left in (("onestep", os_res, os_rows), ("ours", ours_res, ours_rows)):
+            sides = [("onestep", os_res, os_rows), ("ours", ours_res, ours_rows)]
+            if case.name in plugin:
+                sides.append(("plugin", *plugin[case.name]))
+            for side, res, left in sides:
                 print(f"{'':<{width}}    {side + ':':<8} {' '.join(res.detail.split())[:400]}")
                 print(f"{'':<{width}}    {'':<8} rows {json.dumps(left, ensure_ascii=False)}", flush=True)
     if not os.environ.get("DIFF_KEEP"):

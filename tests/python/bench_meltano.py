@@ -25,7 +25,7 @@ def timed_run(project: Project, count: int) -> float:
 
 
 def main() -> int:
-    count = int(sys.argv[1]) if len(sys.argv) > 1 else 200
+    count = int(sys.argv[1]) if len(sys.argv) > 1 and sys.argv[1].isdigit() else 200
     results = {}
     for backend in ("clickhouse", "systemdb"):
         database = f"pybench_{uuid.uuid4().hex[:8]}"
@@ -41,6 +41,9 @@ def main() -> int:
             stored = json.loads(cli("get", JOB, database=database).stdout)
             assert stored["singer_state"]["bookmarks"]["counter"]["last"] == count + 1
             sql(f"DROP DATABASE IF EXISTS `{database}`")
+    if "--json" in sys.argv[2:]:
+        print(json.dumps(results))  # {"clickhouse": seconds, "systemdb": seconds}: `make bench`
+        return 0
     print(f"meltano run, {count} STATE messages:")
     for backend, seconds in results.items():
         print(f"  {backend:10} {seconds:6.1f} s  ({seconds / count * 1e3:.1f} ms per STATE)")

@@ -4,6 +4,7 @@ to compare with the Rust embedding's (`target/debug/bench state`, same server)."
 
 from __future__ import annotations
 
+import json
 import os
 import statistics
 import sys
@@ -14,7 +15,7 @@ import clickhouse_component as cc
 
 
 def main() -> int:
-    iterations = int(sys.argv[1]) if len(sys.argv) > 1 else 200
+    iterations = int(sys.argv[1]) if len(sys.argv) > 1 and sys.argv[1].isdigit() else 200
     conn = cc.connect(
         os.environ["CLICKHOUSE_URL"],
         user=os.environ.get("CLICKHOUSE_USER"),
@@ -39,12 +40,16 @@ def main() -> int:
         t = time.perf_counter()
         store.update(sid, partial=f'{{"singer_state":{{"bookmarks":{{"s{n % 5}":{{"v":{n}}}}}}}}}')
         times["update"].append(time.perf_counter() - t)
-    print(f"Python state store ({iterations} iterations each, one warm store)")
+    summary = {}
     for name, values in times.items():
         values.sort()
-        p50 = statistics.median(values) * 1e3
-        p99 = values[int(len(values) * 0.99) - 1] * 1e3
-        print(f"{name:7} p50 {p50:6.2f} ms  p99 {p99:6.2f} ms")
+        summary[name] = (statistics.median(values) * 1e3, values[int(len(values) * 0.99) - 1] * 1e3)
+    if "--json" in sys.argv[2:]:
+        print(json.dumps(summary))  # {"get": [p50 ms, p99 ms], ...}: `make bench` reads it
+    else:
+        print(f"Python state store ({iterations} iterations each, one warm store)")
+        for name, (p50, p99) in summary.items():
+            print(f"{name:7} p50 {p50:6.2f} ms  p99 {p99:6.2f} ms")
     store.clear_all()
     return 0
 

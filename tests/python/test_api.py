@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import math
 import socket
 import threading
 import time
@@ -323,6 +324,61 @@ def test_sink_and_permanent_error(conn, database):
     assert sql(f"SELECT hex(blob) FROM `{database}`.t WHERE id = 1 FORMAT TSV").strip() == "0001"
     with pytest.raises(cc.InvalidInputError):
         sink.send([{"id": 4}])  # closed
+
+
+def test_rows_go_as_json_and_bytes_that_are_not_utf8_as_typed_rows(conn, database):
+    sql(f"CREATE DATABASE `{database}`")
+    sql(
+        f"CREATE TABLE `{database}`.t (id UInt64, s String, f Float64, j JSON) "
+        "ENGINE = MergeTree ORDER BY id"
+    )
+    with cc.Sink(conn, f"{database}.t") as sink:
+        # JSON text: escapes, keys in another order per row, a float's shortest form.
+        text = 'quote " backslash \\ tab \t ü \u0001'
+        assert sink.send(
+            [
+                {"id": 1, "s": text, "f": 0.1, "j": {"k": [1, "x"]}},
+                {"j": {}, "f": 1e300, "s": "", "id": 18446744073709551615},
+            ]
+        ) == cc.Receipt(2, 1, 2, 0, 0, 0)
+        # A bytes value that is not UTF-8 cannot be JSON text: the whole send goes typed.
+        assert sink.send([{"id": 2, "s": b"\xff\xfe\x00", "f": 2.5, "j": {}}]).rows == 1
+        with pytest.raises(cc.InvalidInputError, match=r"row 1, column 'f'.*NaN"):
+            sink.send(
+                [{"id": 3, "s": "", "f": 1.0, "j": {}}, {"id": 4, "s": "", "f": math.nan, "j": {}}]
+            )
+    rows = sql(f"SELECT id, hex(s), f FROM `{database}`.t ORDER BY id FORMAT TSV")
+    assert [line.split("\t") for line in rows.splitlines()] == [
+        ["1", text.encode().hex().upper(), "0.1"],
+        ["2", "FFFE00", "2.5"],
+        ["18446744073709551615", "", "1e300"],
+    ]
+
+
+def test_a_million_rows_in_one_send(conn, database):
+    # As typed rows, 1,000,000 rows of five columns took more than the component's 1 GiB.
+    sql(f"CREATE DATABASE `{database}`")
+    sql(
+        f"CREATE TABLE `{database}`.t (id UInt64, seq UInt64, at DateTime64(3), kind String, "
+        "payload String) ENGINE = MergeTree ORDER BY id"
+    )
+    rows = [
+        {
+            "id": n,
+            "seq": 10**12 + n,
+            "at": "2026-11-29 10:00:00.000",
+            "kind": f"k{n % 7}",
+            "payload": "p" * 64,
+        }
+        for n in range(1_000_000)
+    ]
+    with cc.Sink(conn, f"{database}.t", batch_size=100_000) as sink:
+        receipt = sink.send(rows)
+    assert (receipt.rows, receipt.chunks, receipt.written_rows) == (1_000_000, 10, 1_000_000)
+    assert sql(f"SELECT count(), sum(id) FROM `{database}`.t FORMAT TSV").split() == [
+        "1000000",
+        str(sum(range(1_000_000))),
+    ]
 
 
 def test_threads_share_the_runtime(conn, database):
