@@ -187,6 +187,7 @@ impl GuestStore for StoreResource {
                 retry: ms(options.lock_retry_ms, defaults.lock.retry),
                 stale_after: ms(options.stale_after_ms, defaults.lock.stale_after),
             },
+            cluster: options.cluster,
             retries: options.retries.unwrap_or(defaults.retries),
         };
         let store = StateStore::open(client(connection)?, WasiPlatform, &options)?;

@@ -38,6 +38,7 @@ impl Default for StoreOptions {
             stale_after_ms: None,
             lock_engine: None,
             retries: None,
+            cluster: None,
         }
     }
 }

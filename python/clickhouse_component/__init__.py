@@ -324,7 +324,8 @@ class StateStore:
     """A state store (WIT ``store``): states in ``database.table`` (default
     ``meltano.state``, the layout of meltano-state-backend-clickhouse), locks in
     ``lock_table`` (default ``<table>_component_lock``). Opening creates the schema unless
-    ``create_schema=False``. lock_engine: ``auto`` | ``keeper-map`` | ``merge-tree``.
+    ``create_schema=False``; ``cluster`` creates it ``ON CLUSTER`` (Replicated state table,
+    KeeperMap lock table). lock_engine: ``auto`` | ``keeper-map`` | ``merge-tree``.
     Times are in milliseconds, as in the WIT record."""
 
     def __init__(
@@ -340,6 +341,7 @@ class StateStore:
         lock_retry_ms: int | None = None,
         stale_after_ms: int | None = None,
         retries: int | None = None,
+        cluster: str | None = None,
     ) -> None:
         if create_schema is not None and not isinstance(create_schema, bool):
             raise InvalidInputError("create_schema must be a bool")
@@ -354,6 +356,7 @@ class StateStore:
             _int("stale_after_ms", stale_after_ms),
             _str("lock_engine", lock_engine, optional=True),
             _int("retries", retries),
+            _str("cluster", cluster, optional=True),
         )
 
     def get(self, state_id: str) -> State | None:

@@ -332,7 +332,7 @@ struct NativeStore {
 #[pymethods]
 impl NativeStore {
     #[new]
-    #[pyo3(signature = (connection, database=None, table=None, lock_table=None, create_schema=None, lock_timeout_ms=None, lock_retry_ms=None, stale_after_ms=None, lock_engine=None, retries=None))]
+    #[pyo3(signature = (connection, database=None, table=None, lock_table=None, create_schema=None, lock_timeout_ms=None, lock_retry_ms=None, stale_after_ms=None, lock_engine=None, retries=None, cluster=None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -346,6 +346,7 @@ impl NativeStore {
         stale_after_ms: Option<u32>,
         lock_engine: Option<String>,
         retries: Option<u32>,
+        cluster: Option<String>,
     ) -> PyResult<NativeStore> {
         let lock_engine = match lock_engine.as_deref() {
             None => None,
@@ -372,6 +373,7 @@ impl NativeStore {
             stale_after_ms,
             lock_engine,
             retries,
+            cluster,
         };
         let session = new_session(py, connection)?;
         let conn = connection.options.clone();

@@ -185,6 +185,10 @@ pub struct StoreArgs {
     /// else keeper-map when the server allows it, else merge-tree).
     #[arg(long = "lock-engine", env = "CLICKHOUSE_LOCK_ENGINE")]
     pub lock_engine: Option<String>,
+    /// Create the schema ON CLUSTER this cluster (remote_servers): the state table as a
+    /// ReplicatedReplacingMergeTree, the lock table as KeeperMap (merge-tree is refused).
+    #[arg(long, env = "CLICKHOUSE_CLUSTER")]
+    pub cluster: Option<String>,
     /// How many times a request that failed in a way that may pass (connection, timeout,
     /// lost answer, overload) is repeated, with backoff from 0.1 s doubling to 2 s (default 5;
     /// 0 never repeats). Releasing a lock is repeated until its lease ends regardless.
@@ -237,6 +241,7 @@ impl StoreArgs {
                 None => crate::state::LockEngineChoice::Auto,
                 Some(name) => name.parse()?,
             },
+            cluster: self.cluster.clone(),
             retries: self.retries.unwrap_or(d.retries),
             lock: crate::state::LockOptions {
                 timeout: seconds(

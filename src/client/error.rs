@@ -251,6 +251,9 @@ pub fn kind_for_code(code: i32) -> Option<ErrorKind> {
         | TABLE_IS_READ_ONLY
         | ALL_CONNECTION_TRIES_FAILED
         | TOO_FEW_LIVE_REPLICAS
+        | UNSATISFIED_QUORUM_FOR_PREVIOUS_WRITE
+        | REPLICA_IS_NOT_IN_QUORUM
+        | UNFINISHED
         | QUERY_WAS_CANCELLED
         | SYSTEM_ERROR
         | DEADLOCK_AVOIDED
@@ -425,6 +428,11 @@ mod tests {
             (500, Some(279), Write, Uncertain), // ALL_CONNECTION_TRIES_FAILED
             (500, Some(285), Write, Uncertain), // TOO_FEW_LIVE_REPLICAS
             (408, Some(159), Write, Uncertain), // TIMEOUT_EXCEEDED
+            // Replicated state tables: a quorum insert refused before it wrote, a read
+            // refused by a replica behind the quorum, a delete unfinished on some replica.
+            (500, Some(286), Write, Transient), // UNSATISFIED_QUORUM_FOR_PREVIOUS_WRITE
+            (500, Some(289), Read, Transient),  // REPLICA_IS_NOT_IN_QUORUM
+            (500, Some(341), Write, Transient), // UNFINISHED (the delete reclassifies it)
         ];
         for &(status, code, op, want) in cases {
             assert_eq!(

@@ -97,14 +97,24 @@ pub const TOO_MANY_PARTS: i32 = 252;
 pub const ALL_CONNECTION_TRIES_FAILED: i32 = 279;
 /// ClickHouse's `TOO_FEW_LIVE_REPLICAS`.
 pub const TOO_FEW_LIVE_REPLICAS: i32 = 285;
+/// ClickHouse's `UNSATISFIED_QUORUM_FOR_PREVIOUS_WRITE`: a sequential quorum insert refused
+/// while the previous one has not reached its quorum.
+pub const UNSATISFIED_QUORUM_FOR_PREVIOUS_WRITE: i32 = 286;
+/// ClickHouse's `REPLICA_IS_NOT_IN_QUORUM`: a read with sequential consistency refused by a
+/// replica that lacks the last quorum write.
+pub const REPLICA_IS_NOT_IN_QUORUM: i32 = 289;
 /// ClickHouse's `DATABASE_ACCESS_DENIED`.
 pub const DATABASE_ACCESS_DENIED: i32 = 291;
 /// ClickHouse's `UNKNOWN_STATUS_OF_INSERT`.
 pub const UNKNOWN_STATUS_OF_INSERT: i32 = 319;
 /// ClickHouse's `VALUE_IS_OUT_OF_RANGE_OF_DATA_TYPE`.
 pub const VALUE_IS_OUT_OF_RANGE_OF_DATA_TYPE: i32 = 321;
+/// ClickHouse's `UNFINISHED`: a mutation (a DELETE) not finished on every replica in time.
+pub const UNFINISHED: i32 = 341;
 /// ClickHouse's `CANNOT_INSERT_NULL_IN_ORDINARY_COLUMN`.
 pub const CANNOT_INSERT_NULL_IN_ORDINARY_COLUMN: i32 = 349;
+/// ClickHouse's `QUERY_IS_PROHIBITED` (e.g. `ON CLUSTER` where distributed DDL is off).
+pub const QUERY_IS_PROHIBITED: i32 = 392;
 /// ClickHouse's `ZLIB_INFLATE_FAILED`.
 pub const ZLIB_INFLATE_FAILED: i32 = 354;
 /// ClickHouse's `CANNOT_PARSE_UUID`.

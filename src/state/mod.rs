@@ -28,7 +28,7 @@ use steps::{Session, Step};
 pub use held::HeldLock;
 pub use ids::{check_id, check_new_id, escape_id, MAX_ID_BYTES};
 pub use lock::{LockHandle, LockOptions};
-pub use tables::{LockEngine, LockEngineChoice, Tables};
+pub use tables::{LockEngine, LockEngineChoice, Replication, Tables};
 
 /// Default database.
 pub const DEFAULT_DATABASE: &str = "meltano";
@@ -55,6 +55,11 @@ pub struct StoreOptions {
     pub lock: LockOptions,
     /// Lock engine (default: auto).
     pub lock_engine: LockEngineChoice,
+    /// A cluster (`remote_servers`) to create the schema on: with `create_schema`, the
+    /// database and tables are created `ON CLUSTER`, the state table as a
+    /// ReplicatedReplacingMergeTree and the lock table as KeeperMap (the merge-tree lock is
+    /// refused: it is sound on one server only). None (default): on the server reached.
+    pub cluster: Option<String>,
     /// How many times a request that failed in a way that may pass (`disconnected`,
     /// `transient`, `uncertain`, `throttled`) is repeated, with capped exponential backoff
     /// (default [`DEFAULT_RETRIES`]). Releases of a lock are repeated until the lease ends
@@ -71,6 +76,7 @@ impl Default for StoreOptions {
             create_schema: true,
             lock: LockOptions::default(),
             lock_engine: LockEngineChoice::Auto,
+            cluster: None,
             retries: DEFAULT_RETRIES,
         }
     }
@@ -240,6 +246,14 @@ impl<T: Transport, P: Platform> StateStore<T, P> {
         check_name("table", &options.table)?;
         let lock_table = options.lock_table_name();
         check_name("lock table", &lock_table)?;
+        if let Some(cluster) = &options.cluster {
+            check_name("cluster", cluster)?;
+            if options.lock_engine == LockEngineChoice::MergeTree {
+                return Err(Error::invalid(
+                    "the merge-tree lock is only sound on one server (block numbers follow commit order only there): on a cluster use the keeper-map lock (or auto)",
+                ));
+            }
+        }
         if lock_table == options.table {
             return Err(Error::invalid(
                 "the lock table must differ from the state table",
@@ -262,6 +276,7 @@ impl<T: Transport, P: Platform> StateStore<T, P> {
             state: options.table.clone(),
             lock: lock_table,
             lock_engine: LockEngine::MergeTree,
+            replication: Replication::None,
         };
         let retry = RetryPolicy::new(options.retries);
         let session = Session {
@@ -269,14 +284,17 @@ impl<T: Transport, P: Platform> StateStore<T, P> {
             platform: &platform,
             retry,
             lease: options.lock.stale_after,
+            replication: Replication::None,
         };
         tables.lock_engine = schema::prepare(
             &session,
             &tables,
-            options.create_schema,
+            options.create_schema.then_some(schema::Create {
+                cluster: options.cluster.as_deref(),
+            }),
             options.lock_engine,
         )?;
-        schema::verify(&session, &tables)?;
+        tables.replication = schema::verify(&session, &tables)?;
         Ok(StateStore {
             client,
             platform,
@@ -293,6 +311,7 @@ impl<T: Transport, P: Platform> StateStore<T, P> {
             platform: &self.platform,
             retry: self.retry,
             lease: self.lock_options.stale_after,
+            replication: self.tables.replication,
         }
     }
 

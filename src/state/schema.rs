@@ -6,14 +6,15 @@
 
 use serde_json::Value;
 
-use crate::client::error_codes::{BAD_ARGUMENTS, NO_ZOOKEEPER};
+use crate::client::error_codes::{BAD_ARGUMENTS, NO_ZOOKEEPER, QUERY_IS_PROHIBITED};
 use crate::client::response::json_rows;
+use crate::client::sql::quote_identifier;
 use crate::client::{Error, ErrorKind, Transport};
 use crate::platform::Platform;
 
 use super::lock::keeper_map;
 use super::steps::{Session, Step};
-use super::tables::{LockEngine, LockEngineChoice, Tables};
+use super::tables::{LockEngine, LockEngineChoice, Replication, Tables};
 
 /// `CREATE DATABASE IF NOT EXISTS`.
 pub const CREATE_DATABASE: &str = "CREATE DATABASE IF NOT EXISTS {db:Identifier}";
@@ -68,30 +69,90 @@ pub fn is_plain_merge_tree(engine_full: &str) -> bool {
     engine_full.starts_with("MergeTree")
 }
 
-/// Creates what is missing (with `create_schema`) and decides the lock engine: an existing
-/// lock table's own engine (which must agree with an explicit choice); else, creating the
-/// lock table, KeeperMap when chosen or (auto) when the server supports it, the commit-order
-/// MergeTree otherwise. Without `create_schema` no DDL is sent.
+/// How to create the schema.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Create<'a> {
+    /// `ON CLUSTER` this cluster, with a Replicated state table (see
+    /// [`super::StoreOptions::cluster`]).
+    pub cluster: Option<&'a str>,
+}
+
+impl Create<'_> {
+    /// `statement` (whose head names `{name}`, the database or the table) as this creation
+    /// sends it: `ON CLUSTER` after that name, and the state table Replicated, on a cluster.
+    /// The cluster name is the one name in the store's DDL that cannot be a query parameter
+    /// (ClickHouse's parser takes only an identifier or a string literal after `ON
+    /// CLUSTER`): it is written through the function that escapes INSERT column lists.
+    pub fn statement(&self, statement: &str, name: &str) -> String {
+        let Some(cluster) = self.cluster else {
+            return statement.to_string();
+        };
+        statement
+            .replacen(
+                name,
+                &format!("{name} ON CLUSTER {}", quote_identifier(cluster)),
+                1,
+            )
+            .replacen(
+                "ENGINE = ReplacingMergeTree(updated_at)",
+                "ENGINE = ReplicatedReplacingMergeTree(updated_at)",
+                1,
+            )
+    }
+
+    /// A refusal of `ON CLUSTER` said plainly (this server runs no distributed DDL, or has
+    /// no such cluster).
+    fn explain(&self, e: Error) -> Error {
+        let Some(cluster) = self.cluster else {
+            return e;
+        };
+        let refused = e
+            .server
+            .as_ref()
+            .is_some_and(|s| s.code == QUERY_IS_PROHIBITED || s.code == CLUSTER_DOESNT_EXIST);
+        if !refused {
+            return e;
+        }
+        let message = format!(
+            "the schema could not be created ON CLUSTER '{}': {} (the cluster must be in the servers' remote_servers, with distributed DDL configured; or create the tables yourself and open with create-schema off)",
+            cluster.escape_debug(),
+            e.message
+        );
+        e.reclassify(ErrorKind::Misconfigured, message)
+    }
+}
+
+/// ClickHouse's `CLUSTER_DOESNT_EXIST`.
+const CLUSTER_DOESNT_EXIST: i32 = 701;
+
+/// Creates what is missing (with `create`) and decides the lock engine: an existing lock
+/// table's own engine (which must agree with an explicit choice); else, creating the lock
+/// table, KeeperMap when chosen or (auto) when the server supports it, the commit-order
+/// MergeTree otherwise (never on a cluster). Without `create` no DDL is sent.
 pub fn prepare<T: Transport, P: Platform>(
     s: &Session<'_, T, P>,
     tables: &Tables,
-    create_schema: bool,
+    create: Option<Create<'_>>,
     choice: LockEngineChoice,
 ) -> Result<LockEngine, Error> {
+    let create_schema = create.is_some();
+    let create = create.unwrap_or_default();
     if create_schema {
         s.execute(
             Step::CreateSchema,
             &Step::CreateSchema
-                .query(CREATE_DATABASE)
+                .query(create.statement(CREATE_DATABASE, "{db:Identifier}"))
                 .param("db", &tables.database),
-        )?;
+        )
+        .map_err(|e| create.explain(e))?;
         s.execute(
             Step::CreateSchema,
             &Step::CreateSchema
-                .query(CREATE_STATE_TABLE)
+                .query(create.statement(CREATE_STATE_TABLE, "{t:Identifier}"))
                 .param("db", &tables.database)
                 .param("t", &tables.state),
-        )?;
+        )
+        .map_err(|e| create.explain(e))?;
     }
     let existing = lock_table_engine(s, tables)?;
     let engine = match (existing, choice) {
@@ -127,10 +188,15 @@ pub fn prepare<T: Transport, P: Platform>(
         },
         (None, LockEngineChoice::MergeTree) => LockEngine::MergeTree,
         (None, LockEngineChoice::KeeperMap) => {
-            create_keeper_table(s, tables).map_err(|e| keeper_unavailable(e, tables))?;
+            create_keeper_table(s, tables, &create).map_err(|e| keeper_unavailable(e, tables))?;
             return Ok(LockEngine::KeeperMap);
         }
-        (None, LockEngineChoice::Auto) => match create_keeper_table(s, tables) {
+        // On a cluster only the Keeper-backed lock is sound: no fallback.
+        (None, LockEngineChoice::Auto) if create.cluster.is_some() => {
+            create_keeper_table(s, tables, &create).map_err(|e| keeper_unavailable(e, tables))?;
+            return Ok(LockEngine::KeeperMap);
+        }
+        (None, LockEngineChoice::Auto) => match create_keeper_table(s, tables, &create) {
             Ok(()) => return Ok(LockEngine::KeeperMap),
             Err(e) if is_keeper_map_disabled(&e) => LockEngine::MergeTree,
             Err(e) => return Err(e),
@@ -149,18 +215,20 @@ pub fn prepare<T: Transport, P: Platform>(
 fn create_keeper_table<T: Transport, P: Platform>(
     s: &Session<'_, T, P>,
     tables: &Tables,
+    create: &Create<'_>,
 ) -> Result<(), Error> {
     // A server without KeeperMap says so at once: not worth repeating.
     s.send_unless(
         Step::CreateSchema,
         &Step::CreateSchema
-            .query(keeper_map::CREATE_TABLE)
+            .query(create.statement(keeper_map::CREATE_TABLE, "{t:Identifier}"))
             .param("db", &tables.database)
             .param("t", &tables.lock)
             .param("path", keeper_map::keeper_path(tables)),
         is_keeper_map_disabled,
     )
     .map(|_| ())
+    .map_err(|e| create.explain(e))
 }
 
 /// The server refuses KeeperMap tables (no `keeper_map_path_prefix`, or no Keeper at all).
@@ -227,16 +295,18 @@ impl Role {
 }
 
 /// Checks that both tables exist with the expected columns and engines; `misconfigured`
-/// naming what is missing or different otherwise. One query.
+/// naming what is missing or different otherwise. Returns how the state table is replicated
+/// (its engine). One query.
 pub fn verify<T: Transport, P: Platform>(
     s: &Session<'_, T, P>,
     tables: &Tables,
-) -> Result<(), Error> {
+) -> Result<Replication, Error> {
     let found = read_tables(s, tables)?;
     let lock_columns = match tables.lock_engine {
         LockEngine::MergeTree => LOCK_COLUMNS,
         LockEngine::KeeperMap => keeper_map::COLUMNS,
     };
+    let mut replication = Replication::None;
     for (role, name, columns) in [
         (Role::State, &tables.state, STATE_COLUMNS),
         (Role::Lock, &tables.lock, lock_columns),
@@ -250,8 +320,11 @@ pub fn verify<T: Transport, P: Platform>(
         };
         check_columns(role, &describe, table, columns)?;
         check_engine(role, &describe, &table.engine, tables.lock_engine)?;
+        if role == Role::State {
+            replication = Replication::of_engine(&table.engine);
+        }
     }
-    Ok(())
+    Ok(replication)
 }
 
 fn misconfigured(message: String) -> Error {
@@ -411,14 +484,17 @@ mod tests {
                 platform: &platform,
                 retry: crate::client::retry::RetryPolicy::new(0),
                 lease: std::time::Duration::from_secs(1),
+                replication: Replication::None,
             },
             &Tables {
                 database: "meltano".into(),
                 state: "state".into(),
                 lock: "state_lock".into(),
                 lock_engine: LockEngine::MergeTree,
+                replication: Replication::None,
             },
         )
+        .map(|_| ())
     }
 
     #[test]

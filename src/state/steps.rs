@@ -13,11 +13,14 @@
 //! A fenced write that is fenced out after an attempt whose answer was lost is `uncertain`, not
 //! `locked` (the lost attempt may have landed).
 
+use std::borrow::Cow;
 use std::time::Duration;
 
 use crate::client::retry::{self, Retried, RetryPolicy};
 use crate::client::{Client, Error, Query, Response, Transport};
 use crate::platform::Platform;
+
+use super::tables::Replication;
 
 /// How a step is repeated.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -118,6 +121,43 @@ impl Step {
         }
     }
 
+    /// The settings this step's statement carries on a state table replicated so, after the
+    /// connection's (they override a caller's value of the same setting):
+    /// - every read of the state table (and the lock's holder query, which reads the stored
+    ///   state for `update`) asks for `select_sequential_consistency = 1`: on
+    ///   ReplicatedMergeTree a replica that lacks the last quorum write refuses the read
+    ///   (REPLICA_IS_NOT_IN_QUORUM, transient: retried) instead of answering stale; on
+    ///   SharedMergeTree the replica syncs its parts with Keeper before reading;
+    /// - on ReplicatedMergeTree, every INSERT into the state table is a quorum insert of a
+    ///   majority (`insert_quorum = 'auto'`) in sequence (`insert_quorum_parallel = 0`, which
+    ///   sequential consistency needs); SharedMergeTree inserts are acknowledged once in shared
+    ///   storage and Keeper, and take no quorum setting;
+    /// - deletes wait for every replica (`lightweight_deletes_sync = 2`, the server default,
+    ///   which a profile may have changed).
+    ///
+    /// A single server's plain table needs none of them.
+    pub fn consistency(self, replication: Replication) -> &'static [(&'static str, &'static str)] {
+        const READ: &[(&str, &str)] = &[("select_sequential_consistency", "1")];
+        const QUORUM: &[(&str, &str)] =
+            &[("insert_quorum", "auto"), ("insert_quorum_parallel", "0")];
+        const DELETE: &[(&str, &str)] = &[("lightweight_deletes_sync", "2")];
+        match (replication, self) {
+            (Replication::None, _) => &[],
+            (
+                _,
+                Step::Get
+                | Step::Ids
+                | Step::GetAll
+                | Step::CountRows
+                | Step::ClearAllSnapshot
+                | Step::Holder,
+            ) => READ,
+            (Replication::Replicated, Step::Set) => QUORUM,
+            (_, Step::Delete | Step::ClearAll) => DELETE,
+            _ => &[],
+        }
+    }
+
     /// A query for this step (its name, read or write). The reads whose answer grows with the
     /// store (`ids`, `get-all`: listing and exporting every state) ask for it compressed.
     pub fn query(self, sql: impl Into<String>) -> Query {
@@ -129,8 +169,8 @@ impl Step {
     }
 }
 
-/// The client, the platform (clock, sleep, randomness for the backoff) and the retry policy:
-/// what every step needs to be sent.
+/// The client, the platform (clock, sleep, randomness for the backoff), the retry policy and
+/// the state table's replication: what every step needs to be sent.
 pub struct Session<'a, T: Transport, P: Platform> {
     /// The client.
     pub client: &'a Client<T>,
@@ -141,9 +181,26 @@ pub struct Session<'a, T: Transport, P: Platform> {
     /// The lease (a tenth of it is the longest pause between attempts; a release whose
     /// handle does not know its lease end keeps trying this long).
     pub lease: Duration,
+    /// How the state table is replicated: each step's statement gets its
+    /// [`Step::consistency`] settings.
+    pub replication: Replication,
 }
 
 impl<T: Transport, P: Platform> Session<'_, T, P> {
+    /// `query` with the consistency settings of `step` on this store's state table (the same
+    /// query, not a copy, where there are none).
+    fn consistent<'q>(&self, step: Step, query: &'q Query) -> Cow<'q, Query> {
+        let settings = step.consistency(self.replication);
+        if settings.is_empty() {
+            return Cow::Borrowed(query);
+        }
+        let mut query = query.clone();
+        for (name, value) in settings {
+            query = query.setting(name, *value);
+        }
+        Cow::Owned(query)
+    }
+
     /// The store's policy, its pauses never longer than a tenth of the lease (a renewal or a
     /// write under the lock must still find the lease when an outage is over).
     fn policy(&self) -> RetryPolicy {
@@ -169,11 +226,12 @@ impl<T: Transport, P: Platform> Session<'_, T, P> {
         stop: impl Fn(&Error) -> bool,
     ) -> Result<Retried<Response>, Error> {
         debug_assert_eq!(query.name, step.name());
+        let query = self.consistent(step, query);
         retry::run(
             &self.policy(),
             self.platform,
             None,
-            || self.client.execute(query),
+            || self.client.execute(&query),
             |e| retry::is_worth_retrying(e.kind) && !stop(e),
         )
     }
@@ -181,7 +239,7 @@ impl<T: Transport, P: Platform> Session<'_, T, P> {
     /// Sends it once (the caller decides what a failure means).
     pub fn send_once(&self, step: Step, query: &Query) -> Result<Response, Error> {
         debug_assert_eq!(query.name, step.name());
-        self.client.execute(query)
+        self.client.execute(&self.consistent(step, query))
     }
 
     /// Sends it, repeating it whatever the store's retries say until it succeeds, `stop`
@@ -199,11 +257,12 @@ impl<T: Transport, P: Platform> Session<'_, T, P> {
             retries: u32::MAX,
             ..self.policy()
         };
+        let query = self.consistent(step, query);
         retry::run(
             &policy,
             self.platform,
             Some(until),
-            || self.client.execute(query),
+            || self.client.execute(&query),
             |e| retry::is_worth_retrying(e.kind) && !stop(e),
         )
     }
@@ -262,6 +321,70 @@ mod tests {
         assert_eq!(Step::Acquire.repeat(), Repeat::WithNewToken);
         let retried = ALL.iter().filter(|s| s.repeat() == Repeat::Retries).count();
         assert_eq!(retried, ALL.len() - 2);
+    }
+
+    #[test]
+    fn consistency_settings_follow_the_state_tables_replication() {
+        let settings = |r, step: Step| step.consistency(r).to_vec();
+        for step in ALL {
+            assert!(settings(Replication::None, step).is_empty(), "{step:?}");
+        }
+        for r in [Replication::Replicated, Replication::Shared] {
+            for step in [
+                Step::Get,
+                Step::Ids,
+                Step::GetAll,
+                Step::CountRows,
+                Step::ClearAllSnapshot,
+                Step::Holder,
+            ] {
+                assert_eq!(
+                    settings(r, step),
+                    [("select_sequential_consistency", "1")],
+                    "{step:?}"
+                );
+            }
+            for step in [Step::Delete, Step::ClearAll] {
+                assert_eq!(
+                    settings(r, step),
+                    [("lightweight_deletes_sync", "2")],
+                    "{step:?}"
+                );
+            }
+            // The lock's own rows live in KeeperMap (or a plain MergeTree): no setting.
+            for step in [
+                Step::CreateSchema,
+                Step::VerifySchema,
+                Step::Acquire,
+                Step::TakeOver,
+                Step::Release,
+                Step::Renew,
+                Step::ConfirmRenew,
+            ] {
+                assert!(settings(r, step).is_empty(), "{step:?}");
+            }
+        }
+        assert_eq!(
+            settings(Replication::Replicated, Step::Set),
+            [("insert_quorum", "auto"), ("insert_quorum_parallel", "0")]
+        );
+        assert!(settings(Replication::Shared, Step::Set).is_empty());
+        assert_eq!(
+            Replication::of_engine(
+                "ReplicatedReplacingMergeTree('/p', 'r', updated_at) ORDER BY state_id"
+            ),
+            Replication::Replicated
+        );
+        assert_eq!(
+            Replication::of_engine(
+                "SharedReplacingMergeTree('/p', 'r', updated_at) ORDER BY state_id"
+            ),
+            Replication::Shared
+        );
+        assert_eq!(
+            Replication::of_engine("ReplacingMergeTree(updated_at) ORDER BY state_id"),
+            Replication::None
+        );
     }
 
     #[test]

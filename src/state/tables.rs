@@ -14,6 +14,35 @@ pub struct Tables {
     pub lock: String,
     /// The lock table's engine.
     pub lock_engine: LockEngine,
+    /// How the state table is replicated (its engine, read at open).
+    pub replication: Replication,
+}
+
+/// How the state table is replicated, read from its engine at open; decides the consistency
+/// settings its statements carry ([`super::steps::Session`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Replication {
+    /// A plain ReplacingMergeTree on one server: every statement sees every acknowledged write.
+    #[default]
+    None,
+    /// ReplicatedReplacingMergeTree (self-managed clusters, Replicated databases): writes are
+    /// quorum inserts, reads ask for sequential consistency.
+    Replicated,
+    /// SharedReplacingMergeTree (ClickHouse Cloud): reads ask for sequential consistency.
+    Shared,
+}
+
+impl Replication {
+    /// The replication of a table with this `engine_full` (as `system.tables` prints it).
+    pub fn of_engine(engine_full: &str) -> Replication {
+        if engine_full.starts_with("Replicated") {
+            Replication::Replicated
+        } else if engine_full.starts_with("Shared") {
+            Replication::Shared
+        } else {
+            Replication::None
+        }
+    }
 }
 
 /// The lock implementation a store uses (decided at open, see [`LockEngineChoice`]).

@@ -135,3 +135,47 @@ async fn background_distributed_inserts_and_dedup_through_them_are_refused() {
     assert_eq!(queued(&db), 0);
     assert_eq!(local_rows(&db), 0);
 }
+
+/// A table with a materialized view: the summary counts the view's rows too, which is no
+/// error (more written than sent); `rows` is what the target received, once.
+#[tokio::test]
+async fn a_materialized_views_rows_are_counted_in_written_rows_not_rows() {
+    let db = unique_name("mv_sink");
+    let sql = sql();
+    sql.exec("CREATE DATABASE {db:Identifier}", &[("db", &db)]);
+    sql.exec(
+        "CREATE TABLE {db:Identifier}.t (id UInt64, v String) ENGINE = MergeTree ORDER BY id",
+        &[("db", &db)],
+    );
+    sql.exec(
+        "CREATE TABLE {db:Identifier}.copy (id UInt64, v String) ENGINE = MergeTree ORDER BY id",
+        &[("db", &db)],
+    );
+    sql.exec(
+        "CREATE MATERIALIZED VIEW {db:Identifier}.mv TO {db:Identifier}.copy AS SELECT id, v FROM {db:Identifier}.t",
+        &[("db", &db)],
+    );
+    let mut i = instance().await;
+    let conn = clickhouse().connection();
+    let sink = i
+        .open_sink(&conn, &options(&format!("{db}.t"), None, &[]))
+        .await
+        .unwrap();
+    let receipt = i.sink_send_json(sink, ROWS).await.unwrap();
+    assert_eq!((receipt.rows, receipt.chunks), (3, 2), "{receipt:?}");
+    assert_eq!(
+        receipt.written_rows, 6,
+        "the target's rows and the view's: {receipt:?}"
+    );
+    assert_eq!(receipt.unverified_chunks, 0);
+    for table in ["t", "copy"] {
+        assert_eq!(
+            sql.count(
+                "SELECT count() FROM {db:Identifier}.{t:Identifier}",
+                &[("db", &db), ("t", table)]
+            ),
+            3,
+            "{table}"
+        );
+    }
+}

@@ -68,6 +68,7 @@ fn store_options(store: &StoreArgs) -> Result<StoreOptions, CallError> {
             LockEngineChoice::MergeTree => LockEngine::MergeTree,
         }),
         retries: Some(o.retries),
+        cluster: o.cluster,
     })
 }
 

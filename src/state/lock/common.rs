@@ -295,6 +295,7 @@ pub(super) mod testing {
             platform,
             retry: RetryPolicy::new(retries),
             lease: DEFAULT_STALE_AFTER,
+            replication: crate::state::tables::Replication::None,
         }
     }
 }

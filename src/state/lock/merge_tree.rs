@@ -247,6 +247,7 @@ mod tests {
             state: "s".into(),
             lock: "l".into(),
             lock_engine: LockEngine::MergeTree,
+            replication: crate::state::tables::Replication::None,
         }
     }
 
