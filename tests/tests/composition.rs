@@ -283,6 +283,33 @@ fn bad_input_gets_its_status_and_writes_nothing() {
         .as_str()
         .unwrap()
         .contains("CLICKHOUSE_URL"));
+    let bad_option = serve_in(server, &db, &[("STATE_CREATE_SCHEMA", Some("maybe"))], &[]);
+    let (status, error) = bad_option.call("GET", "/state/kept", b"");
+    assert_eq!(
+        (status, error["kind"].as_str()),
+        (500, Some("misconfigured"))
+    );
+    // STATE_CREATE_SCHEMA=false never creates the tables: a missing schema is misconfigured.
+    let fresh = unique_name("compose_no_schema");
+    let no_ddl = serve_in(
+        server,
+        &fresh,
+        &[("STATE_CREATE_SCHEMA", Some("false"))],
+        &[],
+    );
+    let (status, error) = no_ddl.call("GET", "/state/kept", b"");
+    assert_eq!(
+        (status, error["kind"].as_str()),
+        (422, Some("misconfigured")),
+        "{error}"
+    );
+    assert_eq!(
+        sql.count(
+            "SELECT count() FROM system.databases WHERE name = {db:String}",
+            &[("db", &fresh)]
+        ),
+        0
+    );
 }
 
 #[test]

@@ -303,7 +303,21 @@ impl Config {
                 database: var("CLICKHOUSE_SCHEMA"),
                 table: var("CLICKHOUSE_TABLE"),
                 lock_table: None,
-                create_schema: None,
+                // Each request is a new instance that opens the store: with the schema made
+                // once, `STATE_CREATE_SCHEMA=false` saves the CREATE ... IF NOT EXISTS round
+                // trips of every request (open then only checks the tables).
+                create_schema: match var("STATE_CREATE_SCHEMA").as_deref() {
+                    None => None,
+                    Some("true") => Some(true),
+                    Some("false") => Some(false),
+                    Some(other) => {
+                        return Err(failure(
+                            500,
+                            "misconfigured",
+                            format!("STATE_CREATE_SCHEMA must be true or false, not {other:?}"),
+                        ))
+                    }
+                },
                 lock_timeout_ms: Some(number("STATE_LOCK_TIMEOUT_MS", DEFAULT_LOCK_TIMEOUT_MS)?),
                 lock_retry_ms: None,
                 stale_after_ms: Some(number("STATE_LEASE_MS", DEFAULT_LEASE_MS)?),
