@@ -139,11 +139,12 @@ clean:
 	rm -rf $(VENV)
 	rm -rf $(PY_VENV) $(PLUGIN_VENV)
 
-# BENCH: the sections to run (state, load, sink, link); all of them by default. `link` runs the sink
+# BENCH: the sections to run (state, serve, load, sink, link); all of them by default. `serve`
+# runs the composed example under wasmtime serve (installs wasmtime-cli, wac and wasm-tools). `link` runs the sink
 # benchmark inside a network namespace whose loopback is shaped to 100 Mbit/s (scripts/shaped-link;
 # skipped where namespaces are not permitted, or when CLICKHOUSE_URL names another server).
-BENCH ?= state load sink link
-bench: setup $(VENV)-bench/.onestep-0.1.1
+BENCH ?= state serve load sink link
+bench: setup wasmtime-cli wac-cli wasm-tools $(VENV)-bench/.onestep-0.1.1
 	cargo build -p clickhouse-component-host -p clickhouse-component-bench
 	@if [ -n "$(filter-out link,$(BENCH))" ]; then \
 		scripts/with-clickhouse target/debug/bench $(filter-out link,$(BENCH)); fi
