@@ -1,7 +1,7 @@
 //! The composed example (examples/state-service plugged with the library component by
 //! `wac plug`, scripts/compose) under the stock `wasmtime serve`: building it, starting the
 //! server on a loopback port, and plain HTTP calls to it. Used by tests/tests/composition.rs
-//! and the bench's `serve` section.
+//! (and the wasmtime CLI for tests/tests/runtimes.rs) and the bench's `serve` section.
 
 use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
@@ -50,10 +50,20 @@ pub fn composed() -> &'static Composed {
     })
 }
 
-/// The wasmtime CLI on PATH, checked to be the version the host embeds (what `make test`
-/// installs).
+/// The wasmtime version the host embeds, from the workspace's Cargo.toml (its one place): the
+/// stock CLI of the same version is what `make test` installs.
+pub fn wasmtime_version() -> &'static str {
+    include_str!("../../Cargo.toml")
+        .lines()
+        .find_map(|l| l.strip_prefix("wasmtime = { version = \"="))
+        .and_then(|rest| rest.split('"').next())
+        .expect("the workspace's Cargo.toml pins wasmtime = { version = \"=X.Y.Z\" ... }")
+}
+
+/// The wasmtime CLI the test command installed (`cargo install wasmtime-cli@VERSION --locked`),
+/// the first on PATH, checked to be that version.
 pub fn wasmtime_cli() -> PathBuf {
-    let want = clickhouse_component_host::component::WASMTIME_VERSION;
+    let want = wasmtime_version();
     let path = std::env::var_os("PATH")
         .into_iter()
         .flat_map(|p| std::env::split_paths(&p).collect::<Vec<_>>())
