@@ -6,6 +6,9 @@
 #               Meltano 4.4.1 (`state`), and the Python wheel's tests (tests/python: the API, and
 #               Meltano 4.4.1 using the wheel as its state backend)
 #   make wheel  builds the Python wheel (python/) into target/wheels/
+#   make compose  builds the example consumer (examples/state-service) and plugs the library
+#               component into it with wac: target/component/state_service_composed.wasm, for
+#               stock `wasmtime serve` (docs/composition.md); and the binary WIT package
 
 SHELL := /bin/bash
 VENV := .venv
@@ -31,12 +34,12 @@ PLUGIN_DEPS := $(PLUGIN_VENV)/.meltano-$(PLUGIN_MELTANO_VERSION)-onestep-$(PLUGI
 RUFF := $(PY_VENV)/bin/ruff --config python/pyproject.toml
 PY_SOURCES := python/clickhouse_component tests/python
 
-.PHONY: meltano-diff run test setup wasm-target venv zookeeper binaryen build bench diff lint fmt clean js wasmtime-cli wheel plugin-wheel python-test
+.PHONY: meltano-diff run test setup wasm-target venv zookeeper binaryen build bench diff lint fmt clean js wasmtime-cli wheel plugin-wheel python-test compose wac-cli wasm-tools
 
 run: setup build
 	scripts/with-clickhouse scripts/quickstart
 
-test: setup wasmtime-cli $(BENCH_DEPS) $(VENV)-meltano/.meltano-4.4.1 $(PLUGIN_DEPS) lint
+test: setup wasmtime-cli wac-cli wasm-tools $(BENCH_DEPS) $(VENV)-meltano/.meltano-4.4.1 $(PLUGIN_DEPS) lint
 	cargo build --workspace --bins --examples
 	$(MAKE) js
 	$(MAKE) plugin-wheel
@@ -94,6 +97,22 @@ wasmtime-cli:
 	@wasmtime --version 2>/dev/null | grep -q "wasmtime $(WASMTIME_VERSION)" || \
 		cargo install wasmtime-cli@$(WASMTIME_VERSION) --locked
 
+# The composition tools (docs/composition.md), pinned, installed once like wasmtime-cli: wac-cli
+# without its default features (no registry client: plugs are local files; ~2.5 min to build)
+# and wasm-tools with only `component` (`component wit`: imports, the binary WIT package).
+WAC_VERSION := 0.12.0
+WASM_TOOLS_VERSION := 1.263.0
+wac-cli:
+	@wac --version 2>/dev/null | grep -qx "wac-cli $(WAC_VERSION)" || \
+		nice cargo install wac-cli@$(WAC_VERSION) --locked --no-default-features
+wasm-tools:
+	@wasm-tools --version 2>/dev/null | grep -q "^wasm-tools $(WASM_TOOLS_VERSION)" || \
+		nice cargo install wasm-tools@$(WASM_TOOLS_VERSION) --locked --no-default-features --features component
+
+# The example consumer plugged with the library component, and the binary WIT package.
+compose: wasm-target binaryen wac-cli wasm-tools
+	scripts/compose
+
 wasm-target:
 	@rustup target list --installed 2>/dev/null | grep -qx wasm32-wasip2 || rustup target add wasm32-wasip2
 
@@ -112,6 +131,7 @@ lint: $(PY_TOOLS)
 	cargo clippy --workspace --all-targets -- -D warnings
 	cargo clippy -p clickhouse-component --target wasm32-wasip2 -- -D warnings
 	cargo clippy -p clickhouse-component --target wasm32-wasip2 --no-default-features -- -D warnings
+	cargo clippy -p clickhouse-state-service --target wasm32-wasip2 -- -D warnings
 	$(RUFF) format --check $(PY_SOURCES)
 	$(RUFF) check $(PY_SOURCES)
 
@@ -124,13 +144,14 @@ clean:
 	rm -rf $(VENV)
 	rm -rf $(PY_VENV) $(PLUGIN_VENV)
 
-# BENCH: the sections to run (state, python, load, sink, link); all of them by default. `python`
-# (and the Python rows of `sink`) use the wheel, built and installed into $(PLUGIN_VENV) first.
-# `link` runs the sink benchmark inside a network namespace whose loopback is shaped to
-# 100 Mbit/s (scripts/shaped-link; skipped where namespaces are not permitted, or when
-# CLICKHOUSE_URL names another server).
-BENCH ?= state python load sink link
-bench: setup $(BENCH_DEPS) $(PLUGIN_DEPS)
+# BENCH: the sections to run (state, python, serve, load, sink, link); all of them by default.
+# `python` (and the Python rows of `sink`) use the wheel, built and installed into
+# $(PLUGIN_VENV) first. `serve` runs the composed example under wasmtime serve (installs
+# wasmtime-cli, wac and wasm-tools). `link` runs the sink benchmark inside a network namespace
+# whose loopback is shaped to 100 Mbit/s (scripts/shaped-link; skipped where namespaces are not
+# permitted, or when CLICKHOUSE_URL names another server).
+BENCH ?= state python serve load sink link
+bench: setup wasmtime-cli wac-cli wasm-tools $(BENCH_DEPS) $(PLUGIN_DEPS)
 	cargo build -p clickhouse-component-host -p clickhouse-component-bench
 	$(MAKE) plugin-wheel
 	@if [ -n "$(filter-out link,$(BENCH))" ]; then \

@@ -3,7 +3,9 @@
 //! trip of the same query), `load` (cold and warm start of the full and the library
 //! component), `sink` (1,000,000 rows through the component's CLI and embedded, the same bytes
 //! POSTed natively, and onestep-clickhouse 0.1.1, at batch 10,000 and 100,000) and `link` (the
-//! sink over a 100 Mbit/s link; run inside scripts/shaped-link); select with `bench state` etc.
+//! sink over a 100 Mbit/s link; run inside scripts/shaped-link) and `serve` (`GET /state/{id}` of
+//! the composed example under stock `wasmtime serve`, against the same call through the host
+//! embedding); select with `bench state` etc.
 
 use std::time::{Duration, Instant};
 
@@ -720,6 +722,126 @@ async fn bench_load() {
     let _ = std::fs::remove_dir_all(&cache);
 }
 
+/// `GET /state/{id}` of the composed example (examples/state-service + the library component,
+/// scripts/compose) under stock `wasmtime serve`, where every request is a new instance that
+/// opens the store and reads, against the same work through the host embedding: a new
+/// instance, `open` and `get` per call, and `get` on one warm instance. Sequential (one
+/// client: p50, requests/s) and with `clients` at once (requests/s).
+async fn bench_serve(iterations: usize, clients: usize) {
+    use clickhouse_component_host::StoreOptions;
+    use clickhouse_component_tests::serve::{composed, Serve};
+    let server = clickhouse();
+    let conn = server.connection();
+    let db = unique_name("bench_serve");
+    let size = |p: &std::path::Path| std::fs::metadata(p).unwrap().len();
+    let files = composed();
+    let serve = Serve::start(server, &[("CLICKHOUSE_SCHEMA", Some(&db))], &[]);
+    let state = br#"{"completed": {"singer_state": {"bookmarks": {"stream": {"replication_key_value": "2026-11-29T00:00:00Z"}}}}}"#;
+    serve.ok("PUT", "/state/tap-bench", state);
+    serve.timed("GET", "/state/tap-bench", 20);
+    let mut sequential = serve.timed("GET", "/state/tap-bench", iterations);
+    let seq_rate = iterations as f64 / sequential.iter().sum::<Duration>().as_secs_f64();
+    let started = Instant::now();
+    std::thread::scope(|s| {
+        for _ in 0..clients {
+            s.spawn(|| serve.timed("GET", "/state/tap-bench", iterations / clients));
+        }
+    });
+    let par_rate = (iterations / clients * clients) as f64 / started.elapsed().as_secs_f64();
+    drop(serve);
+    // The schema exists now: open only checks it.
+    let serve = Serve::start(
+        server,
+        &[
+            ("CLICKHOUSE_SCHEMA", Some(&db)),
+            ("STATE_CREATE_SCHEMA", Some("false")),
+        ],
+        &[],
+    );
+    serve.timed("GET", "/state/tap-bench", 20);
+    let mut checked = serve.timed("GET", "/state/tap-bench", iterations);
+    let checked_rate = iterations as f64 / checked.iter().sum::<Duration>().as_secs_f64();
+    drop(serve);
+
+    // The same through the embedding.
+    let options = StoreOptions {
+        database: Some(db.clone()),
+        ..Default::default()
+    };
+    let per_call = || async {
+        let mut i = runtime()
+            .instantiate(default_allow_list(&conn).unwrap())
+            .await
+            .unwrap();
+        let s = i.open_store(&conn, &options).await.unwrap();
+        i.state_get(s, "tap-bench").await.unwrap().unwrap();
+    };
+    for _ in 0..20 {
+        per_call().await;
+    }
+    let mut fresh = Vec::new();
+    for _ in 0..iterations {
+        let t = Instant::now();
+        per_call().await;
+        fresh.push(t.elapsed());
+    }
+    let fresh_rate = iterations as f64 / fresh.iter().sum::<Duration>().as_secs_f64();
+    let started = Instant::now();
+    let mut tasks = Vec::new();
+    for _ in 0..clients {
+        let conn = conn.clone();
+        let options = options.clone();
+        let n = iterations / clients;
+        tasks.push(tokio::spawn(async move {
+            for _ in 0..n {
+                let mut i = runtime()
+                    .instantiate(default_allow_list(&conn).unwrap())
+                    .await
+                    .unwrap();
+                let s = i.open_store(&conn, &options).await.unwrap();
+                i.state_get(s, "tap-bench").await.unwrap().unwrap();
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    let fresh_par_rate = (iterations / clients * clients) as f64 / started.elapsed().as_secs_f64();
+    let (mut i, s) = store_in(runtime(), &conn, &db).await;
+    let mut warm = Vec::new();
+    for n in 0..iterations + 20 {
+        let t = Instant::now();
+        i.state_get(s, "tap-bench").await.unwrap().unwrap();
+        if n >= 20 {
+            warm.push(t.elapsed());
+        }
+    }
+    let warm_rate = iterations as f64 / warm.iter().sum::<Duration>().as_secs_f64();
+
+    println!(
+        "\nGET /state/{{id}}: the composed component under wasmtime serve vs the host embedding ({iterations} calls, {})\n",
+        server.url
+    );
+    println!(
+        "composed component {} bytes (consumer {} + library {})\n",
+        size(&files.composed),
+        size(&files.consumer),
+        size(std::path::Path::new(
+            clickhouse_component_host::component::LIBRARY_COMPONENT_PATH.unwrap()
+        ))
+    );
+    println!("| path | p50 (ms) | p99 (ms) | req/s, 1 client | req/s, {clients} clients |");
+    println!("|---|---:|---:|---:|---:|");
+    let (p50, p99) = percentiles(&mut sequential);
+    println!("| wasmtime serve: new instance, open, get (HTTP, keep-alive) | {p50:.2} | {p99:.2} | {seq_rate:.0} | {par_rate:.0} |");
+    let (p50, p99) = percentiles(&mut checked);
+    println!("| wasmtime serve, STATE_CREATE_SCHEMA=false: new instance, open (checks only), get | {p50:.2} | {p99:.2} | {checked_rate:.0} | |");
+    let (p50, p99) = percentiles(&mut fresh);
+    println!("| embedding: new instance, open, get | {p50:.2} | {p99:.2} | {fresh_rate:.0} | {fresh_par_rate:.0} |");
+    let (p50, p99) = percentiles(&mut warm);
+    println!("| embedding: warm instance, get | {p50:.2} | {p99:.2} | {warm_rate:.0} | |");
+}
+
 /// Runs a future to completion on the current thread's runtime handle.
 fn futures_block<F: std::future::Future>(f: F) -> F::Output {
     tokio::task::block_in_place(|| tokio::runtime::Handle::current().block_on(f))
@@ -753,6 +875,9 @@ fn main() {
     };
     if all || which.iter().any(|w| w == "python") {
         rt.block_on(bench_python(iterations));
+    }
+    if all || which.iter().any(|w| w == "serve") {
+        rt.block_on(bench_serve(iterations, 4));
     }
     if all || which.iter().any(|w| w == "load") {
         rt.block_on(bench_load());

@@ -468,6 +468,7 @@ pub fn cli(server: &Server) -> Command {
 
 pub mod native;
 pub mod proxy;
+pub mod serve;
 
 /// A lock engine's name on the command line (`--lock-engine`).
 pub fn engine_name(engine: clickhouse_component_host::LockEngine) -> &'static str {

@@ -3,50 +3,16 @@
 //! `--invoke` of a library export. (Node is tested by `js/test`, the Rust example by
 //! `foundation::the_embedding_example_runs`.)
 
-use std::path::PathBuf;
 use std::process::Command;
 
 use clickhouse_component_host::component::EMBEDDED_COMPONENT_PATH;
 use clickhouse_component_tests::native::Sql;
 use clickhouse_component_tests::proxy::{Fault, Proxy, Rule};
+use clickhouse_component_tests::serve::wasmtime_cli as wasmtime;
 use clickhouse_component_tests::{
     cli, clickhouse, lz4_reply, output_with_stdin, trickling_server, unique_name, Server,
 };
 use serde_json::Value;
-
-/// The wasmtime version the host embeds, from the workspace's Cargo.toml (its one place): the
-/// stock CLI of the same version is what `make test` installs.
-fn wasmtime_version() -> &'static str {
-    include_str!("../../Cargo.toml")
-        .lines()
-        .find_map(|l| l.strip_prefix("wasmtime = { version = \"="))
-        .and_then(|rest| rest.split('"').next())
-        .expect("the workspace's Cargo.toml pins wasmtime = { version = \"=X.Y.Z\" ... }")
-}
-
-/// The wasmtime CLI the test command installed (`cargo install wasmtime-cli@VERSION --locked`).
-fn wasmtime() -> PathBuf {
-    let want = wasmtime_version();
-    let candidates = std::env::var_os("PATH")
-        .map(|p| {
-            std::env::split_paths(&p)
-                .map(|d| d.join("wasmtime"))
-                .collect::<Vec<_>>()
-        })
-        .unwrap_or_default();
-    let path = candidates
-        .into_iter()
-        .find(|p| p.exists())
-        .unwrap_or_else(|| panic!("no wasmtime on PATH: `make test` installs wasmtime-cli {want}"));
-    let version = Command::new(&path).arg("--version").output().unwrap();
-    let version = String::from_utf8_lossy(&version.stdout);
-    assert!(
-        version.contains(&format!("wasmtime {want} "))
-            || version.trim() == format!("wasmtime {want}"),
-        "need wasmtime {want}, found {version}"
-    );
-    path
-}
 
 struct Run {
     code: i32,
