@@ -323,6 +323,7 @@ impl Config {
                 stale_after_ms: Some(number("STATE_LEASE_MS", DEFAULT_LEASE_MS)?),
                 lock_engine: None,
                 retries: None,
+                cluster: var("CLICKHOUSE_CLUSTER"),
             },
         })
     }
