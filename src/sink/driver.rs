@@ -10,6 +10,7 @@ use std::collections::VecDeque;
 
 use sha2::{Digest, Sha256};
 
+use crate::client::error_codes::{SETTING_CONSTRAINT_VIOLATION, UNKNOWN_SETTING};
 use crate::client::response::json_rows;
 use crate::client::retry::{self, RetryPolicy};
 use crate::client::sql::quote_identifier;
@@ -74,7 +75,15 @@ pub struct Sink<T: Transport, P: Platform> {
     closed: bool,
     /// The table's column types, read at the first send.
     types: OnceCell<ColumnTypes>,
+    /// The server named `distributed_foreground_insert` unknown (before 23.x): INSERTs carry
+    /// its old name, `insert_distributed_sync`, from then on.
+    old_setting_name: std::cell::Cell<bool>,
 }
+
+/// The setting every INSERT carries so that a Distributed table answers once its shards have
+/// the rows, as the URL parameter a request carries it; and its name on older servers.
+const FOREGROUND: &str = "distributed_foreground_insert=1";
+const FOREGROUND_OLD: &str = "insert_distributed_sync=1";
 
 impl<T: Transport, P: Platform> Sink<T, P> {
     /// Validates the options; with `dedup`, also checks (one read) that the table deduplicates
@@ -88,6 +97,7 @@ impl<T: Transport, P: Platform> Sink<T, P> {
             config,
             closed: false,
             types: OnceCell::new(),
+            old_setting_name: std::cell::Cell::new(false),
         };
         if sink.config.dedup {
             sink.check_deduplicates()?;
@@ -272,6 +282,31 @@ impl<T: Transport, P: Platform> Sink<T, P> {
         (total.div_ceil(batch), build)
     }
 
+    /// `request` as this server takes it: the foreground setting under its old name once the
+    /// server has named the new one unknown.
+    fn for_server<'r>(&self, request: &'r HttpRequest) -> std::borrow::Cow<'r, HttpRequest> {
+        if !self.old_setting_name.get() {
+            return std::borrow::Cow::Borrowed(request);
+        }
+        let mut request = request.clone();
+        request.path_and_query = request.path_and_query.replace(FOREGROUND, FOREGROUND_OLD);
+        std::borrow::Cow::Owned(request)
+    }
+
+    /// Whether `e` (the first chunk's failure: nothing committed) is a server that does not
+    /// know `distributed_foreground_insert` (older than 23.x, where it is
+    /// `insert_distributed_sync`): the sink then uses the old name and sends the chunk again.
+    /// The server refused the statement before running it, so nothing was written.
+    fn switch_setting_name(&self, e: &Error) -> bool {
+        let unknown = e.server.as_ref().is_some_and(|s| s.code == UNKNOWN_SETTING)
+            && e.message.contains("distributed_foreground_insert");
+        if unknown && !self.old_setting_name.get() {
+            self.old_setting_name.set(true);
+            return true;
+        }
+        false
+    }
+
     fn deliver(&self, encoded: &Encoded) -> Result<Receipt, Error> {
         let (count, build) = self.chunk_builder(encoded);
         self.deliver_chunks(count, build, None)
@@ -295,19 +330,27 @@ impl<T: Transport, P: Platform> Sink<T, P> {
             let mut in_flight = Some(
                 started
                     .take()
-                    .unwrap_or_else(|| self.client.start(&request)),
+                    .unwrap_or_else(|| self.client.start(&self.for_server(&request))),
             );
             let upcoming = (chunk + 1 < count).then(|| build(chunk + 1));
-            let sent = retry::run(
-                &policy,
-                &self.platform,
-                None,
-                || match in_flight.take() {
-                    Some(answer) => self.client.wait(&request, answer),
-                    None => self.client.send(&request),
-                },
-                |e| retry::is_worth_retrying(e.kind),
-            );
+            let send = |in_flight: &mut Option<InFlight>| {
+                retry::run(
+                    &policy,
+                    &self.platform,
+                    None,
+                    || match in_flight.take() {
+                        Some(answer) => self.client.wait(&request, answer),
+                        None => self.client.send(&self.for_server(&request)),
+                    },
+                    |e| retry::is_worth_retrying(e.kind),
+                )
+            };
+            let sent = match send(&mut in_flight) {
+                Err(e) if receipt.chunks == 0 && self.switch_setting_name(&e) => {
+                    send(&mut in_flight)
+                }
+                sent => sent.map_err(constraint_on_foreground),
+            };
             match sent {
                 Ok(sent) => {
                     let response = sent.value;
@@ -433,6 +476,25 @@ impl<T: Transport, P: Platform> Sink<T, P> {
         hash.update(body);
         crate::hex::hex(&hash.finalize())
     }
+}
+
+/// A settings profile that does not allow `distributed_foreground_insert=1` (ClickHouse
+/// Cloud's profiles may constrain settings): `misconfigured`, saying what to change.
+fn constraint_on_foreground(e: Error) -> Error {
+    let constrained = e
+        .server
+        .as_ref()
+        .is_some_and(|s| s.code == SETTING_CONSTRAINT_VIOLATION)
+        && (e.message.contains("distributed_foreground_insert")
+            || e.message.contains("insert_distributed_sync"));
+    if !constrained {
+        return e;
+    }
+    let message = format!(
+        "the user's settings profile does not allow distributed_foreground_insert=1, which every INSERT of the sink carries so that an acknowledged row is on its shards, not queued on this server: allow it in the profile (a constraint `changeable_in_readonly` or no constraint on it), or use a user whose profile does: {}",
+        e.message
+    );
+    e.reclassify(ErrorKind::Misconfigured, message)
 }
 
 /// Why a table with this engine does not deduplicate inserts that carry a token, or `None` if
@@ -729,6 +791,86 @@ mod tests {
             .finish(sink.start(sink.prepare_json(&ndjson(1)).unwrap()))
             .unwrap_err();
         assert_eq!(err.kind, ErrorKind::Disconnected);
+    }
+
+    fn server_error(status: u16, code: i32, text: &str) -> Result<HttpResponse, TransportError> {
+        Ok(HttpResponse {
+            status,
+            headers: vec![(
+                "x-clickhouse-exception-code".into(),
+                code.to_string().into_bytes(),
+            )],
+            body: format!("Code: {code}. DB::Exception: {text}").into_bytes(),
+            elapsed_us: 1,
+        })
+    }
+
+    #[test]
+    fn a_server_that_does_not_know_distributed_foreground_insert_gets_its_old_name() {
+        let unknown = || {
+            server_error(
+                404,
+                115,
+                "Setting distributed_foreground_insert is neither a builtin setting nor started with the prefix 'custom_' registered for user-defined settings. (UNKNOWN_SETTING)",
+            )
+        };
+        let t = Scripted::new(vec![unknown(), ack(2), ack(2), ack(1)]);
+        let r = sink(&t, 2, false).send_json(&ndjson(5)).unwrap();
+        assert_eq!((r.rows, r.chunks, r.written_rows), (5, 3, 5));
+        let sent = t.sent.borrow();
+        assert_eq!(
+            sent.len(),
+            4,
+            "the refused first chunk once more, then the rest"
+        );
+        assert!(
+            sent[0].path_and_query.contains(FOREGROUND),
+            "{}",
+            sent[0].path_and_query
+        );
+        assert_eq!(sent[1].body, sent[0].body);
+        for request in &sent[1..] {
+            assert!(!request
+                .path_and_query
+                .contains("distributed_foreground_insert"));
+            assert!(
+                request.path_and_query.contains(FOREGROUND_OLD),
+                "{}",
+                request.path_and_query
+            );
+        }
+        drop(sent);
+
+        // Any other unknown setting keeps its kind; so does the old name refused as well.
+        let t = Scripted::new(vec![
+            unknown(),
+            server_error(
+                404,
+                115,
+                "Setting insert_distributed_sync is neither a builtin setting (UNKNOWN_SETTING)",
+            ),
+        ]);
+        let e = sink(&t, 2, false).send_json(&ndjson(1)).unwrap_err();
+        assert_eq!(e.kind, ErrorKind::Misconfigured, "{e}");
+        assert_eq!(t.sent.borrow().len(), 2);
+    }
+
+    #[test]
+    fn a_profile_that_forbids_the_foreground_setting_is_misconfigured_saying_what_to_change() {
+        let t = Scripted::new(vec![server_error(
+            500,
+            452,
+            "Setting distributed_foreground_insert should not be changed. (SETTING_CONSTRAINT_VIOLATION)",
+        )]);
+        let e = sink(&t, 2, false).send_json(&ndjson(1)).unwrap_err();
+        assert_eq!(e.kind, ErrorKind::Misconfigured, "{e}");
+        assert!(
+            e.message
+                .contains("settings profile does not allow distributed_foreground_insert=1"),
+            "{}",
+            e.message
+        );
+        assert_eq!(e.committed_rows, 0);
     }
 
     #[test]
