@@ -12,6 +12,7 @@ Configure it as that package is configured::
         # ours:
         lock_table: state_component_lock   lock_engine: auto   stale_after_seconds: 300
         retries: 5   ca_file: /path/ca.pem   allow_hosts: "https://proxy:8443"
+        cluster: main        # create the schema ON CLUSTER (Replicated state table, KeeperMap lock)
 
 ``state_backend.lock_timeout_seconds`` is how long a lock is waited for; the ``retry_seconds``
 that Meltano passes to `acquire_lock` is the pause between attempts. Meltano's ``update`` and
@@ -123,6 +124,13 @@ _SETTINGS: list[tuple[str, str, str, SettingKind, dict[str, t.Any]]] = [
         "ca_file",
         "CA file",
         "PEM file of CA certificates trusted for HTTPS besides the system's",
+        SettingKind.STRING,
+        {},
+    ),
+    (
+        "cluster",
+        "Cluster",
+        "Create the schema ON CLUSTER this cluster: a Replicated state table, a KeeperMap lock",
         SettingKind.STRING,
         {},
     ),
@@ -272,6 +280,7 @@ class ClickHouseStateStoreManager(StateStoreManager):
         retries: int | None = None,
         ca_file: str | None = None,
         allow_hosts: str | None = None,
+        cluster: str | None = None,
         lock_timeout_seconds: float | None = None,
         lock_retry_seconds: float | None = None,
         **kwargs: t.Any,
@@ -299,6 +308,7 @@ class ClickHouseStateStoreManager(StateStoreManager):
             "lock_timeout_ms": _seconds_ms("lock_timeout_seconds", lock_timeout_seconds),
             "stale_after_ms": _seconds_ms("stale_after_seconds", stale_after_seconds),
             "retries": int(retries) if retries not in (None, "") else None,
+            "cluster": cluster or None,
         }
         self._default_retry_ms = _seconds_ms("lock_retry_seconds", lock_retry_seconds)
         self._write_retries = int(retries) if retries not in (None, "") else 5

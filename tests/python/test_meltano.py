@@ -383,3 +383,22 @@ def test_tls_asked_for_by_the_uri_is_honoured(project, form):
         env={f"{namespace}_SECURE": "false", f"{namespace}_SCHEMA": project.database},
     )
     assert plain.stdout.split() == ["dev:tls"]
+
+
+def test_the_cluster_setting_creates_the_schema_on_cluster(project):
+    """`state_backend.clickhouse.cluster` reaches the store: the schema is created ON CLUSTER,
+    which the local engine refuses (it runs no distributed DDL), said plainly; nothing made."""
+    env = {
+        "MELTANO_STATE_BACKEND_CLICKHOUSE_CLUSTER": "local_one",
+        "MELTANO_STATE_BACKEND_CLICKHOUSE_SCHEMA": f"{project.database}_cluster",
+        "MELTANO_STATE_BACKEND_CLICKHOUSE_RETRIES": "0",
+    }
+    failed = project.meltano("state", "list", env=env, check=False)
+    assert failed.returncode != 0
+    out = failed.stderr + failed.stdout
+    assert "ON CLUSTER 'local_one'" in out, out[-2000:]
+    exists = sql(
+        "SELECT count() FROM system.databases WHERE name = {db:String}",
+        db=f"{project.database}_cluster",
+    )
+    assert exists.strip() == "0"
