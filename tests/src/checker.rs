@@ -8,7 +8,8 @@
 //! 2. **Fenced writes.** A fenced write (`lock.update`, `lock.set`) that succeeded must have
 //!    started before its token's lease could have ended: before (the latest end of an acquire or
 //!    renewal that succeeded) + lease − fence margin, and before its token's release completed.
-//!    A token with a renewal of unknown outcome is not judged (that renewal may land any time).
+//!    A token with a renewal that may have been applied without being confirmed (unknown, or
+//!    failed with a kind other than `locked`) is not judged.
 //! 3. **No lost update, no phantom.** Every key a read returns was written by an operation that
 //!    started before the read ended and did not certainly fail; every key whose write succeeded
 //!    before a read started is in that read, unless an operation that removes keys (`delete`,
@@ -292,10 +293,15 @@ fn fenced_writes(records: &[Record], t0: u64, report: &mut Report) {
             ));
             continue;
         }
-        if recs
-            .iter()
-            .any(|r| r.op == "renew" && r.outcome == Outcome::Unknown)
-        {
+        // A renewal that may have been applied (unknown, or failed other than `locked`: a
+        // keeper-map renewal whose confirming read failed was applied all the same) may have
+        // extended the lease by any amount: not judged.
+        if recs.iter().any(|r| {
+            r.op == "renew"
+                && (r.outcome == Outcome::Unknown
+                    || (r.outcome == Outcome::Fail
+                        && !r.error.as_deref().is_some_and(|e| e.starts_with("locked"))))
+        }) {
             continue;
         }
         let possible_end = recs
@@ -505,10 +511,7 @@ fn linearizable(records: &[Record], id: &str, t0: u64, report: &mut Report) {
                 .map(|&i| format!("    linearized: {}", describe(ops[i].record, t0)))
                 .collect();
             let bad = ops[stuck].record;
-            let returned = ops[stuck]
-                .returned
-                .as_ref()
-                .map_or("-".to_string(), &show);
+            let returned = ops[stuck].returned.as_ref().map_or("-".to_string(), &show);
             let concurrent: Vec<String> = ops
                 .iter()
                 .filter(|o| {

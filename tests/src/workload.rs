@@ -80,6 +80,8 @@ pub struct RunResult {
     pub faults: BTreeMap<String, usize>,
     /// How long it took, setup included.
     pub elapsed: Duration,
+    /// Leases the CLI processes recorded through the CLI's hook.
+    pub cli_leases: usize,
 }
 
 impl RunResult {
@@ -91,7 +93,7 @@ impl RunResult {
             .map(|(k, v)| format!("{k} {v}"))
             .collect();
         format!(
-            "engine {} seed {} clients {}+{} for {:?}: {} operations, {} unknown, {} leases, {} takeovers, {} fenced writes refused; faults: {}; anomalies {}{}; {:.0} s",
+            "engine {} seed {} clients {}+{} for {:?}: {} operations, {} unknown, {} leases ({} by CLI processes), {} takeovers, {} fenced writes refused; faults: {}; anomalies {}{}; {:.0} s",
             engine_name(config.engine),
             config.seed,
             config.threads,
@@ -100,6 +102,7 @@ impl RunResult {
             self.report.total(),
             self.report.unknown(),
             self.report.leases,
+            self.cli_leases,
             self.report.takeovers,
             self.report.fenced_out,
             faults.join(", "),
@@ -141,8 +144,9 @@ impl Rng {
 fn outcome<T>(result: &Result<T, CallError>) -> (Outcome, Option<String>) {
     match result {
         Ok(_) => (Outcome::Ok, None),
+        // A component error prints as `kind: message`.
         Err(e @ CallError::Component(c)) if c.kind != ErrorKind::Uncertain => {
-            (Outcome::Fail, Some(format!("{}: {e}", c.kind)))
+            (Outcome::Fail, Some(e.to_string()))
         }
         Err(e) => (Outcome::Unknown, Some(e.to_string())),
     }
@@ -528,6 +532,10 @@ pub fn run(config: &Config) -> RunResult {
     }
     let records = crate::history::read(&config.history).expect("reading the history");
     let report = checker::check(&records);
+    let cli_leases = records
+        .iter()
+        .filter(|r| r.op == "acquire" && r.outcome == Outcome::Ok && r.process.starts_with("pid-"))
+        .count();
     drop(proxy);
     drop(clickhouse);
     drop(ensemble);
@@ -535,6 +543,7 @@ pub fn run(config: &Config) -> RunResult {
         report,
         faults: faults.into_inner().unwrap(),
         elapsed: started.elapsed(),
+        cli_leases,
     }
 }
 

@@ -78,6 +78,10 @@ fn assert_legal_and_bitten(name: &str, result: &RunResult, kinds: &[&str]) {
         result.report.takeovers > 0,
         "{name}: no lock takeover: the nemesis did not bite"
     );
+    assert!(
+        result.cli_leases > 0,
+        "{name}: no lease recorded by a CLI process (CLICKHOUSE_COMPONENT_LOCK_RECORD)"
+    );
     for kind in kinds {
         assert!(
             result.faults.get(*kind).copied().unwrap_or(0) > 0,
