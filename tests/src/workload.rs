@@ -561,7 +561,14 @@ fn nemesis(
     let has_ensemble = ensemble.lock().unwrap().is_some();
     // Let the clients start.
     std::thread::sleep(Duration::from_millis(500));
-    while Instant::now() < until {
+    // Bounded in time (until `until`) and in count: at most two actions a second.
+    let most = 2 * until
+        .saturating_duration_since(Instant::now())
+        .as_secs()
+        .max(5);
+    let mut actions = 0;
+    while Instant::now() < until && actions < most {
+        actions += 1;
         std::thread::sleep(rng.millis(200, 800));
         let roll = rng.below(100);
         match roll {
