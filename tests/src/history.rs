@@ -70,8 +70,13 @@ pub struct Record {
     /// The key an update or set writes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub key: Option<String>,
-    /// The partial's keys read (a `get`; `None` inside: no state) or returned (an `update`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// The partial's keys read (a `get`; `None` inside, `null` in the file: no state) or
+    /// returned (an `update`); `None` (absent from the line): not known.
+    #[serde(
+        default,
+        deserialize_with = "present",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub keys: Option<Option<Vec<String>>>,
     /// The error, when it failed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -95,6 +100,14 @@ impl Record {
             error: None,
         }
     }
+}
+
+/// A field that is present is `Some`, also when it is `null` (serde would read `null` as an
+/// absent field: `None`).
+fn present<'de, D: serde::Deserializer<'de>>(
+    d: D,
+) -> Result<Option<Option<Vec<String>>>, D::Error> {
+    Option::<Vec<String>>::deserialize(d).map(Some)
 }
 
 /// Appends records to a history file (one JSON line each), shared by threads.
@@ -137,4 +150,20 @@ pub fn read(path: &Path) -> Result<Vec<Record>, String> {
             serde_json::from_str(l).map_err(|e| format!("{}:{}: {e}", path.display(), n + 1))
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_read_of_no_state_survives_the_file() {
+        let mut r = Record::new("t0", "get", "job", 1, Outcome::Ok);
+        for keys in [None, Some(None), Some(Some(vec!["k1".to_string()]))] {
+            r.keys = keys;
+            let line = serde_json::to_string(&r).unwrap();
+            let back: Record = serde_json::from_str(&line).unwrap();
+            assert_eq!(back, r, "{line}");
+        }
+    }
 }

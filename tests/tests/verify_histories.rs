@@ -6,9 +6,10 @@
 //! The planted-bug components (scripts/planted-bugs) run the same workload and must be caught.
 //!
 //! `VERIFY_SEED` chooses the seed (default 1); `VERIFY_SECONDS` the length of the soak runs
-//! (`make soak SECONDS=N`, ignored by default). Histories are kept in target/verify/ (`make
-//! check-history FILE=target/verify/...`), and each run's line is appended to
-//! target/verify/results.txt.
+//! (`make soak SECONDS=N`, ignored by default). Histories are kept in
+//! target/verify/NAME-seedN.jsonl (`make check-history FILE=...`), and each run's line is
+//! appended to target/verify/results.txt. The runs always start their own local ClickHouse (and
+//! ensemble), whatever `CLICKHOUSE_URL` says: the nemesis kills and restarts them.
 
 use std::path::PathBuf;
 use std::sync::Mutex;
@@ -43,7 +44,7 @@ fn config(name: &str, engine: LockEngine, seconds: u64) -> Config {
         threads: 8,
         processes: 2,
         ids: 3,
-        history: out_dir().join(format!("{name}.jsonl")),
+        history: out_dir().join(format!("{name}-seed{}.jsonl", seed())),
         process_faults: true,
     }
 }
@@ -64,7 +65,7 @@ fn run_and_log(name: &str, config: &Config) -> RunResult {
 
 /// A real run: legal, and the nemesis bit.
 fn assert_legal_and_bitten(name: &str, result: &RunResult, kinds: &[&str]) {
-    let history = format!("target/verify/{name}.jsonl");
+    let history = format!("target/verify/{name}-seed{}.jsonl", seed());
     assert!(
         result.report.legal(),
         "{name}: the checker found anomalies (history {history}):\n{}",
@@ -183,4 +184,43 @@ fn soak() {
         };
         assert_legal_and_bitten(name, &result, kinds);
     }
+}
+
+/// `make check-history FILE=F`: the checker alone on a recorded history exits 0 on a legal one,
+/// 1 on one with an anomaly (a lost update here), 2 on a file it cannot read.
+#[test]
+fn check_history_judges_a_recorded_history_by_its_exit_code() {
+    let dir = out_dir();
+    let line = |process: &str, op: &str, start: u64, end: u64, extra: &str| {
+        format!(
+            r#"{{"process":"{process}","op":"{op}","id":"job","start":{start},"end":{end},"outcome":"ok"{extra}}}"#
+        )
+    };
+    let write = line("a", "update", 0, 10, r#","key":"k1","keys":["k1"]"#);
+    let legal = [write.clone(), line("b", "get", 20, 30, r#","keys":["k1"]"#)];
+    let lost = [write, line("b", "get", 20, 30, r#","keys":null"#)];
+    let run = |name: &str, lines: &[String]| {
+        let path = dir.join(name);
+        std::fs::write(&path, lines.join("\n") + "\n").unwrap();
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_check-history"))
+            .arg(&path)
+            .output()
+            .unwrap();
+        let _ = std::fs::remove_file(&path);
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+        )
+    };
+    let (code, stdout) = run("check-legal.jsonl", &legal);
+    assert_eq!(code, Some(0), "{stdout}");
+    assert!(stdout.contains("legal: no anomaly"), "{stdout}");
+    let (code, stdout) = run("check-lost.jsonl", &lost);
+    assert_eq!(code, Some(1), "{stdout}");
+    assert!(stdout.contains("lost update"), "{stdout}");
+    let missing = std::process::Command::new(env!("CARGO_BIN_EXE_check-history"))
+        .arg(dir.join("no-such-history.jsonl"))
+        .status()
+        .unwrap();
+    assert_eq!(missing.code(), Some(2));
 }
