@@ -57,7 +57,7 @@ soak: setup
 	cargo build --workspace --bins
 	VERIFY_SECONDS=$(SECONDS) cargo test -p clickhouse-component-tests --test verify_histories -- --ignored --nocapture soak
 
-# The checker alone, on recorded histories (JSON lines): make check-history FILE=target/verify/keeper-map.jsonl
+# The checker alone, on recorded histories (JSON lines): make check-history FILE=target/verify/keeper-map-seed1.jsonl
 check-history:
 	@test -n "$(FILE)" || { echo "usage: make check-history FILE=path/to/history.jsonl" >&2; exit 2; }
 	cargo run --quiet -p clickhouse-component-tests --bin check-history -- $(FILE)

@@ -9,8 +9,9 @@
 //!   three of renew / `lock.update` / `lock.set` / a short pause, then release; one session in
 //!   ten is a *slow holder* that sleeps past its lease, then renews and writes (both must be
 //!   refused) before it releases.
-//! * Nemesis (seeded, bounded, stops by itself a few seconds before the end and heals
-//!   everything): request faults through the fault proxy in front of ClickHouse (refuse, cut
+//! * Nemesis (seeded: every kind of fault the run has once first, in a seeded order, then drawn
+//!   at random; bounded in count and time, stops by itself a few seconds before the end and
+//!   heals everything): request faults through the fault proxy in front of ClickHouse (refuse, cut
 //!   request, lost reply, cut reply, stall past the request timeout) on any request or on one
 //!   kind (a write, a renewal, an acquire); restarts of the local ClickHouse on its data
 //!   directory (SIGKILL); with an ensemble, SIGKILL and restart of the ZooKeeper leader or a
@@ -547,6 +548,20 @@ pub fn run(config: &Config) -> RunResult {
     }
 }
 
+/// One action of the nemesis.
+#[derive(Clone, Copy, Debug)]
+enum Action {
+    /// SIGKILL the local ClickHouse and start it again on its data directory.
+    ClickHouseRestart,
+    /// SIGKILL the ZooKeeper leader (or a follower), start it again 0.5-2.5 s later.
+    ZooKeeperKill { leader: bool },
+    /// SIGSTOP a ZooKeeper node past the session timeout, then SIGCONT.
+    ZooKeeperPause,
+    /// A request fault through the proxy (0-4: refuse, cut request, lost reply, cut reply,
+    /// stall).
+    Request(u64),
+}
+
 #[allow(clippy::too_many_arguments)]
 fn nemesis(
     mut rng: Rng,
@@ -561,6 +576,20 @@ fn nemesis(
     let has_ensemble = ensemble.lock().unwrap().is_some();
     // Let the clients start.
     std::thread::sleep(Duration::from_millis(500));
+    // Every kind of fault the run has comes once first, in a seeded order (so a short run has
+    // them all), then they are drawn at random.
+    let mut first_round: Vec<Action> = (0..5).map(Action::Request).collect();
+    if process_faults {
+        first_round.push(Action::ClickHouseRestart);
+        if has_ensemble {
+            first_round.push(Action::ZooKeeperKill { leader: true });
+            first_round.push(Action::ZooKeeperKill { leader: false });
+            first_round.push(Action::ZooKeeperPause);
+        }
+    }
+    for i in (1..first_round.len()).rev() {
+        first_round.swap(i, rng.below(i as u64 + 1) as usize);
+    }
     // Bounded in time (until `until`) and in count: at most two actions a second.
     let most = 2 * until
         .saturating_duration_since(Instant::now())
@@ -570,25 +599,31 @@ fn nemesis(
     while Instant::now() < until && actions < most {
         actions += 1;
         std::thread::sleep(rng.millis(200, 800));
-        let roll = rng.below(100);
-        match roll {
-            // Process faults: ClickHouse restarts; with the ensemble, ZooKeeper nodes.
-            0..12 if process_faults => {
+        let action = first_round.pop().unwrap_or_else(|| match rng.below(100) {
+            0..12 if process_faults => Action::ClickHouseRestart,
+            12..36 if process_faults && has_ensemble => Action::ZooKeeperKill {
+                leader: rng.below(3) < 2,
+            },
+            36..48 if process_faults && has_ensemble => Action::ZooKeeperPause,
+            _ => Action::Request(rng.below(5)),
+        });
+        match action {
+            Action::ClickHouseRestart => {
                 count("clickhouse restart");
                 clickhouse.lock().unwrap().restart();
             }
-            12..36 if process_faults && has_ensemble => {
+            Action::ZooKeeperKill {
+                leader: kill_leader,
+            } => {
                 let mut guard = ensemble.lock().unwrap();
                 let zk = guard.as_mut().unwrap();
-                let leader = zk.leader();
-                let which = rng.below(3);
-                let (victim, kind) = match (which, leader) {
-                    (0 | 1, Some(l)) => (l, "zookeeper leader kill"),
-                    (_, Some(l)) => (
+                let (victim, kind) = match zk.leader() {
+                    Some(l) if kill_leader => (l, "zookeeper leader kill"),
+                    Some(l) => (
                         (l + 1 + rng.below(2) as usize) % zk.len(),
                         "zookeeper follower kill",
                     ),
-                    (_, None) => (
+                    None => (
                         rng.below(zk.len() as u64) as usize,
                         "zookeeper kill (no leader)",
                     ),
@@ -604,15 +639,15 @@ fn nemesis(
                     .unwrap()
                     .start_node(victim);
             }
-            36..48 if process_faults && has_ensemble => {
+            Action::ZooKeeperPause => {
                 let victim = rng.below(3) as usize;
                 count("zookeeper pause");
                 ensemble.lock().unwrap().as_mut().unwrap().pause(victim);
                 std::thread::sleep(MAX_SESSION + rng.millis(200, 1500));
                 ensemble.lock().unwrap().as_mut().unwrap().resume(victim);
             }
-            _ => {
-                let (fault, kind) = match rng.below(5) {
+            Action::Request(which) => {
+                let (fault, kind) = match which {
                     0 => (Fault::Refuse, "refuse"),
                     1 => (Fault::CutRequest, "cut request"),
                     2 => (Fault::DropReply, "lost reply"),
