@@ -12,7 +12,8 @@
 //! * Nemesis (seeded: every kind of fault the run has once first, in a seeded order, then drawn
 //!   at random; bounded in count and time, stops by itself a few seconds before the end and
 //!   heals everything): request faults through the fault proxy in front of ClickHouse (refuse, cut
-//!   request, lost reply, cut reply, stall past the request timeout) on any request or on one
+//!   request, lost reply, cut reply, stall past the request timeout, delay: the request held
+//!   before it reaches the server until its client gave up) on any request or on one
 //!   kind (a write, a renewal, an acquire); restarts of the local ClickHouse on its data
 //!   directory (SIGKILL); with an ensemble, SIGKILL and restart of the ZooKeeper leader or a
 //!   follower, and SIGSTOP of a node past the session timeout, then SIGCONT.
@@ -557,8 +558,8 @@ enum Action {
     ZooKeeperKill { leader: bool },
     /// SIGSTOP a ZooKeeper node past the session timeout, then SIGCONT.
     ZooKeeperPause,
-    /// A request fault through the proxy (0-4: refuse, cut request, lost reply, cut reply,
-    /// stall).
+    /// A request fault through the proxy (0-5: refuse, cut request, lost reply, cut reply,
+    /// stall, delay).
     Request(u64),
 }
 
@@ -578,7 +579,7 @@ fn nemesis(
     std::thread::sleep(Duration::from_millis(500));
     // Every kind of fault the run has comes once first, in a seeded order (so a short run has
     // them all), then they are drawn at random.
-    let mut first_round: Vec<Action> = (0..5).map(Action::Request).collect();
+    let mut first_round: Vec<Action> = (0..6).map(Action::Request).collect();
     if process_faults {
         first_round.push(Action::ClickHouseRestart);
         if has_ensemble {
@@ -596,16 +597,22 @@ fn nemesis(
         .as_secs()
         .max(5);
     let mut actions = 0;
+    // When the requests a `delay` holds are let go (after their clients timed out).
+    let mut release_at: Option<Instant> = None;
     while Instant::now() < until && actions < most {
         actions += 1;
         std::thread::sleep(rng.millis(200, 800));
+        if release_at.is_some_and(|at| Instant::now() >= at) {
+            proxy.release_all();
+            release_at = None;
+        }
         let action = first_round.pop().unwrap_or_else(|| match rng.below(100) {
             0..12 if process_faults => Action::ClickHouseRestart,
             12..36 if process_faults && has_ensemble => Action::ZooKeeperKill {
                 leader: rng.below(3) < 2,
             },
             36..48 if process_faults && has_ensemble => Action::ZooKeeperPause,
-            _ => Action::Request(rng.below(5)),
+            _ => Action::Request(rng.below(6)),
         });
         match action {
             Action::ClickHouseRestart => {
@@ -652,7 +659,13 @@ fn nemesis(
                     1 => (Fault::CutRequest, "cut request"),
                     2 => (Fault::DropReply, "lost reply"),
                     3 => (Fault::CutReply, "cut reply"),
-                    _ => (Fault::Stall(STALL), "stall"),
+                    4 => (Fault::Stall(STALL), "stall"),
+                    _ => {
+                        // Held before it reaches the server, let go after its client gave up.
+                        let at = Instant::now() + rng.millis(1500, 3000);
+                        release_at = Some(release_at.map_or(at, |r| r.max(at)));
+                        (Fault::Pause, "delay")
+                    }
                 };
                 let operation = match rng.below(4) {
                     0 => None,
@@ -672,8 +685,9 @@ fn nemesis(
             }
         }
     }
-    // Heal: no more request faults, every ZooKeeper node up and serving.
+    // Heal: no more request faults, held requests go on, every ZooKeeper node up and serving.
     proxy.clear_rules();
+    proxy.release_all();
     if let Some(zk) = ensemble.lock().unwrap().as_mut() {
         zk.heal(Duration::from_secs(30));
     }

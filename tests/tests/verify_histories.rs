@@ -92,7 +92,14 @@ fn assert_legal_and_bitten(name: &str, result: &RunResult, kinds: &[&str]) {
     }
 }
 
-const REQUEST_FAULTS: [&str; 5] = ["refuse", "cut request", "lost reply", "cut reply", "stall"];
+const REQUEST_FAULTS: [&str; 6] = [
+    "refuse",
+    "cut request",
+    "lost reply",
+    "cut reply",
+    "stall",
+    "delay",
+];
 
 #[test]
 fn merge_tree_history_under_restarts_and_request_faults_is_legal() {
