@@ -7,7 +7,7 @@
 //!   merge ID KEY'`, recording their lock calls through the CLI's hook). Each thread picks,
 //!   seeded: `update` (a unique key), `get`, `delete`, or a lock session: `lock`, then one to
 //!   three of renew / `lock.update` / `lock.set` / a short pause, then release; one session in
-//!   ten is a *slow holder* that sleeps past its lease, then renews and writes (both must be
+//!   six is a *slow holder* that sleeps past its lease, then renews and writes (both must be
 //!   refused) before it releases.
 //! * Nemesis (seeded: every kind of fault the run has once first, in a seeded order, then drawn
 //!   at random; bounded in count and time, stops by itself a few seconds before the end and
@@ -238,7 +238,7 @@ impl Client<'_> {
         r.lease_ms = Some(LEASE.as_millis() as u64);
         self.record(r, e);
         let Ok(lock) = result else { return };
-        let slow = self.rng.below(10) == 0;
+        let slow = self.rng.below(6) == 0;
         let steps = if slow { 0 } else { 1 + self.rng.below(3) };
         let lock_record = |op: &str, start: u64, o: Outcome, name: &str| {
             let mut r = Record::new(name, op, id, start, o);
