@@ -9,6 +9,8 @@
 #   make compose  builds the example consumer (examples/state-service) and plugs the library
 #               component into it with wac: target/component/state_service_composed.wasm, for
 #               stock `wasmtime serve` (docs/composition.md); and the binary WIT package
+#   make soak SECONDS=N   the history verification's long runs (docs/verification.md), N s per
+#               lock engine; make check-history FILE=F runs its checker on a recorded history
 
 SHELL := /bin/bash
 VENV := .venv
@@ -34,16 +36,34 @@ PLUGIN_DEPS := $(PLUGIN_VENV)/.meltano-$(PLUGIN_MELTANO_VERSION)-onestep-$(PLUGI
 RUFF := $(PY_VENV)/bin/ruff --config python/pyproject.toml
 PY_SOURCES := python/clickhouse_component tests/python
 
-.PHONY: meltano-diff run test setup wasm-target venv zookeeper binaryen build bench diff lint fmt clean js wasmtime-cli wheel plugin-wheel python-test compose wac-cli wasm-tools
+.PHONY: meltano-diff run test setup wasm-target venv zookeeper binaryen build bench diff lint fmt clean js wasmtime-cli wheel plugin-wheel python-test compose wac-cli wasm-tools planted-bugs soak check-history
 
 run: setup build
 	scripts/with-clickhouse scripts/quickstart
 
 test: setup wasmtime-cli wac-cli wasm-tools $(BENCH_DEPS) $(VENV)-meltano/.meltano-4.4.1 $(PLUGIN_DEPS) lint
 	cargo build --workspace --bins --examples
+	scripts/planted-bugs
 	$(MAKE) js
 	$(MAKE) plugin-wheel
 	scripts/with-clickhouse bash -c 'cargo test --workspace --all-targets && (cd js && npm test) && DIFF_PLUGIN_PYTHON=$(PLUGIN_VENV)/bin/python $(VENV)-bench/bin/python tests/diff/onestep_diff.py && $(VENV)-meltano/bin/python tests/diff/meltano_diff.py --keep-going && $(PLUGIN_VENV)/bin/python -m pytest -p no:cacheprovider tests/python'
+
+# The history verification (docs/verification.md). The planted-bug components its test must
+# catch (one wasm build per `planted-bug-*` feature, target/planted-bugs/; `make test` builds them).
+planted-bugs: wasm-target
+	scripts/planted-bugs
+
+# Long seeded runs of the verification workload, SECONDS per lock engine (VERIFY_SEED=N for
+# another schedule); histories in target/verify/, one line per run in target/verify/results.txt.
+SECONDS ?= 300
+soak: setup
+	cargo build --workspace --bins
+	VERIFY_SECONDS=$(SECONDS) cargo test -p clickhouse-component-tests --test verify_histories -- --ignored --nocapture soak
+
+# The checker alone, on recorded histories (JSON lines): make check-history FILE=target/verify/keeper-map-seed1.jsonl
+check-history:
+	@test -n "$(FILE)" || { echo "usage: make check-history FILE=path/to/history.jsonl" >&2; exit 2; }
+	cargo run --quiet -p clickhouse-component-tests --bin check-history -- $(FILE)
 
 # The wheel: one abi3 wheel (CPython >= 3.10, Linux x86_64) into target/wheels/.
 wheel: setup $(PY_TOOLS)
@@ -132,6 +152,7 @@ lint: $(PY_TOOLS)
 	cargo clippy -p clickhouse-component --target wasm32-wasip2 -- -D warnings
 	cargo clippy -p clickhouse-component --target wasm32-wasip2 --no-default-features -- -D warnings
 	cargo clippy -p clickhouse-state-service --target wasm32-wasip2 -- -D warnings
+	cargo clippy -p clickhouse-component --target wasm32-wasip2 --features "$$(scripts/planted-bugs --list | paste -sd,)" -- -D warnings
 	$(RUFF) format --check $(PY_SOURCES)
 	$(RUFF) check $(PY_SOURCES)
 

@@ -446,6 +446,15 @@ impl<T: Transport, P: Platform> StateStore<T, P> {
                 .into(),
             params: vec![("t".into(), self.tables.state.clone())],
         };
+        // Planted bug (docs/verification.md): the stored state is read before the lock is taken.
+        #[cfg(feature = "planted-bug-update-reads-outside-lock")]
+        let early = self.get(&state.id)?.map(|s| {
+            let text = |p: &Map<String, Value>| json::part_text(p).map(Value::String);
+            Value::Array(vec![
+                text(&s.partial).unwrap_or(Value::Null),
+                text(&s.completed).unwrap_or(Value::Null),
+            ])
+        });
         let (handle, stored) = lock::acquire_and_read(
             &self.session(),
             &self.tables,
@@ -453,6 +462,8 @@ impl<T: Transport, P: Platform> StateStore<T, P> {
             &self.lock_options,
             Some(&also),
         )?;
+        #[cfg(feature = "planted-bug-update-reads-outside-lock")]
+        let stored = early.or(stored.filter(|_| false));
         let result = (|| {
             let stored: Vec<Option<String>> = match stored {
                 None | Some(Value::Null) => Vec::new(),

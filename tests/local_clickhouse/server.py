@@ -269,10 +269,15 @@ def engine_config(path: str, zookeeper: str | None, prefix: str) -> str:
     esc = lambda v: v.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
     keeper = ""
     if zookeeper is not None:
-        host, _, port = zookeeper.rpartition(":")
+        # HOST:PORT, or several of them comma-separated (an ensemble: the engine's client picks
+        # one and fails over to the others).
+        nodes = ""
+        for node in zookeeper.split(","):
+            host, _, port = node.strip().rpartition(":")
+            nodes += f"        <node><host>{esc(host)}</host><port>{int(port)}</port></node>\n"
         keeper = (
             "    <zookeeper>\n"
-            f"        <node><host>{esc(host)}</host><port>{int(port)}</port></node>\n"
+            + nodes +
             "        <session_timeout_ms>30000</session_timeout_ms>\n"
             "    </zookeeper>\n"
             f"    <keeper_map_path_prefix>{esc(prefix)}</keeper_map_path_prefix>\n"
@@ -699,9 +704,10 @@ def main():
     parser.add_argument(
         "--zookeeper",
         default=os.environ.get("LOCAL_CLICKHOUSE_ZOOKEEPER", "none"),
-        metavar="start|HOST:PORT|none",
+        metavar="start|HOST:PORT[,HOST:PORT...]|none",
         help="the Keeper for KeeperMap/Replicated tables: 'start' runs a private ZooKeeper "
-        "(scripts/zookeeper), HOST:PORT uses one, 'none' (default) configures none",
+        "(scripts/zookeeper), HOST:PORT uses one (comma-separated: an ensemble), 'none' (default) "
+        "configures none",
     )
     parser.add_argument("--keeper-map-path-prefix", default="/keeper_map_tables")
     args = parser.parse_args()

@@ -466,9 +466,13 @@ pub fn cli(server: &Server) -> Command {
     cmd
 }
 
+pub mod checker;
+pub mod ensemble;
+pub mod history;
 pub mod native;
 pub mod proxy;
 pub mod serve;
+pub mod workload;
 
 /// A lock engine's name on the command line (`--lock-engine`).
 pub fn engine_name(engine: clickhouse_component_host::LockEngine) -> &'static str {

@@ -37,6 +37,7 @@ use clickhouse_component_host::{
 use serde_json::json;
 use tokio::sync::{mpsc, oneshot, watch};
 
+use super::record::{monotonic_ns, Recorder};
 use super::watchdog::Watchdog;
 
 /// Exit code when the command was stopped because its lease could no longer be guaranteed
@@ -164,7 +165,8 @@ pub async fn run(
         .map_or(DEFAULT_LEASE, |ms| Duration::from_millis(u64::from(ms)));
     let timing =
         Timing::new(lease, args.stop_before, args.term_grace).map_err(CallError::Component)?;
-    let mut held = acquire(host, global, args, &options, timing).await?;
+    let recorder = Recorder::from_env(lease);
+    let mut held = acquire(host, global, args, &options, timing, &recorder).await?;
     let (id, token, waited, last_ok) = (
         held.id.clone(),
         held.token.clone(),
@@ -224,6 +226,9 @@ pub async fn run(
         status: status_tx,
         lost: lost_tx,
         release: release_rx,
+        recorder: &recorder,
+        id: &args.id,
+        token: &token,
     }
     .run();
     let supervisor = async {
@@ -277,6 +282,10 @@ struct Held {
     waited: Duration,
     /// The start of the last call that set the lease.
     last_ok: Instant,
+    /// Where the lock calls are recorded.
+    recorder: Recorder,
+    /// The id as given.
+    raw_id: String,
 }
 
 impl Held {
@@ -284,8 +293,12 @@ impl Held {
     /// failing release until the lease ends).
     async fn release_early(&mut self) {
         self.deadline.set(Some(Instant::now() + MIN_RELEASE_TIME));
-        let _ =
+        let start = monotonic_ns();
+        let released =
             tokio::time::timeout(MIN_RELEASE_TIME * 2, self.instance.lock_release(self.lock)).await;
+        let released = released.unwrap_or_else(|e| Err(CallError::Runner(e.into())));
+        self.recorder
+            .record("release", &self.raw_id, Some(&self.token), start, &released);
     }
 }
 
@@ -296,6 +309,7 @@ async fn acquire(
     args: &LockArgs,
     options: &StoreOptions,
     timing: Timing,
+    recorder: &Recorder,
 ) -> Result<Held, CallError> {
     let connection = global.connection().map_err(CallError::Component)?;
     let allow = host.allow_list(&connection).map_err(CallError::Component)?;
@@ -306,8 +320,14 @@ async fn acquire(
     let deadline = instance.request_deadline();
     let store = instance.open_store(&connection, options).await?;
     let started = Instant::now();
-    let lock = instance.lock(store, &args.id).await?;
-    let token = instance.lock_token(lock).await?;
+    let start = monotonic_ns();
+    let acquired = match instance.lock(store, &args.id).await {
+        Ok(lock) => instance.lock_token(lock).await.map(|token| (lock, token)),
+        Err(e) => Err(e),
+    };
+    let token = acquired.as_ref().ok().map(|(_, token)| token.as_str());
+    recorder.record("acquire", &args.id, token, start, &acquired);
+    let (lock, token) = acquired?;
     let waited = started.elapsed();
     let id = clickhouse_component::host_api::escape_id(&args.id).into_owned();
     eprintln!(
@@ -323,13 +343,17 @@ async fn acquire(
         waited,
         // The lease began after `started`, when the winning acquire row was written.
         last_ok: started,
+        recorder: recorder.clone(),
+        raw_id: args.id.clone(),
     };
     if waited >= timing.renew_every {
         // A long wait may have used up much of it: renew before the command starts (the
         // component refuses a renewal that comes too late, so only time bounds this one).
         let attempt = Instant::now();
         held.deadline.set(Some(timing.term_at(attempt)));
+        let start = monotonic_ns();
         let renewed = held.instance.lock_renew(held.lock).await;
+        recorder.record("renew", &args.id, Some(&held.token), start, &renewed);
         held.deadline.set(None);
         if let Err(e) = renewed {
             held.release_early().await;
@@ -479,6 +503,10 @@ struct RenewAgent<'a> {
     status: watch::Sender<RenewStatus>,
     lost: mpsc::UnboundedSender<String>,
     release: mpsc::UnboundedReceiver<ReleaseRequest>,
+    /// Where the lock calls are recorded, with the id and token to record.
+    recorder: &'a Recorder,
+    id: &'a str,
+    token: &'a str,
 }
 
 impl RenewAgent<'_> {
@@ -492,6 +520,9 @@ impl RenewAgent<'_> {
             status,
             lost,
             mut release,
+            recorder,
+            id,
+            token,
         } = self;
         let mut last_ok = status.borrow().last_ok;
         let mut next = last_ok + timing.renew_every;
@@ -503,7 +534,9 @@ impl RenewAgent<'_> {
                 request = release.recv() => {
                     if let Some((until, reply)) = request {
                         deadline.set(Some(until));
+                        let start = monotonic_ns();
                         let result = instance.lock_release(lock).await;
+                        recorder.record("release", id, Some(token), start, &result);
                         deadline.set(None);
                         let _ = reply.send(result);
                     }
@@ -524,7 +557,9 @@ impl RenewAgent<'_> {
             deadline.set(Some(term_at));
             let attempt = Instant::now();
             status.send_modify(|s| s.in_flight = Some(attempt));
+            let start = monotonic_ns();
             let result = instance.lock_renew(lock).await;
+            recorder.record("renew", id, Some(token), start, &result);
             deadline.set(None);
             status.send_modify(|s| s.in_flight = None);
             if stopping.get() {

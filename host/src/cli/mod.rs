@@ -6,6 +6,7 @@ pub mod command;
 pub mod component;
 pub mod edit;
 pub mod lock;
+pub mod record;
 pub mod watchdog;
 
 use clap::Parser;

@@ -202,6 +202,15 @@ pub fn release<T: Transport, P: Platform>(
     insert_release(s, tables, &handle.id, &handle.token, lease_ends)
 }
 
+/// What a renewal requires: [`HOLDS`].
+const RENEW_IF: &str = if cfg!(feature = "planted-bug-renew-ignores-expiry") {
+    // Planted bug (docs/verification.md): a renewal only checks that the token was not released.
+    "(SELECT countIf(kind = 'release') FROM {db:Identifier}.{lt:Identifier}
+        WHERE state_id = {id:String} AND token = {token:String}) = 0 AND {margin_ms:UInt64} >= 0"
+} else {
+    HOLDS
+};
+
 /// Extends the lease of a held lock by a full stale window, in one statement that writes only
 /// while the token holds with at least the fence margin of its lease left; `locked` otherwise
 /// (released, lease over or about to be, or taken by someone else). A renewal never brings an
@@ -217,7 +226,7 @@ pub fn renew<T: Transport, P: Platform>(
             "INSERT INTO {{db:Identifier}}.{{lt:Identifier}} (state_id, token, kind, expires_at)
              SELECT {{id:String}}, {{token:String}}, 'acquire',
                     now64(3) + toIntervalMillisecond({{lease_ms:UInt64}})
-             WHERE {HOLDS}"
+             WHERE {RENEW_IF}"
         ))
         .param("lease_ms", options.stale_after.as_millis().to_string());
     execute_fenced(
