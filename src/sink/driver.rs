@@ -282,15 +282,13 @@ impl<T: Transport, P: Platform> Sink<T, P> {
         (total.div_ceil(batch), build)
     }
 
-    /// `request` as this server takes it: the foreground setting under its old name once the
-    /// server has named the new one unknown.
-    fn for_server<'r>(&self, request: &'r HttpRequest) -> std::borrow::Cow<'r, HttpRequest> {
-        if !self.old_setting_name.get() {
-            return std::borrow::Cow::Borrowed(request);
+    /// `request` made as this server takes it, in place (chunks are built ahead, some before
+    /// the switch): the foreground setting under its old name once the server has named the
+    /// new one unknown.
+    fn for_server(&self, request: &mut HttpRequest) {
+        if self.old_setting_name.get() && request.path_and_query.contains(FOREGROUND) {
+            request.path_and_query = request.path_and_query.replace(FOREGROUND, FOREGROUND_OLD);
         }
-        let mut request = request.clone();
-        request.path_and_query = request.path_and_query.replace(FOREGROUND, FOREGROUND_OLD);
-        std::borrow::Cow::Owned(request)
     }
 
     /// Whether `e` (the first chunk's failure: nothing committed) is a server that does not
@@ -326,28 +324,28 @@ impl<T: Transport, P: Platform> Sink<T, P> {
         let mut started = first;
         let mut current = if count > 0 { Some(build(0)?) } else { None };
         for chunk in 0..count {
-            let ChunkRequest { request, rows } = current.take().expect("built before its turn");
-            let mut in_flight = Some(
-                started
-                    .take()
-                    .unwrap_or_else(|| self.client.start(&self.for_server(&request))),
-            );
+            let ChunkRequest { mut request, rows } = current.take().expect("built before its turn");
+            self.for_server(&mut request);
+            let in_flight = started
+                .take()
+                .unwrap_or_else(|| self.client.start(&request));
             let upcoming = (chunk + 1 < count).then(|| build(chunk + 1));
-            let send = |in_flight: &mut Option<InFlight>| {
+            let send = |request: &HttpRequest, mut in_flight: Option<InFlight>| {
                 retry::run(
                     &policy,
                     &self.platform,
                     None,
                     || match in_flight.take() {
-                        Some(answer) => self.client.wait(&request, answer),
-                        None => self.client.send(&self.for_server(&request)),
+                        Some(answer) => self.client.wait(request, answer),
+                        None => self.client.send(request),
                     },
                     |e| retry::is_worth_retrying(e.kind),
                 )
             };
-            let sent = match send(&mut in_flight) {
+            let sent = match send(&request, Some(in_flight)) {
                 Err(e) if receipt.chunks == 0 && self.switch_setting_name(&e) => {
-                    send(&mut in_flight)
+                    self.for_server(&mut request);
+                    send(&request, None)
                 }
                 sent => sent.map_err(constraint_on_foreground),
             };
@@ -439,11 +437,11 @@ impl<T: Transport, P: Platform> Sink<T, P> {
     }
 
     /// Sends the first chunk of a prepared send without waiting for its answer.
-    pub fn start(&self, prepared: PreparedSend) -> StartedSend {
-        let first = prepared
-            .chunks
-            .front()
-            .map(|chunk| self.client.start(&chunk.request));
+    pub fn start(&self, mut prepared: PreparedSend) -> StartedSend {
+        let first = prepared.chunks.front_mut().map(|chunk| {
+            self.for_server(&mut chunk.request);
+            self.client.start(&chunk.request)
+        });
         StartedSend {
             chunks: prepared.chunks,
             first,
@@ -840,6 +838,20 @@ mod tests {
             );
         }
         drop(sent);
+
+        // A send prepared ahead (the CLI's next batch) and started after the switch, too.
+        let t = Scripted::new(vec![unknown(), ack(1), ack(1)]);
+        let s = sink(&t, 2, false);
+        s.send_json(&ndjson(1)).unwrap();
+        let prepared = s.prepare_json(&ndjson(1)).unwrap();
+        s.finish(s.start(prepared)).unwrap();
+        let last = &t.sent.borrow()[2];
+        assert!(
+            last.path_and_query.contains(FOREGROUND_OLD),
+            "{}",
+            last.path_and_query
+        );
+        assert!(!last.path_and_query.contains(FOREGROUND));
 
         // Any other unknown setting keeps its kind; so does the old name refused as well.
         let t = Scripted::new(vec![
