@@ -518,22 +518,38 @@ fn python_bench(
         eprintln!("(no {}: `make bench` makes it)", python.display());
         return None;
     }
-    let out = server
-        .export_to(&mut std::process::Command::new(&python))
-        .arg(root.join("benches/onestep_bench.py"))
-        .args([mode, table, what, &batch.to_string()])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "onestep_bench.py {mode} failed: {}",
-        String::from_utf8_lossy(&out.stderr)
+    let v = python_json(
+        server,
+        &python,
+        "benches/onestep_bench.py",
+        &[mode, table, what, &batch.to_string()],
     );
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     Some((
         v["seconds"].as_f64().unwrap(),
         v["path"].as_str().unwrap().to_string(),
     ))
+}
+
+/// Runs `script` (relative to the repository) with `python`, the server's credentials in its
+/// environment; its stdout is one JSON document.
+fn python_json(
+    server: &clickhouse_component_tests::Server,
+    python: &std::path::Path,
+    script: &str,
+    args: &[&str],
+) -> serde_json::Value {
+    let out = server
+        .export_to(&mut std::process::Command::new(python))
+        .arg(clickhouse_component_tests::repo_root().join(script))
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{script} {args:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
 }
 
 /// The Python wheel (docs/python.md): state store latency from Python against the Rust
@@ -582,18 +598,12 @@ async fn bench_python(iterations: usize) {
         i.state_update(s, &state(partial, "")).await.unwrap();
         update.push(t.elapsed());
     }
-    let out = server
-        .export_to(&mut std::process::Command::new(&python))
-        .arg(root.join("tests/python/bench_state.py"))
-        .args([&iterations.to_string(), "--json"])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "bench_state.py: {}",
-        String::from_utf8_lossy(&out.stderr)
+    let py = python_json(
+        server,
+        &python,
+        "tests/python/bench_state.py",
+        &[&iterations.to_string(), "--json"],
     );
-    let py: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     println!(
         "\nPython wheel: state store from Python and from the Rust embedding ({iterations} iterations each, one warm instance each, same server, same run)\n"
     );
@@ -644,18 +654,12 @@ async fn bench_python(iterations: usize) {
     }
 
     // `meltano run`, 200 STATE messages, our backend against Meltano's default.
-    let out = server
-        .export_to(&mut std::process::Command::new(&python))
-        .arg(root.join("tests/python/bench_meltano.py"))
-        .args(["200", "--json"])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "bench_meltano.py: {}",
-        String::from_utf8_lossy(&out.stderr)
+    let m = python_json(
+        server,
+        &python,
+        "tests/python/bench_meltano.py",
+        &["200", "--json"],
     );
-    let m: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     println!();
     println!("| `meltano run`, a tap emitting 200 STATE messages | seconds | ms per STATE |");
     println!("|---|---:|---:|");

@@ -498,12 +498,8 @@ def onestep_dsn() -> tuple[str, dict]:
     return f"clickhouse://{auth}@{parts.netloc}/default", options
 
 
-async def run_onestep(case: Case) -> Result:
-    from onestep import ConnectorOperationError, Envelope
-    from onestep_clickhouse import ClickHouseConnector, ClickHousePayloadError
-
-    dsn, client_options = onestep_dsn()
-    connector = ClickHouseConnector(dsn, client_options=client_options)
+def sink_options(case: Case) -> dict[str, Any]:
+    """The case's `table_sink(...)` options, as onestep-clickhouse and our plugin both take them."""
     options: dict[str, Any] = {}
     if case.columns is not None:
         options["columns"] = case.columns
@@ -511,6 +507,16 @@ async def run_onestep(case: Case) -> Result:
         options["batch_size"] = case.batch_size
     if case.settings:
         options["settings"] = dict(case.settings)
+    return options
+
+
+async def run_onestep(case: Case) -> Result:
+    from onestep import ConnectorOperationError, Envelope
+    from onestep_clickhouse import ClickHouseConnector, ClickHousePayloadError
+
+    dsn, client_options = onestep_dsn()
+    connector = ClickHouseConnector(dsn, client_options=client_options)
+    options = sink_options(case)
     try:
         try:
             sink = connector.table_sink(table=case.target(), **options)
@@ -537,13 +543,7 @@ async def run_plugin(case: Case) -> Result:
 
     dsn, _ = onestep_dsn()  # clickhouse-connect's `compress` is not one of our client_options
     connector = ClickHouseConnector(dsn)
-    options: dict[str, Any] = {}
-    if case.columns is not None:
-        options["columns"] = case.columns
-    if case.batch_size is not None:
-        options["batch_size"] = case.batch_size
-    if case.settings:
-        options["settings"] = dict(case.settings)
+    options = sink_options(case)
     try:
         try:
             sink = connector.table_sink(table=case.target(), **options)
