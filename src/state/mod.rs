@@ -11,6 +11,7 @@ pub mod glob;
 pub mod held;
 pub mod ids;
 pub mod json;
+pub mod known;
 pub mod lock;
 pub mod schema;
 pub mod steps;
@@ -23,6 +24,8 @@ use crate::client::retry::{RetryPolicy, DEFAULT_RETRIES};
 use crate::client::{escape_param, Client, Error, ErrorKind, ExternalTable, Query, Transport};
 use crate::platform::Platform;
 
+use known::{Known, Stored};
+use lock::Tried;
 use steps::{Session, Step};
 
 pub use held::HeldLock;
@@ -146,6 +149,14 @@ fn stored_part(text: Option<&str>, what: &str, id: &str) -> Result<Map<String, V
     }
 }
 
+/// What a write of `state` leaves stored.
+fn stored(state: &State) -> Stored {
+    Some([
+        json::part_text(&state.partial),
+        json::part_text(&state.completed),
+    ])
+}
+
 /// Whose lock a write runs under, which decides whether an attempt whose answer was lost may
 /// be repeated.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -236,6 +247,9 @@ pub struct StateStore<T: Transport, P: Platform> {
     tables: Tables,
     lock_options: LockOptions,
     retry: RetryPolicy,
+    /// What this store last wrote or read of a few ids: `update`'s base before its lock is
+    /// confirmed.
+    known: Known,
 }
 
 impl<T: Transport, P: Platform> StateStore<T, P> {
@@ -301,6 +315,7 @@ impl<T: Transport, P: Platform> StateStore<T, P> {
             tables,
             lock_options: options.lock,
             retry,
+            known: Known::default(),
         })
     }
 
@@ -322,6 +337,15 @@ impl<T: Transport, P: Platform> StateStore<T, P> {
     }
 
     fn read_states(&self, step: Step, query: Query) -> Result<Vec<State>, Error> {
+        Ok(self
+            .read_stored(step, query)?
+            .into_iter()
+            .map(|(state, _)| state)
+            .collect())
+    }
+
+    /// [`Self::read_states`], with each state's parts as the server returned them.
+    fn read_stored(&self, step: Step, query: Query) -> Result<Vec<(State, Stored)>, Error> {
         /// One row as the store selects it; any other shape is an error, never a default.
         #[derive(serde::Deserialize)]
         #[serde(deny_unknown_fields)]
@@ -334,7 +358,7 @@ impl<T: Transport, P: Platform> StateStore<T, P> {
         let rows: Vec<Row> = json_rows(&response.body, "the state query")?;
         rows.into_iter()
             .map(|row| {
-                Ok(State {
+                let state = State {
                     partial: stored_part(
                         row.partial_state.as_deref(),
                         "partial state",
@@ -346,7 +370,8 @@ impl<T: Transport, P: Platform> StateStore<T, P> {
                         &row.state_id,
                     )?,
                     id: row.state_id,
-                })
+                };
+                Ok((state, Some([row.partial_state, row.completed_state])))
             })
             .collect()
     }
@@ -363,7 +388,9 @@ impl<T: Transport, P: Platform> StateStore<T, P> {
                  WHERE state_id = {id:String} LIMIT 1",
             )
             .param("id", id);
-        Ok(self.read_states(Step::Get, query)?.pop())
+        let (state, parts) = self.read_stored(Step::Get, query)?.pop().unzip();
+        self.known.record(id, parts.flatten());
+        Ok(state)
     }
 
     /// Writes both parts of each state (overwrite), in one INSERT. Ids must be distinct.
@@ -412,11 +439,25 @@ impl<T: Transport, P: Platform> StateStore<T, P> {
                 "INSERT INTO {db:Identifier}.{t:Identifier} (state_id, partial_state, completed_state) FORMAT JSONEachRow",
             )
             .data(body);
-        self.session()
+        let result = self
+            .session()
             .send_unless(Step::Set, &lock::write_settings(query), |e| {
                 !repeat_lost && is_lost_answer(e)
             })
-            .map(|_| ())
+            .map(|_| ());
+        for state in states {
+            self.remember(&state.id, &result, stored(state));
+        }
+        result
+    }
+
+    /// Records what a write of `id` leaves stored (`written`) if it succeeded, else forgets
+    /// the id.
+    fn remember<R>(&self, id: &str, result: &Result<R, Error>, written: Stored) {
+        match result {
+            Ok(_) => self.known.record(id, written),
+            Err(_) => self.known.forget(id),
+        }
     }
 
     /// Overwrites both parts of one state (Meltano `set`).
@@ -434,8 +475,17 @@ impl<T: Transport, P: Platform> StateStore<T, P> {
     /// Meltano `update`, under the lock: a state with a non-empty completed part replaces the
     /// row and clears the partial; otherwise its partial part is deep-merged into the stored
     /// partial and the stored completed part is kept. Returns the state as stored.
+    ///
+    /// Three requests when the result is known before the lock is confirmed (a completed part,
+    /// or a partial one and this store knows what the id holds: [`known`]): the lock's claim,
+    /// the fenced write (its fence confirms the claim; a partial write also checks on the
+    /// server that the stored state is the one it was computed from), the release. Otherwise,
+    /// or when that write lets nothing through, the claim is confirmed by a query that also
+    /// reads the stored state, and the write follows: four requests (five after a wasted
+    /// write).
     pub fn update(&self, state: &State) -> Result<State, Error> {
         check_new_id(&state.id)?;
+        let id = state.id.as_str();
         // The stored parts are read in the query that confirms the lock (one round trip less),
         // as an array: a tuple would print as an object under
         // enable_named_columns_in_function_tuple=1. An aggregate always yields one row, so no
@@ -446,26 +496,90 @@ impl<T: Transport, P: Platform> StateStore<T, P> {
                 .into(),
             params: vec![("t".into(), self.tables.state.clone())],
         };
+        // The result if it can be known now: a completed part replaces whatever is stored; a
+        // partial part is merged into the state this store knows, which the write then checks.
+        let ahead: Option<(State, Option<Stored>)> = if !state.completed.is_empty() {
+            Some((updated(state, Map::new(), Map::new())?, None))
+        } else {
+            self.known.base(id).and_then(|base| {
+                let [p, c] = base.clone().unwrap_or_default();
+                let new = updated(
+                    state,
+                    stored_part(p.as_deref(), "partial state", id).ok()?,
+                    stored_part(c.as_deref(), "completed state", id).ok()?,
+                )
+                .ok()?;
+                Some((new, Some(base)))
+            })
+        };
         // Planted bug (docs/verification.md): the stored state is read before the lock is taken.
         #[cfg(feature = "planted-bug-update-reads-outside-lock")]
-        let early = self.get(&state.id)?.map(|s| {
-            let text = |p: &Map<String, Value>| json::part_text(p).map(Value::String);
-            Value::Array(vec![
-                text(&s.partial).unwrap_or(Value::Null),
-                text(&s.completed).unwrap_or(Value::Null),
-            ])
-        });
-        let (handle, stored) = lock::acquire_and_read(
+        let (ahead, early): (Option<(State, Option<Stored>)>, _) = {
+            let _ = ahead;
+            let early = self.get(id)?.map(|s| {
+                let text = |p: &Map<String, Value>| json::part_text(p).map(Value::String);
+                Value::Array(vec![
+                    text(&s.partial).unwrap_or(Value::Null),
+                    text(&s.completed).unwrap_or(Value::Null),
+                ])
+            });
+            (None, early)
+        };
+        // Only a write that fits in the URL is tried ahead (its check carries the base too);
+        // the token's length is a UUID's.
+        let probe = LockHandle::held_elsewhere(id, "00000000-0000-0000-0000-000000000000");
+        let ahead =
+            ahead.filter(|(new, base)| self.fenced_insert(new, &probe, base.as_ref()).is_some());
+        let first = |handle: &LockHandle| -> Result<Tried, Error> {
+            let Some((new, base)) = &ahead else {
+                return Ok(Tried::NotWritten);
+            };
+            let query = self
+                .fenced_insert(new, handle, base.as_ref())
+                .ok_or_else(|| {
+                    Error::new(
+                        ErrorKind::Permanent,
+                        "the write under the lock does not fit",
+                    )
+                })?;
+            let step = if base.is_some() {
+                Step::SetUnlessChanged
+            } else {
+                Step::Set
+            };
+            debug_assert_eq!(query.name, step.name());
+            match lock::execute_fenced(&self.session(), step, query, handle, true) {
+                Ok(()) => Ok(Tried::Written),
+                Err(e) if e.kind == ErrorKind::Locked => Ok(Tried::NotWritten),
+                Err(e) => Err(e),
+            }
+        };
+        let acquired = lock::acquire_trying(
             &self.session(),
             &self.tables,
-            &state.id,
+            id,
             &self.lock_options,
             Some(&also),
-        )?;
-        #[cfg(feature = "planted-bug-update-reads-outside-lock")]
-        let stored = early.or(stored.filter(|_| false));
+            ahead.is_some().then_some(&first as lock::First<'_>),
+        );
+        let acquired = acquired.inspect_err(|_| self.known.forget(id))?;
+        let handle = acquired.handle;
         let result = (|| {
-            let stored: Vec<Option<String>> = match stored {
+            if let (Some(tried), Some((new, base))) = (acquired.first, &ahead) {
+                if tried == Tried::Written {
+                    self.known.record(id, stored(new));
+                    return Ok(new.clone());
+                }
+                if tried == Tried::NotWritten && base.is_some() {
+                    // Confirmed below as ours: the state this store knew was stale.
+                    self.known.distrust(id);
+                }
+            }
+            #[cfg(not(feature = "planted-bug-update-reads-outside-lock"))]
+            let read = acquired.read;
+            #[cfg(feature = "planted-bug-update-reads-outside-lock")]
+            let read = early;
+            let parts: Vec<Option<String>> = match read {
                 None | Some(Value::Null) => Vec::new(),
                 Some(value) => serde_json::from_value(value).map_err(|e| {
                     Error::new(
@@ -474,23 +588,32 @@ impl<T: Transport, P: Platform> StateStore<T, P> {
                     )
                 })?,
             };
-            let (stored_partial, stored_completed) = match stored.as_slice() {
-                [] => (None, None),
-                [p, c] => (p.as_deref(), c.as_deref()),
-                other => {
+            let now: Stored = match <[Option<String>; 2]>::try_from(parts) {
+                Ok(parts) => Some(parts),
+                Err(parts) if parts.is_empty() => None,
+                Err(parts) => {
                     return Err(Error::new(
                         ErrorKind::Permanent,
                         format!(
                             "unexpected answer for the stored state: {} parts",
-                            other.len()
+                            parts.len()
                         ),
                     ))
                 }
             };
+            if let (Some(Tried::Unknown), Some((new, _))) = (acquired.first, &ahead) {
+                // The write whose answer was lost landed (or the state already was its result).
+                if now == stored(new) {
+                    self.known.record(id, now);
+                    return Ok(new.clone());
+                }
+            }
+            self.known.record_read(id, now.clone());
+            let [p, c] = now.unwrap_or_default();
             let new = updated(
                 state,
-                stored_part(stored_partial, "partial state", &state.id)?,
-                stored_part(stored_completed, "completed state", &state.id)?,
+                stored_part(p.as_deref(), "partial state", id)?,
+                stored_part(c.as_deref(), "completed state", id)?,
             )?;
             self.set_fenced(&new, &handle, Holding::OwnLock)?;
             Ok(new)
@@ -517,15 +640,59 @@ impl<T: Transport, P: Platform> StateStore<T, P> {
         handle: &LockHandle,
         holding: Holding,
     ) -> Result<(), Error> {
+        let query = self
+            .fenced_insert(state, handle, None)
+            .ok_or_else(|| Error::invalid("the state does not fit in a request"))?;
+        let result = lock::execute_fenced(
+            &self.session(),
+            Step::Set,
+            query,
+            handle,
+            holding == Holding::OwnLock,
+        );
+        self.remember(&state.id, &result, stored(state));
+        result
+    }
+
+    /// The fenced INSERT of [`Self::set_fenced`]. With `base` (what the id held when `state`
+    /// was computed from it), it writes only if the stored state is `base` or already `state`
+    /// (read in the same statement as the fence), and only with the parts in the URL: `None`
+    /// if they do not fit. Without, `None` only if the statement cannot be built at all.
+    fn fenced_insert(
+        &self,
+        state: &State,
+        handle: &LockHandle,
+        base: Option<&Stored>,
+    ) -> Option<Query> {
         let partial = json::part_text(&state.partial).unwrap_or_default();
         let completed = json::part_text(&state.completed).unwrap_or_default();
+        // The stored state, and the condition that it is `base` or the new state.
+        let (with, unchanged) = match base {
+            None => ("", ""),
+            // Planted bug (docs/verification.md): the write ahead does not check the base.
+            Some(_) if cfg!(feature = "planted-bug-write-ahead-unchecked") => (
+                "",
+                " AND {b_row:UInt8} + {b_pn:UInt8} + {b_cn:UInt8} + length({b_p:String} || {b_c:String}) >= 0",
+            ),
+            Some(_) => (
+                "WITH (SELECT anyLast([partial_state, completed_state])
+                       FROM {db:Identifier}.{t:Identifier} FINAL WHERE state_id = {id:String}) AS stored
+                 ",
+                " AND (stored = if({b_row:UInt8} = 1, [if({b_pn:UInt8} = 1, NULL, {b_p:String}), if({b_cn:UInt8} = 1, NULL, {b_c:String})], [])
+                     OR stored = [nullIf({p:String}, ''), nullIf({c:String}, '')])",
+            ),
+        };
         // The two parts, as expressions, and where they come from.
-        let insert = |p: &str, c: &str, from: &str| {
+        let step = if base.is_some() {
+            Step::SetUnlessChanged
+        } else {
             Step::Set
-                .query(format!(
+        };
+        let insert = |p: &str, c: &str, from: &str| {
+            step.query(format!(
                     "INSERT INTO {{db:Identifier}}.{{t:Identifier}} (state_id, partial_state, completed_state)
-                 SELECT {{id:String}}, nullIf({p}, ''), nullIf({c}, ''){from}
-                 WHERE {}",
+                 {with}SELECT {{id:String}}, nullIf({p}, ''), nullIf({c}, ''){from}
+                 WHERE {}{unchanged}",
                     lock::holds(&self.tables)
                 ))
                 .param("t", &self.tables.state)
@@ -533,11 +700,20 @@ impl<T: Transport, P: Platform> StateStore<T, P> {
         let fenced = |query: Query| {
             lock::write_settings(lock::fence(query, &self.tables, handle, &self.lock_options))
         };
-        let in_url = fenced(
-            insert("{p:String}", "{c:String}", "")
-                .param("p", partial.clone())
-                .param("c", completed.clone()),
-        );
+        let mut in_url = insert("{p:String}", "{c:String}", "")
+            .param("p", partial.clone())
+            .param("c", completed.clone());
+        if let Some(base) = base {
+            let [p, c] = base.clone().unwrap_or_default();
+            let flag = |b: bool| if b { "1" } else { "0" };
+            in_url = in_url
+                .param("b_row", flag(base.is_some()))
+                .param("b_pn", flag(p.is_none()))
+                .param("b_p", p.unwrap_or_default())
+                .param("b_cn", flag(c.is_none()))
+                .param("b_c", c.unwrap_or_default());
+        }
+        let in_url = fenced(in_url);
         // The request target as it would be sent (escaped values, the id, the connection's
         // settings): in the URL if it fits, else the parts go in the body (a target too long
         // to build at all is one that does not fit; any other fault of the statement shows
@@ -545,28 +721,23 @@ impl<T: Transport, P: Platform> StateStore<T, P> {
         let fits = in_url
             .to_http(self.client.endpoint())
             .is_ok_and(|r| r.path_and_query.len() <= MAX_FENCED_URL_BYTES);
-        let query = if fits {
-            in_url
-        } else {
-            let mut rows = escape_param(&partial).into_bytes();
-            rows.push(b'\t');
-            rows.extend(escape_param(&completed).into_bytes());
-            rows.push(b'\n');
-            fenced(
-                insert("p", "c", " FROM state_parts").external(ExternalTable {
-                    name: "state_parts".into(),
-                    structure: "p String, c String".into(),
-                    rows,
-                }),
-            )
-        };
-        lock::execute_fenced(
-            &self.session(),
-            Step::Set,
-            query,
-            handle,
-            holding == Holding::OwnLock,
-        )
+        if fits {
+            return Some(in_url);
+        }
+        if base.is_some() {
+            return None;
+        }
+        let mut rows = escape_param(&partial).into_bytes();
+        rows.push(b'\t');
+        rows.extend(escape_param(&completed).into_bytes());
+        rows.push(b'\n');
+        Some(fenced(insert("p", "c", " FROM state_parts").external(
+            ExternalTable {
+                name: "state_parts".into(),
+                structure: "p String, c String".into(),
+                rows,
+            },
+        )))
     }
 
     /// Meltano `update` by a caller that already holds the lock on the id (`handle`): reads
@@ -617,6 +788,7 @@ impl<T: Transport, P: Platform> StateStore<T, P> {
     }
 
     fn delete_fenced(&self, id: &str, handle: &LockHandle, holding: Holding) -> Result<u64, Error> {
+        self.known.forget(id);
         let (count, version) = self.count_rows(id)?;
         if count > 0 {
             let query = Step::Delete
@@ -696,6 +868,7 @@ impl<T: Transport, P: Platform> StateStore<T, P> {
     /// Deletes every state written before the call; returns how many states that removed.
     /// A state written concurrently (after the snapshot) survives and is not counted.
     pub fn clear_all(&self) -> Result<u64, Error> {
+        self.known.clear();
         let response = self.session().execute(
             Step::ClearAllSnapshot,
             &self

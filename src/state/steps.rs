@@ -53,6 +53,10 @@ pub enum Step {
     CountRows,
     /// Overwriting states (unfenced, or fenced by a held lock): the same rows again on repeat.
     Set,
+    /// `update`'s fenced write computed before the lock was confirmed: written only if the
+    /// stored state is the one it was computed from, or already its result (so a repeat
+    /// writes the same row again).
+    SetUnlessChanged,
     /// A fenced lightweight DELETE of one id: a repeat deletes nothing more.
     Delete,
     /// The snapshot of `clear-all` (count and newest `updated_at`).
@@ -86,6 +90,7 @@ impl Step {
             Step::GetAll => "get-all",
             Step::CountRows => "count",
             Step::Set => "set",
+            Step::SetUnlessChanged => "set-unless-changed",
             Step::Delete => "delete",
             Step::ClearAllSnapshot => "clear-all-snapshot",
             Step::ClearAll => "clear-all",
@@ -103,6 +108,7 @@ impl Step {
         matches!(
             self,
             Step::Set
+                | Step::SetUnlessChanged
                 | Step::Delete
                 | Step::ClearAll
                 | Step::Acquire
@@ -132,6 +138,8 @@ impl Step {
     ///   majority (`insert_quorum = 'auto'`) in sequence (`insert_quorum_parallel = 0`, which
     ///   sequential consistency needs); SharedMergeTree inserts are acknowledged once in shared
     ///   storage and Keeper, and take no quorum setting;
+    /// - `update`'s write computed before its lock was confirmed reads the stored state in
+    ///   its condition: it is both;
     /// - deletes wait for every replica (`lightweight_deletes_sync = 2`, the server default,
     ///   which a profile may have changed).
     ///
@@ -141,6 +149,11 @@ impl Step {
         const QUORUM: &[(&str, &str)] =
             &[("insert_quorum", "auto"), ("insert_quorum_parallel", "0")];
         const DELETE: &[(&str, &str)] = &[("lightweight_deletes_sync", "2")];
+        const READ_AND_QUORUM: &[(&str, &str)] = &[
+            ("select_sequential_consistency", "1"),
+            ("insert_quorum", "auto"),
+            ("insert_quorum_parallel", "0"),
+        ];
         match (replication, self) {
             (Replication::None, _) => &[],
             (
@@ -153,6 +166,8 @@ impl Step {
                 | Step::Holder,
             ) => READ,
             (Replication::Replicated, Step::Set) => QUORUM,
+            (Replication::Replicated, Step::SetUnlessChanged) => READ_AND_QUORUM,
+            (_, Step::SetUnlessChanged) => READ,
             (_, Step::Delete | Step::ClearAll) => DELETE,
             _ => &[],
         }

@@ -84,6 +84,9 @@ pub struct RunResult {
     pub elapsed: Duration,
     /// Leases the CLI processes recorded through the CLI's hook.
     pub cli_leases: usize,
+    /// `update` writes sent ahead of the lock's confirmation (`set-unless-changed`, through
+    /// the proxy: the thread clients').
+    pub writes_ahead: usize,
 }
 
 impl RunResult {
@@ -95,7 +98,7 @@ impl RunResult {
             .map(|(k, v)| format!("{k} {v}"))
             .collect();
         format!(
-            "engine {} seed {} clients {}+{} for {:?}: {} operations, {} unknown, {} leases ({} by CLI processes), {} takeovers, {} fenced writes refused; faults: {}; anomalies {}{}; {:.0} s",
+            "engine {} seed {} clients {}+{} for {:?}: {} operations, {} unknown, {} leases ({} by CLI processes), {} takeovers, {} fenced writes refused, {} update writes ahead of the lock's confirmation; faults: {}; anomalies {}{}; {:.0} s",
             engine_name(config.engine),
             config.seed,
             config.threads,
@@ -107,6 +110,7 @@ impl RunResult {
             self.cli_leases,
             self.report.takeovers,
             self.report.fenced_out,
+            self.writes_ahead,
             faults.join(", "),
             self.report.anomalies.len(),
             if self.report.inconclusive.is_empty() { "" } else { " (INCONCLUSIVE search)" },
@@ -538,6 +542,11 @@ pub fn run(config: &Config) -> RunResult {
         .iter()
         .filter(|r| r.op == "acquire" && r.outcome == Outcome::Ok && r.process.starts_with("pid-"))
         .count();
+    let writes_ahead = proxy
+        .log()
+        .iter()
+        .filter(|r| r.header("x-component-operation").as_deref() == Some("set-unless-changed"))
+        .count();
     drop(proxy);
     drop(clickhouse);
     drop(ensemble);
@@ -546,6 +555,7 @@ pub fn run(config: &Config) -> RunResult {
         faults: faults.into_inner().unwrap(),
         elapsed: started.elapsed(),
         cli_leases,
+        writes_ahead,
     }
 }
 

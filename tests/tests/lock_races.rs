@@ -105,53 +105,80 @@ fn renewal_at_the_lease_edge(engine: LockEngineChoice) {
 }
 
 /// A write under the lock that stalls past the lease lands nothing once another holder has the
-/// lock: it is `locked`, and the new holder's write stays.
+/// lock: it is `locked`, and the new holder's write stays. Written ahead of the lock's
+/// confirmation (`update` knows the stored state: A wrote it), it lands nothing either, and the
+/// update then waits for the lock like any contender and applies after B's.
 #[test]
 fn a_write_delayed_past_the_lease_is_fenced_out() {
     for engine in ENGINES {
-        write_delayed_past_the_lease(engine);
+        write_delayed_past_the_lease(engine, false);
+        write_delayed_past_the_lease(engine, true);
     }
 }
 
-fn write_delayed_past_the_lease(engine: LockEngineChoice) {
+fn write_delayed_past_the_lease(engine: LockEngineChoice, ahead: bool) {
     let db = unique_name("races_fence");
     let lease = Duration::from_millis(1500);
     let (a, ta) = store(&db, lease, engine);
     let (b, _) = store(&db, lease, engine);
-    a.set(&state("job", json!({}), json!({"v": 0}))).unwrap();
-    ta.pause_next(&["set"]);
+    let initial = state("job", json!({}), json!({"v": 0}));
+    if ahead {
+        a.set(&initial)
+    } else {
+        b.set(&initial)
+    }
+    .unwrap();
+    ta.pause_next(&[if ahead { "set-unless-changed" } else { "set" }]);
     let started = Instant::now();
     let a_result = thread::scope(|scope| {
-        let update = scope.spawn(|| a.update(&state("job", json!({"from": "a"}), json!({}))));
+        let update = scope.spawn(|| a.update(&state("job", json!({"a": 1}), json!({}))));
         assert!(ta.wait_held(HELD), "A's write was never sent");
         thread::sleep((lease + Duration::from_millis(200)).saturating_sub(started.elapsed()));
-        b.update(&state("job", json!({"from": "b"}), json!({})))
+        b.update(&state("job", json!({"b": 1}), json!({})))
             .expect("A's lease has ended: B updates");
         ta.release();
         update.join().unwrap()
     });
-    let e = a_result.expect_err("A's stale write must be fenced out");
-    assert_eq!(e.kind, ErrorKind::Locked, "{engine:?}: {e}");
     let got = b.get("job").unwrap().unwrap();
-    assert_eq!(Value::Object(got.partial), json!({"from": "b"}));
+    if ahead {
+        let stored = a_result.expect("A's update waits for B's and applies after it");
+        assert_eq!(got, stored, "{engine:?}");
+        assert_eq!(Value::Object(got.partial), json!({"a": 1, "b": 1}));
+    } else {
+        let e = a_result.expect_err("A's stale write must be fenced out");
+        assert_eq!(e.kind, ErrorKind::Locked, "{engine:?}: {e}");
+        assert_eq!(Value::Object(got.partial), json!({"b": 1}));
+    }
     assert_eq!(Value::Object(got.completed), json!({"v": 0}));
 }
 
 /// A delete (`state clear ID`) racing an update waits for the update's lock, so the update
-/// cannot bring the deleted state back.
+/// cannot bring the deleted state back (the update's write held, confirmed first or written
+/// ahead of the confirmation).
 #[test]
 fn an_update_racing_a_delete_cannot_bring_the_state_back() {
     for engine in ENGINES {
-        update_racing_a_delete(engine);
+        update_racing_a_delete(engine, false);
+        update_racing_a_delete(engine, true);
     }
 }
 
-fn update_racing_a_delete(engine: LockEngineChoice) {
+fn update_racing_a_delete(engine: LockEngineChoice, ahead: bool) {
     let db = unique_name("races_clear");
     let (a, ta) = store(&db, Duration::from_secs(30), engine);
     let (b, _) = store(&db, Duration::from_secs(30), engine);
-    a.set(&state("job", json!({}), json!({"v": 1}))).unwrap();
-    ta.pause_next(&["set"]);
+    let initial = state("job", json!({}), json!({"v": 1}));
+    if ahead {
+        a.set(&initial)
+    } else {
+        b.set(&initial)
+    }
+    .unwrap();
+    // The lock row exists (keeper-map): A's takeover makes it the holder before its write
+    // (written ahead, that write is otherwise sent before anyone holds the lock, and the
+    // delete may go first: then the update applies after it, to no state).
+    b.release(&b.lock("job").unwrap()).unwrap();
+    ta.pause_next(&[if ahead { "set-unless-changed" } else { "set" }]);
     let deleted = thread::scope(|scope| {
         let update = scope.spawn(|| a.update(&state("job", json!({"p": 1}), json!({}))));
         assert!(ta.wait_held(HELD), "the update's write was never sent");

@@ -108,9 +108,15 @@ async fn a_replicated_state_table_is_read_and_written_with_sequential_consistenc
     );
 
     // update: its read of the stored state (in the lock's holder query) is sequentially
-    // consistent too; the fenced write is a quorum insert.
+    // consistent too; the fenced write is a quorum insert. (A partial state this store knows
+    // nothing of: the write follows the holder query.)
+    let partial = State {
+        id: "job".into(),
+        partial: r#"{"singer_state":{"p":1}}"#.into(),
+        completed: String::new(),
+    };
     let before = proxy.log().len();
-    i.state_update(s, &state).await.unwrap_err();
+    i.state_update(s, &partial).await.unwrap_err();
     let log = proxy.log()[before..].to_vec();
     let holder: Vec<_> = sent(&log, &[READ])
         .into_iter()
@@ -134,6 +140,21 @@ async fn a_replicated_state_table_is_read_and_written_with_sequential_consistenc
             assert_eq!(flags, [false, false], "{op}");
         }
     }
+
+    // A partial update of a state this store knows (no row: it just read it) is written
+    // ahead of the lock's confirmation, checking the stored state in the same statement: a
+    // sequentially consistent read in a quorum insert.
+    assert!(i.state_get(s, "job").await.unwrap().is_none());
+    let before = proxy.log().len();
+    i.state_update(s, &partial).await.unwrap_err();
+    let ahead: Vec<_> = sent(&proxy.log()[before..], &[READ, QUORUM[0], QUORUM[1]])
+        .into_iter()
+        .filter(|(op, _)| op == "set-unless-changed")
+        .collect();
+    assert!(
+        !ahead.is_empty() && ahead.iter().all(|(_, s)| s == &[true, true, true]),
+        "{ahead:?}"
+    );
     assert_eq!(
         sql().count(
             "SELECT count() FROM {db:Identifier}.state",
@@ -162,6 +183,11 @@ async fn a_plain_state_table_gets_no_replication_settings() {
     i.state_delete(s, "job").await.unwrap();
     let log = proxy.log()[before..].to_vec();
     assert!(log.len() >= 6, "{}", log.len());
+    assert!(
+        log.iter()
+            .any(|r| r.header("x-component-operation").as_deref() == Some("set-unless-changed")),
+        "the update wrote ahead of the lock's confirmation"
+    );
     for r in &log {
         let target = r.target_decoded();
         for setting in [

@@ -1423,3 +1423,87 @@ async fn listing_and_exporting_read_compressed_answers_exactly() {
         ]
     );
 }
+
+/// `update` takes three requests when its result is known before the lock is confirmed (a
+/// completed part; a partial one merged into the state this store last wrote): the claim, the
+/// fenced write, the release. A partial write checks on the server that the stored state is
+/// still the one it was computed from: when another instance wrote in between, the write lets
+/// nothing through, the update reads under the lock and keeps the other instance's key (five
+/// requests); the next update takes the plain path (four), and, nobody else having written,
+/// the one after is back to three. On both lock engines.
+#[tokio::test]
+async fn update_writes_ahead_of_the_confirmation_only_on_an_unchanged_state() {
+    for engine in [LockEngine::MergeTree, LockEngine::KeeperMap] {
+        update_ahead(engine).await;
+    }
+}
+
+async fn update_ahead(engine: LockEngine) {
+    use clickhouse_component_tests::proxy::Proxy;
+    let server = clickhouse();
+    let proxy = Proxy::start(&server.url);
+    let db = unique_name("state_ahead");
+    let options = lock_options_on(&db, engine);
+    let proxied = proxy.server(server).connection();
+    let mut a =
+        clickhouse_component_tests::instance_for(clickhouse_component_tests::runtime(), &proxied)
+            .await;
+    let sa = a.open_store(&proxied, &options).await.unwrap();
+    let mut b = instance().await;
+    let sb = b.open_store(&server.connection(), &options).await.unwrap();
+    let id = "tap-ahead--target";
+    let claim = match engine {
+        LockEngine::MergeTree => "lock",
+        _ => "lock-takeover",
+    };
+    let update = async |i: &mut Instance, s, partial: Value, completed: Value| {
+        let before = proxy.log().len();
+        let stored = i
+            .state_update(s, &state(id, partial, completed))
+            .await
+            .unwrap();
+        let ops: Vec<String> = proxy.log()[before..]
+            .iter()
+            .map(|r| r.header("x-component-operation").unwrap_or_default())
+            .collect();
+        (parts(&stored), ops)
+    };
+    // The first update of the id: this store knows nothing of it (keeper-map also creates
+    // the id's lock row).
+    let (got, _) = update(&mut a, sa, json!({"a": 1}), json!({})).await;
+    assert_eq!(got, (json!({"a": 1}), json!({})));
+    let (got, ops) = update(&mut a, sa, json!({"b": 1}), json!({})).await;
+    assert_eq!(got, (json!({"a": 1, "b": 1}), json!({})), "{engine:?}");
+    assert_eq!(ops, [claim, "set-unless-changed", "unlock"], "{engine:?}");
+    let (got, ops) = update(&mut a, sa, json!({}), json!({"done": 1})).await;
+    assert_eq!(got, (json!({}), json!({"done": 1})), "{engine:?}");
+    assert_eq!(ops, [claim, "set", "unlock"], "{engine:?}");
+    // Another instance writes: what A knows is stale.
+    let stored = b
+        .state_update(sb, &state(id, json!({"x": 1}), json!({})))
+        .await
+        .unwrap();
+    assert_eq!(parts(&stored), (json!({"x": 1}), json!({"done": 1})));
+    let (got, ops) = update(&mut a, sa, json!({"y": 1}), json!({})).await;
+    assert_eq!(
+        got,
+        (json!({"x": 1, "y": 1}), json!({"done": 1})),
+        "{engine:?}: the other instance's key was lost"
+    );
+    assert_eq!(
+        ops,
+        [claim, "set-unless-changed", "lock-holder", "set", "unlock"],
+        "{engine:?}"
+    );
+    let (got, ops) = update(&mut a, sa, json!({"z": 1}), json!({})).await;
+    assert_eq!(got, (json!({"x": 1, "y": 1, "z": 1}), json!({"done": 1})));
+    assert_eq!(ops, [claim, "lock-holder", "set", "unlock"], "{engine:?}");
+    let (got, ops) = update(&mut a, sa, json!({"w": 1}), json!({})).await;
+    assert_eq!(
+        got,
+        (json!({"w": 1, "x": 1, "y": 1, "z": 1}), json!({"done": 1}))
+    );
+    assert_eq!(ops, [claim, "set-unless-changed", "unlock"], "{engine:?}");
+    let read = b.state_get(sb, id).await.unwrap().unwrap();
+    assert_eq!(parts(&read), got, "{engine:?}: stored as returned");
+}

@@ -83,6 +83,10 @@ fn assert_legal_and_bitten(name: &str, result: &RunResult, kinds: &[&str]) {
         result.cli_leases > 0,
         "{name}: no lease recorded by a CLI process (CLICKHOUSE_COMPONENT_LOCK_RECORD)"
     );
+    assert!(
+        result.writes_ahead > 0,
+        "{name}: no update wrote ahead of its lock's confirmation: that path went unchecked"
+    );
     for kind in kinds {
         assert!(
             result.faults.get(*kind).copied().unwrap_or(0) > 0,
@@ -138,6 +142,9 @@ fn the_checker_catches_each_planted_bug() {
         // Two updates read the same state before either holds the lock: the second writes a
         // state without the first's key, which no order of the operations explains.
         ("planted-bug-update-reads-outside-lock", "not linearizable"),
+        // An update written ahead of its lock's confirmation does not check that the state it
+        // merged into is still stored: it drops what another client wrote since.
+        ("planted-bug-write-ahead-unchecked", "not linearizable"),
     ];
     let mut missed = Vec::new();
     for (feature, expected) in bugs {

@@ -180,6 +180,56 @@ pub fn execute_fenced<T: Transport, P: Platform>(
     }
 }
 
+/// What a write tried right after the lock's first claim, before the claim was confirmed
+/// ([`super::acquire_trying`]), did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Tried {
+    /// It was applied: its fence proved that this contender holds the lock.
+    Written,
+    /// Its fence or its own condition let nothing through: the lock is confirmed as usual.
+    NotWritten,
+    /// Its answer was lost, so it may have been applied: the lock is confirmed as usual, and
+    /// the acquire fails `uncertain` if this contender turns out not to hold it.
+    Unknown,
+}
+
+/// A write to try right after the lock's first claim (merge-tree: the acquire row; keeper-map:
+/// the takeover), fenced by the contender's handle: it lands only if the claim made this
+/// contender the holder, and saves the query that confirms the claim when it does.
+pub type First<'a> = &'a dyn Fn(&LockHandle) -> Result<Tried, Error>;
+
+/// A lock acquired by [`super::acquire_trying`].
+#[derive(Debug)]
+pub struct Acquired {
+    /// The held lock.
+    pub handle: LockHandle,
+    /// `also`, read in the query that confirmed the lock (None when nothing was asked, or when
+    /// `first` was written: then nothing was read).
+    pub read: Option<Value>,
+    /// What `first` did (None: it was not tried).
+    pub first: Option<Tried>,
+}
+
+/// Runs `first` for the contender `handle`: a lost answer (`uncertain`) is [`Tried::Unknown`].
+pub(super) fn tried_first(first: First<'_>, handle: &LockHandle) -> Result<Tried, Error> {
+    match first(handle) {
+        Err(e) if e.kind == ErrorKind::Uncertain => Ok(Tried::Unknown),
+        other => other,
+    }
+}
+
+/// A contender whose first write's answer was lost and that does not hold the lock: the write
+/// may have landed while it held it (a lease can end within one attempt), so nothing is known.
+pub(super) fn first_unknown(id: &str) -> Error {
+    Error::new(
+        ErrorKind::Uncertain,
+        format!(
+            "the answer to the write under the lock on state id '{}' was lost, and the lock is no longer held by this caller: the write may have been applied",
+            shorten(id)
+        ),
+    )
+}
+
 /// Something to read in the same query that checks who won (saves a round trip): a scalar SQL
 /// expression and its parameters (`db` and `id` are bound already; don't use `lt`).
 #[derive(Clone, Debug, Default)]

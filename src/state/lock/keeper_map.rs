@@ -37,7 +37,8 @@ use crate::state::steps::{Session, Step};
 use crate::state::tables::Tables;
 
 use super::common::{
-    holder_and, pause_or_give_up, write_settings, AlsoRead, LockHandle, LockOptions,
+    first_unknown, holder_and, not_acquired, pause_or_give_up, tried_first, write_settings,
+    Acquired, AlsoRead, First, LockHandle, LockOptions, Tried,
 };
 
 /// The lock table: one row per state id.
@@ -199,16 +200,18 @@ fn row_and_holder<T: Transport, P: Platform>(
     Ok((exists, holder, also.map(|_| value)))
 }
 
-/// Acquires the lock on `id`, waiting up to `options.timeout`, and reads `also` once held. On
-/// failure, a lease this call may have taken (a takeover or creation that was applied, or whose
-/// answer was lost) is ended before it returns.
-pub fn acquire_and_read<T: Transport, P: Platform>(
+/// Acquires the lock on `id`, waiting up to `options.timeout`, and reads `also` once held,
+/// trying `first` right after the first takeover (its fence is the confirmation when it
+/// lands). On failure, a lease this call may have taken (a takeover or creation that was
+/// applied, or whose answer was lost) is ended before it returns.
+pub fn acquire_trying<T: Transport, P: Platform>(
     s: &Session<'_, T, P>,
     tables: &Tables,
     id: &str,
     options: &LockOptions,
     also: Option<&AlsoRead>,
-) -> Result<(LockHandle, Option<serde_json::Value>), Error> {
+    first: Option<First<'_>>,
+) -> Result<Acquired, Error> {
     let started = s.platform.now();
     let token = s.platform.random_uuid();
     let handle = LockHandle::held_elsewhere(id, token.clone());
@@ -232,30 +235,61 @@ pub fn acquire_and_read<T: Transport, P: Platform>(
         }
         e
     };
-    let attempt = || -> Result<Option<Option<serde_json::Value>>, Error> {
+    let first = Cell::new(first);
+    let tried = Cell::new(None);
+    /// How one attempt ended.
+    enum Attempt {
+        Held(Option<serde_json::Value>),
+        Written,
+        NotHeld,
+    }
+    let attempt = || -> Result<Attempt, Error> {
         wrote(take_over_stale(s, tables, id, &token, options.stale_after))?;
+        if let Some(first) = first.take() {
+            // The takeover was sent before now: its lease has certainly ended a lease from now.
+            handle.lease_ends_by(s.platform.now() + options.stale_after);
+            let result = tried_first(first, &handle)?;
+            tried.set(Some(result));
+            if result == Tried::Written {
+                return Ok(Attempt::Written);
+            }
+        }
         let (exists, holder, read) = row_and_holder(s, tables, id, also)?;
         if holder.as_deref() == Some(token.as_str()) {
-            return Ok(Some(read));
+            return Ok(Attempt::Held(read));
         }
         if exists {
-            return Ok(None);
+            return Ok(Attempt::NotHeld);
         }
         // No row yet: create it (once per state id, ever), then look again.
         wrote(try_create(s, tables, id, &token, options.stale_after))?;
         let (_, holder, read) = row_and_holder(s, tables, id, also)?;
-        Ok((holder.as_deref() == Some(token.as_str())).then_some(read))
+        Ok(if holder.as_deref() == Some(token.as_str()) {
+            Attempt::Held(read)
+        } else {
+            Attempt::NotHeld
+        })
     };
     loop {
-        match attempt() {
-            Ok(Some(read)) => {
-                handle.lease_ends_by(s.platform.now() + options.stale_after);
-                return Ok((handle, read));
-            }
-            Ok(None) => {}
-            Err(e) => return Err(give_up(e)),
+        let outcome = attempt();
+        if tried.get() == Some(Tried::Unknown) && !matches!(outcome, Ok(Attempt::Held(_))) {
+            return Err(give_up(first_unknown(id)));
         }
-        pause_or_give_up(s.platform, id, options, started).map_err(give_up)?;
+        let read = match outcome {
+            Ok(Attempt::Held(read)) => read,
+            Ok(Attempt::Written) => None,
+            Ok(Attempt::NotHeld) => {
+                pause_or_give_up(s.platform, id, options, started).map_err(give_up)?;
+                continue;
+            }
+            Err(e) => return Err(give_up(not_acquired(e, id))),
+        };
+        handle.lease_ends_by(s.platform.now() + options.stale_after);
+        return Ok(Acquired {
+            handle: handle.clone(),
+            read,
+            first: tried.get(),
+        });
     }
 }
 
@@ -338,5 +372,82 @@ pub fn renew<T: Transport, P: Platform>(
                 shorten(&handle.id)
             ),
         ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::common::testing::session;
+    use super::*;
+    use crate::client::testing::{ok, operation, param, written, Answering};
+    use crate::client::{Client, ConnectionOptions, HttpRequest};
+    use crate::platform::testing::FakePlatform;
+    use crate::state::tables::{LockEngine, Replication};
+
+    /// Acquires with a write tried first that answers `tried`, the row's holder our token when
+    /// `ours`, else someone else; what it did, and the operations sent.
+    fn acquire_trying_first(
+        tried: Result<Tried, Error>,
+        ours: bool,
+    ) -> (Result<Acquired, Error>, Vec<String>) {
+        let token_seen = std::cell::RefCell::new(String::new());
+        let t = Answering::new(|request: &HttpRequest, _| {
+            if let Some(token) = param(request, "token") {
+                *token_seen.borrow_mut() = token;
+            }
+            match operation(request).as_str() {
+                "lock-holder" => {
+                    let holder = if ours {
+                        token_seen.borrow().clone()
+                    } else {
+                        "someone-else".into()
+                    };
+                    ok(&format!(r#"{{"holder":"{holder}","also":[1,null]}}"#))
+                }
+                _ => written(0),
+            }
+        });
+        let client = Client::new(&ConnectionOptions::from_url("http://h"), &t).unwrap();
+        let platform = FakePlatform::default();
+        let tables = Tables {
+            database: "d".into(),
+            state: "s".into(),
+            lock: "l".into(),
+            lock_engine: LockEngine::KeeperMap,
+            replication: Replication::None,
+        };
+        let options = LockOptions {
+            timeout: Duration::ZERO,
+            ..LockOptions::default()
+        };
+        let first = |_: &LockHandle| tried.clone();
+        let acquired = acquire_trying(
+            &session(&client, &platform, 0),
+            &tables,
+            "job",
+            &options,
+            None,
+            Some(&first),
+        );
+        (acquired, t.operations())
+    }
+
+    #[test]
+    fn a_write_tried_first_confirms_the_takeover_or_leaves_it_to_the_holder_query() {
+        let (acquired, ops) = acquire_trying_first(Ok(Tried::Written), false);
+        assert_eq!(acquired.unwrap().first, Some(Tried::Written));
+        assert_eq!(ops, ["lock-takeover"]);
+        let (acquired, ops) = acquire_trying_first(Ok(Tried::NotWritten), true);
+        assert_eq!(acquired.unwrap().first, Some(Tried::NotWritten));
+        assert_eq!(ops, ["lock-takeover", "lock-holder"]);
+        let lost = Error::new(ErrorKind::Uncertain, "lost");
+        let (acquired, ops) = acquire_trying_first(Err(lost.clone()), true);
+        assert_eq!(acquired.unwrap().first, Some(Tried::Unknown));
+        assert_eq!(ops, ["lock-takeover", "lock-holder"]);
+        // The lost write may have landed while the takeover held: `uncertain`, after ending
+        // the lease the takeover may have taken.
+        let (acquired, ops) = acquire_trying_first(Err(lost), false);
+        assert_eq!(acquired.unwrap_err().kind, ErrorKind::Uncertain);
+        assert_eq!(ops, ["lock-takeover", "lock-holder", "unlock"]);
     }
 }

@@ -28,8 +28,6 @@
 
 use std::time::Duration;
 
-use serde_json::Value;
-
 use crate::client::retry;
 use crate::client::{Error, ErrorKind, Query, Transport};
 use crate::platform::Platform;
@@ -37,8 +35,8 @@ use crate::state::steps::{Session, Step};
 use crate::state::tables::Tables;
 
 use super::common::{
-    execute_fenced, fence, holder_and, not_acquired, pause_or_give_up, write_settings, AlsoRead,
-    LockHandle, LockOptions, MAX_STALE_AFTER,
+    execute_fenced, fence, first_unknown, holder_and, not_acquired, pause_or_give_up, tried_first,
+    write_settings, Acquired, AlsoRead, First, LockHandle, LockOptions, Tried, MAX_STALE_AFTER,
 };
 
 const INSERT_ACQUIRE: &str = "INSERT INTO {db:Identifier}.{lt:Identifier} (state_id, token, kind, expires_at)
@@ -127,30 +125,53 @@ fn holder<T: Transport, P: Platform>(
     Ok(holder_and(s, tables, id, WINNER, None)?.0)
 }
 
-/// Acquires the lock (commit order) and reads `also` in the query that confirms it; see
-/// [`super::acquire_and_read`]: a contender withdraws whatever it may have written before it
+/// Acquires the lock (commit order) and reads `also` in the query that confirms it, trying
+/// `first` right after the first acquire row (its fence is the confirmation when it lands);
+/// see [`super::acquire_trying`]: a contender withdraws whatever it may have written before it
 /// returns an error.
-pub fn acquire_and_read<T: Transport, P: Platform>(
+pub fn acquire_trying<T: Transport, P: Platform>(
     s: &Session<'_, T, P>,
     tables: &Tables,
     id: &str,
     options: &LockOptions,
     also: Option<&AlsoRead>,
-) -> Result<(LockHandle, Option<Value>), Error> {
+    first: Option<First<'_>>,
+) -> Result<Acquired, Error> {
     let started = s.platform.now();
+    let mut first = first;
     // Failed attempts (a fault, not someone else holding the lock), each with its own token.
     let mut faults = 0;
     loop {
         let token = s.platform.random_uuid();
-        let attempt = match insert_acquire(s, tables, id, &token, options.stale_after) {
-            Ok(()) => holder_and(s, tables, id, WINNER, also).map(Some),
-            Err(e) => Err(e),
-        };
-        let error = match attempt {
-            Ok(Some((Some(winner), read))) if winner == token => {
+        let mut tried = None;
+        let attempt = insert_acquire(s, tables, id, &token, options.stale_after).and_then(|()| {
+            if let Some(first) = first.take() {
                 // The lease was set before now: it has certainly ended a lease from now.
                 let lease_ends = s.platform.now() + options.stale_after;
-                return Ok((LockHandle::new(id, token, lease_ends), read));
+                let result = tried_first(first, &LockHandle::new(id, token.clone(), lease_ends))?;
+                tried = Some(result);
+                if result == Tried::Written {
+                    return Ok(None);
+                }
+            }
+            holder_and(s, tables, id, WINNER, also).map(Some)
+        });
+        let error = match attempt {
+            Ok(None) => {
+                let lease_ends = s.platform.now() + options.stale_after;
+                return Ok(Acquired {
+                    handle: LockHandle::new(id, token, lease_ends),
+                    read: None,
+                    first: tried,
+                });
+            }
+            Ok(Some((Some(winner), read))) if winner == token => {
+                let lease_ends = s.platform.now() + options.stale_after;
+                return Ok(Acquired {
+                    handle: LockHandle::new(id, token, lease_ends),
+                    read,
+                    first: tried,
+                });
             }
             // Someone else holds it.
             Ok(_) => None,
@@ -164,6 +185,9 @@ pub fn acquire_and_read<T: Transport, P: Platform>(
         if wrote {
             let lease_ends = s.platform.now() + options.stale_after;
             insert_release(s, tables, id, &token, lease_ends).map_err(|e| not_acquired(e, id))?;
+        }
+        if tried == Some(Tried::Unknown) {
+            return Err(first_unknown(id));
         }
         if let Some(e) = error {
             faults += 1;
@@ -245,7 +269,7 @@ mod tests {
     use super::super::common::testing::session;
     use super::*;
     use crate::client::error::TransportFailure;
-    use crate::client::testing::{fail, ok, param, written, Answering, Scripted};
+    use crate::client::testing::{fail, ok, operation, param, written, Answering, Scripted};
     use crate::client::{Client, ConnectionOptions, HttpRequest, HttpResponse};
     use crate::platform::testing::FakePlatform;
     use crate::state::tables::LockEngine;
@@ -267,7 +291,7 @@ mod tests {
         id: &str,
         options: &LockOptions,
     ) -> Result<LockHandle, Error> {
-        acquire_and_read(s, tables, id, options, None).map(|(handle, _)| handle)
+        acquire_trying(s, tables, id, options, None, None).map(|a| a.handle)
     }
 
     /// The holder query's answer naming `token`.
@@ -446,5 +470,84 @@ mod tests {
             "{:?}",
             platform.now()
         );
+    }
+
+    /// Acquires with a write tried first that answers `tried` (or fails), the holder query
+    /// naming our token when `ours`, else someone else; what it did, and the operations sent.
+    fn acquire_trying_first(
+        tried: Result<Tried, Error>,
+        ours: bool,
+    ) -> (Result<Acquired, Error>, Vec<String>, usize) {
+        let token_seen = std::cell::RefCell::new(String::new());
+        let t = Answering::new(|request: &HttpRequest, _| {
+            if let Some(token) = param(request, "token") {
+                *token_seen.borrow_mut() = token;
+            }
+            match operation(request).as_str() {
+                "lock-holder" if ours => holder_is(&token_seen.borrow()),
+                "lock-holder" => holder_is("someone-else"),
+                _ => written(1),
+            }
+        });
+        let client = Client::new(&ConnectionOptions::from_url("http://h"), &t).unwrap();
+        let platform = FakePlatform::default();
+        let options = LockOptions {
+            timeout: Duration::ZERO,
+            ..LockOptions::default()
+        };
+        let calls = std::cell::Cell::new(0);
+        let first = |handle: &LockHandle| {
+            calls.set(calls.get() + 1);
+            assert_eq!(
+                Some(handle.token.clone()),
+                param(&t.sent.borrow()[0], "token")
+            );
+            tried.clone()
+        };
+        let acquired = acquire_trying(
+            &session(&client, &platform, 0),
+            &tables(),
+            "job",
+            &options,
+            None,
+            Some(&first),
+        );
+        (acquired, t.operations(), calls.get())
+    }
+
+    #[test]
+    fn a_write_tried_first_confirms_the_claim_or_leaves_it_to_the_holder_query() {
+        // Written: its fence confirmed the claim; no holder query.
+        let (acquired, ops, calls) = acquire_trying_first(Ok(Tried::Written), false);
+        let acquired = acquired.unwrap();
+        assert_eq!(
+            (acquired.first, acquired.read, calls),
+            (Some(Tried::Written), None, 1)
+        );
+        assert_eq!(ops, ["lock"]);
+        // Not written: confirmed by the holder query as usual.
+        let (acquired, ops, _) = acquire_trying_first(Ok(Tried::NotWritten), true);
+        assert_eq!(acquired.unwrap().first, Some(Tried::NotWritten));
+        assert_eq!(ops, ["lock", "lock-holder"]);
+        let (acquired, ops, _) = acquire_trying_first(Ok(Tried::NotWritten), false);
+        assert_eq!(acquired.unwrap_err().kind, ErrorKind::Locked);
+        assert_eq!(ops, ["lock", "lock-holder", "unlock"]);
+        // A lost answer (uncertain) with the lock ours: held, the caller decides.
+        let lost = Error::new(ErrorKind::Uncertain, "lost");
+        let (acquired, ops, _) = acquire_trying_first(Err(lost.clone()), true);
+        assert_eq!(acquired.unwrap().first, Some(Tried::Unknown));
+        assert_eq!(ops, ["lock", "lock-holder"]);
+        // A lost answer and someone else holds the lock: the write may have landed while this
+        // contender held it, so `uncertain`, after withdrawing; never tried again.
+        let (acquired, ops, calls) = acquire_trying_first(Err(lost), false);
+        assert_eq!(acquired.unwrap_err().kind, ErrorKind::Uncertain);
+        assert_eq!(ops, ["lock", "lock-holder", "unlock"]);
+        assert_eq!(calls, 1);
+        // A failure that proves nothing was written: withdrawn, tried again without it.
+        let refused = Error::new(ErrorKind::Transient, "refused");
+        let (acquired, ops, calls) = acquire_trying_first(Err(refused), true);
+        assert_eq!(acquired.unwrap_err().kind, ErrorKind::Transient);
+        assert_eq!(ops, ["lock", "unlock"]);
+        assert_eq!(calls, 1);
     }
 }

@@ -21,8 +21,8 @@ use crate::state::tables::Tables;
 pub(crate) use crate::state::ids::shorten;
 pub use crate::state::tables::{LockEngine, LockEngineChoice};
 pub use common::{
-    execute_fenced, fence, write_settings, AlsoRead, LockHandle, LockOptions, DEFAULT_RETRY,
-    DEFAULT_STALE_AFTER, DEFAULT_TIMEOUT, MAX_STALE_AFTER,
+    execute_fenced, fence, write_settings, Acquired, AlsoRead, First, LockHandle, LockOptions,
+    Tried, DEFAULT_RETRY, DEFAULT_STALE_AFTER, DEFAULT_TIMEOUT, MAX_STALE_AFTER,
 };
 pub use merge_tree::HOLDS;
 
@@ -79,10 +79,28 @@ pub fn acquire_and_read<T: Transport, P: Platform>(
     options: &LockOptions,
     also: Option<&AlsoRead>,
 ) -> Result<(LockHandle, Option<Value>), Error> {
+    acquire_trying(s, tables, id, options, also, None).map(|a| (a.handle, a.read))
+}
+
+/// [`acquire_and_read`], trying the write `first` right after the lock's first claim, before
+/// the claim is confirmed: fenced by the contender's handle, it lands only if the claim made
+/// this contender the holder, and then it is the confirmation (one query less: nothing is
+/// read). Otherwise the claim is confirmed as usual and `also` read. `first` is tried once.
+///
+/// As [`acquire_and_read`] on failure, with one exception: when the answer to `first` was
+/// lost and this contender turns out not to hold the lock, the error is `uncertain` (the write
+/// may have landed while it held it).
+pub fn acquire_trying<T: Transport, P: Platform>(
+    s: &Session<'_, T, P>,
+    tables: &Tables,
+    id: &str,
+    options: &LockOptions,
+    also: Option<&AlsoRead>,
+    first: Option<First<'_>>,
+) -> Result<Acquired, Error> {
     match tables.lock_engine {
-        LockEngine::MergeTree => merge_tree::acquire_and_read(s, tables, id, options, also),
-        LockEngine::KeeperMap => keeper_map::acquire_and_read(s, tables, id, options, also)
-            .map_err(|e| common::not_acquired(e, id)),
+        LockEngine::MergeTree => merge_tree::acquire_trying(s, tables, id, options, also, first),
+        LockEngine::KeeperMap => keeper_map::acquire_trying(s, tables, id, options, also, first),
     }
 }
 
