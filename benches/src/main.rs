@@ -63,7 +63,6 @@ async fn bench_state(iterations: usize) {
     let mut raw = Vec::new();
     let mut get = Vec::new();
     let mut set = Vec::new();
-    let mut update = Vec::new();
     let mut lock = Vec::new();
     let mut raw_insert = Vec::new();
     let insert_body = |n: usize| {
@@ -104,18 +103,6 @@ async fn bench_state(iterations: usize) {
         set.push(t.elapsed());
 
         let t = Instant::now();
-        let partial = State {
-            id: "tap-bench--target-bench".into(),
-            partial: format!(
-                r#"{{"singer_state":{{"bookmarks":{{"s{}":{{"v":{n}}}}}}}}}"#,
-                n % 5
-            ),
-            completed: String::new(),
-        };
-        i.state_update(s, &partial).await.unwrap();
-        update.push(t.elapsed());
-
-        let t = Instant::now();
         let l = i.lock(s, "lock-bench").await.unwrap();
         i.lock_release(l).await.unwrap();
         lock.push(t.elapsed());
@@ -138,11 +125,6 @@ async fn bench_state(iterations: usize) {
     );
     let (get50, _) = row("get", &mut get, "1 request");
     let (set50, _) = row("set", &mut set, "1 request");
-    let (upd50, _) = row(
-        "update (lock + read + write + release)",
-        &mut update,
-        "4 requests",
-    );
     row(
         "lock + release (uncontended)",
         &mut lock,
@@ -157,7 +139,146 @@ async fn bench_state(iterations: usize) {
         "set - raw set:  {:+.2} ms (target: within 2 ms)",
         set50 - rawi50
     );
-    println!("update p50:     {upd50:.2} ms (target: under 30 ms; meltano-state-backend-clickhouse sleeps >= 1000 ms per update)");
+    bench_update(iterations).await;
+}
+
+/// `update` on both lock engines, by its three paths, in one run: written ahead of the lock's
+/// confirmation (this store wrote the state last: 3 requests), read under the lock first (two
+/// stores taking turns on one id: the path every update took before, 4 requests), and written
+/// ahead in vain (another store wrote since this one's last write: 5). The requests are counted
+/// through a proxy in a separate pass; the timed calls go straight to the server.
+async fn bench_update(iterations: usize) {
+    use clickhouse_component_host::{LockEngine, StoreOptions};
+    use clickhouse_component_tests::proxy::Proxy;
+    let server = clickhouse();
+    let proxy = Proxy::start(&server.url);
+    let proxied = proxy.server(server).connection();
+    let direct = server.connection();
+    println!(
+        "\n`update` by path ({iterations} calls each, one run; requests counted through a proxy)\n"
+    );
+    println!("| lock engine | path | p50 (ms) | p99 (ms) | requests |");
+    println!("|---|---|---:|---:|---:|");
+    let mut p50s = Vec::new();
+    for engine in [LockEngine::KeeperMap, LockEngine::MergeTree] {
+        let options = StoreOptions {
+            database: Some(unique_name("bench_update")),
+            lock_engine: Some(engine),
+            ..Default::default()
+        };
+        let name = match engine {
+            LockEngine::MergeTree => "merge-tree",
+            _ => "keeper-map",
+        };
+        // Two stores straight to the server (timed) and the same two through the proxy
+        // (counted).
+        let mut stores = Vec::new();
+        for conn in [&direct, &direct, &proxied, &proxied] {
+            let mut i = clickhouse_component_tests::instance_for(runtime(), conn).await;
+            let s = i.open_store(conn, &options).await.unwrap();
+            stores.push((i, s));
+        }
+        let [(mut a, sa), (mut b, sb), (mut pa, psa), (mut pb, psb)] =
+            <[_; 4]>::try_from(stores).ok().unwrap();
+        let id = "tap-bench--target-update";
+        let partial = |n: usize| State {
+            id: id.into(),
+            partial: format!(
+                r#"{{"singer_state":{{"bookmarks":{{"s{}":{{"v":{n}}}}}}}}}"#,
+                n % 5
+            ),
+            completed: String::new(),
+        };
+        // B's updates change the state (a key of its own, a new value each time).
+        let by_b = |n: usize| State {
+            id: id.into(),
+            partial: format!(r#"{{"singer_state":{{"bookmarks":{{"b":{{"v":{n}}}}}}}}}"#),
+            completed: String::new(),
+        };
+        // The id's lock row and state exist; both stores have seen them.
+        for n in 0..10 {
+            a.state_update(sa, &partial(n)).await.unwrap();
+            b.state_update(sb, &by_b(n)).await.unwrap();
+            pa.state_update(psa, &partial(n)).await.unwrap();
+            pb.state_update(psb, &by_b(n)).await.unwrap();
+        }
+        // A's second update in a row reads what A wrote: A trusts what it knows again.
+        for n in 0..2 {
+            a.state_update(sa, &partial(n)).await.unwrap();
+        }
+        let requests = |before: usize| proxy.log().len() - before;
+        let (mut ahead, mut plain, mut wasted) = (Vec::new(), Vec::new(), Vec::new());
+        let (mut ahead_n, mut plain_n, mut wasted_n) = (Vec::new(), Vec::new(), Vec::new());
+        for n in 0..iterations {
+            // Written ahead: A wrote last.
+            a.state_update(sa, &partial(n)).await.unwrap();
+            let t = Instant::now();
+            a.state_update(sa, &partial(n + 1)).await.unwrap();
+            ahead.push(t.elapsed());
+            // In vain: B wrote since; then read under the lock first (A no longer trusts what
+            // it knows, and B wrote again).
+            b.state_update(sb, &by_b(n)).await.unwrap();
+            let t = Instant::now();
+            a.state_update(sa, &partial(n + 2)).await.unwrap();
+            wasted.push(t.elapsed());
+            b.state_update(sb, &by_b(n + 1_000_000)).await.unwrap();
+            let t = Instant::now();
+            a.state_update(sa, &partial(n + 3)).await.unwrap();
+            plain.push(t.elapsed());
+        }
+        for n in 0..2 {
+            pa.state_update(psa, &partial(n)).await.unwrap();
+        }
+        for n in 0..10 {
+            pa.state_update(psa, &partial(n)).await.unwrap();
+            let before = proxy.log().len();
+            pa.state_update(psa, &partial(n + 1)).await.unwrap();
+            ahead_n.push(requests(before));
+            pb.state_update(psb, &by_b(n)).await.unwrap();
+            let before = proxy.log().len();
+            pa.state_update(psa, &partial(n + 2)).await.unwrap();
+            wasted_n.push(requests(before));
+            pb.state_update(psb, &by_b(n + 1_000_000)).await.unwrap();
+            let before = proxy.log().len();
+            pa.state_update(psa, &partial(n + 3)).await.unwrap();
+            plain_n.push(requests(before));
+        }
+        let count = |n: &[usize]| {
+            let (min, max) = (n.iter().min().unwrap(), n.iter().max().unwrap());
+            if min == max {
+                min.to_string()
+            } else {
+                format!("{min}-{max}")
+            }
+        };
+        for (path, samples, n) in [
+            (
+                "written ahead (this store wrote last)",
+                &mut ahead,
+                &ahead_n,
+            ),
+            (
+                "read under the lock first (as before)",
+                &mut plain,
+                &plain_n,
+            ),
+            (
+                "written ahead in vain (another store wrote)",
+                &mut wasted,
+                &wasted_n,
+            ),
+        ] {
+            let (p50, p99) = percentiles(samples);
+            println!("| {name} | {path} | {p50:.2} | {p99:.2} | {} |", count(n));
+            p50s.push((name, path, p50));
+        }
+    }
+    println!();
+    for (name, path, p50) in &p50s {
+        if path.starts_with("written ahead (") {
+            println!("update p50, {name}, written ahead: {p50:.2} ms (target: under 30 ms; meltano-state-backend-clickhouse sleeps >= 1000 ms per update)");
+        }
+    }
 }
 
 const EVENT_COLUMNS: [&str; 5] = ["event_id", "seq", "occurred_at", "kind", "payload"];

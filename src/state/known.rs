@@ -94,11 +94,6 @@ impl Known {
         }
     }
 
-    /// The entry of `id` was stale: not used until [`Known::record_read`] trusts it again.
-    pub fn distrust(&self, id: &str) {
-        self.set_trusted(id, false);
-    }
-
     fn set_trusted(&self, id: &str, trusted: bool) {
         if let Some(entry) = self.entries().iter_mut().find(|e| e.id == id) {
             entry.trusted = trusted;
@@ -130,9 +125,7 @@ mod tests {
         assert_eq!(known.base("a"), None);
         known.record("a", parts("1"));
         assert_eq!(known.base("a"), Some(parts("1")));
-        known.distrust("a");
-        assert_eq!(known.base("a"), None);
-        // Someone else wrote: the read differs, still distrusted; our write keeps it so.
+        // Someone else wrote: the read differs, distrusted; our write keeps it so.
         known.record_read("a", parts("2"));
         assert_eq!(known.base("a"), None);
         known.record("a", parts("3"));

@@ -17,6 +17,8 @@ pub mod schema;
 pub mod steps;
 pub mod tables;
 
+use std::sync::atomic::{AtomicBool, Ordering};
+
 use serde_json::{Map, Value};
 
 use crate::client::response::json_rows;
@@ -250,6 +252,9 @@ pub struct StateStore<T: Transport, P: Platform> {
     /// What this store last wrote or read of a few ids: `update`'s base before its lock is
     /// confirmed.
     known: Known,
+    /// The server refused a write ahead of the lock's confirmation (a statement it cannot
+    /// run): `update` takes the plain path from then on.
+    write_ahead_refused: AtomicBool,
 }
 
 impl<T: Transport, P: Platform> StateStore<T, P> {
@@ -316,6 +321,7 @@ impl<T: Transport, P: Platform> StateStore<T, P> {
             lock_options: options.lock,
             retry,
             known: Known::default(),
+            write_ahead_refused: AtomicBool::new(false),
         })
     }
 
@@ -528,8 +534,10 @@ impl<T: Transport, P: Platform> StateStore<T, P> {
         // Only a write that fits in the URL is tried ahead (its check carries the base too);
         // the token's length is a UUID's.
         let probe = LockHandle::held_elsewhere(id, "00000000-0000-0000-0000-000000000000");
-        let ahead =
-            ahead.filter(|(new, base)| self.fenced_insert(new, &probe, base.as_ref()).is_some());
+        let ahead = ahead.filter(|(new, base)| {
+            !self.write_ahead_refused.load(Ordering::Relaxed)
+                && self.fenced_insert(new, &probe, base.as_ref()).is_some()
+        });
         let first = |handle: &LockHandle| -> Result<Tried, Error> {
             let Some((new, base)) = &ahead else {
                 return Ok(Tried::NotWritten);
@@ -551,6 +559,15 @@ impl<T: Transport, P: Platform> StateStore<T, P> {
             match lock::execute_fenced(&self.session(), step, query, handle, true) {
                 Ok(()) => Ok(Tried::Written),
                 Err(e) if e.kind == ErrorKind::Locked => Ok(Tried::NotWritten),
+                // The server refused the statement (nothing was written): this store writes
+                // ahead no more, and the update goes on the plain way.
+                Err(e)
+                    if matches!(e.kind, ErrorKind::Permanent | ErrorKind::Misconfigured)
+                        && e.server.is_some() =>
+                {
+                    self.write_ahead_refused.store(true, Ordering::Relaxed);
+                    Ok(Tried::NotWritten)
+                }
                 Err(e) => Err(e),
             }
         };
@@ -565,15 +582,9 @@ impl<T: Transport, P: Platform> StateStore<T, P> {
         let acquired = acquired.inspect_err(|_| self.known.forget(id))?;
         let handle = acquired.handle;
         let result = (|| {
-            if let (Some(tried), Some((new, base))) = (acquired.first, &ahead) {
-                if tried == Tried::Written {
-                    self.known.record(id, stored(new));
-                    return Ok(new.clone());
-                }
-                if tried == Tried::NotWritten && base.is_some() {
-                    // Confirmed below as ours: the state this store knew was stale.
-                    self.known.distrust(id);
-                }
+            if let (Some(Tried::Written), Some((new, _))) = (acquired.first, &ahead) {
+                self.known.record(id, stored(new));
+                return Ok(new.clone());
             }
             #[cfg(not(feature = "planted-bug-update-reads-outside-lock"))]
             let read = acquired.read;
@@ -618,6 +629,18 @@ impl<T: Transport, P: Platform> StateStore<T, P> {
             self.set_fenced(&new, &handle, Holding::OwnLock)?;
             Ok(new)
         })();
+        // The write ahead whose answer was lost may land yet (the server may still be running
+        // it), whatever failed after it: nothing is known.
+        let result = result.map_err(|e| match acquired.first {
+            Some(Tried::Unknown) if e.kind != ErrorKind::Uncertain => {
+                let message = format!(
+                    "{} (and an earlier attempt of this update's write, whose answer was lost, may have been applied)",
+                    e.message
+                );
+                e.reclassify(ErrorKind::Uncertain, message)
+            }
+            _ => e,
+        });
         self.finish_locked(result, &handle)
     }
 

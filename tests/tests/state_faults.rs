@@ -713,3 +713,136 @@ async fn failed_release_is_retried() {
         }
     }
 }
+
+/// `update` writing ahead of its lock's confirmation (the store knows the state: it wrote it),
+/// with every answer to that write lost: the confirmation decides. The write landed (its reply
+/// dropped after the server ran it): the update succeeds without writing again. It did not land
+/// (the request cut) and the plain write that follows is refused by the server: `uncertain`,
+/// never the refusal's `permanent` (the first attempt might still land).
+#[tokio::test]
+async fn a_write_ahead_whose_answers_are_lost_is_settled_under_the_lock() {
+    for engine in ENGINES {
+        let db = unique_name("ahead_lost");
+        open_direct(&db, engine).await;
+        let proxy = Proxy::start(&clickhouse().url);
+        let (mut i, s) = open_through(&proxy, &db, engine, Some(1)).await;
+        let id = "tap-ahead--target-lost";
+        // The lock row exists (keeper-map), and the store knows the state it wrote.
+        let lock = i.lock(s, id).await.unwrap();
+        i.lock_release(lock).await.unwrap();
+        i.state_set(s, &state(id, json!({"a": 1}))).await.unwrap();
+
+        let ahead =
+            proxy.add(Rule::when(operation_is("set-unless-changed"), Fault::DropReply).times(2));
+        let before = proxy.log().len();
+        let stored = i
+            .state_update(s, &state(id, json!({"b": 1})))
+            .await
+            .unwrap_or_else(|e| panic!("{engine:?}: the write ahead landed: {e}"));
+        assert_eq!(proxy.hits(ahead), 2, "{engine:?}");
+        assert_eq!(partial_of(&stored), json!({"a": 1, "b": 1}), "{engine:?}");
+        let ops: Vec<String> = proxy.log()[before..].iter().map(operation).collect();
+        let claim = if engine == LockEngine::MergeTree {
+            "lock"
+        } else {
+            "lock-takeover"
+        };
+        assert_eq!(
+            ops,
+            [
+                claim,
+                "set-unless-changed",
+                "set-unless-changed",
+                "lock-holder",
+                "unlock"
+            ],
+            "{engine:?}: settled by the confirmation, not written again"
+        );
+
+        proxy.add(Rule::when(operation_is("set-unless-changed"), Fault::CutRequest).times(2));
+        // The server refuses the plain write (nothing written, never repeated: `permanent`).
+        let body = "Code: 62. DB::Exception: Syntax error: failed at position 1. (SYNTAX_ERROR)";
+        let refusal = format!(
+            "HTTP/1.1 400 Bad Request\r\nX-ClickHouse-Exception-Code: 62\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+            body.len()
+        );
+        let plain = proxy.add(
+            Rule::when(
+                operation_is("set"),
+                Fault::Respond(std::sync::Arc::new(refusal.into_bytes())),
+            )
+            .times(1),
+        );
+        let e = i
+            .state_update(s, &state(id, json!({"c": 1})))
+            .await
+            .expect_err("the plain write after the lost write ahead fails")
+            .into_component();
+        assert_eq!(
+            proxy.hits(plain),
+            1,
+            "{engine:?}: the plain write was not refused"
+        );
+        assert_eq!(e.kind, ErrorKind::Uncertain, "{engine:?}: {e}");
+        assert_eq!(
+            stored_partial(&db, engine, id).await,
+            Some(json!({"a": 1, "b": 1})),
+            "{engine:?}: nothing landed"
+        );
+        takes_the_lock_promptly(&db, engine, id, "after the lost write ahead").await;
+    }
+}
+
+/// A server that refuses the write ahead of the lock's confirmation (a statement it cannot
+/// run): the update goes on the plain way and succeeds, and the store writes ahead no more.
+#[tokio::test]
+async fn a_refused_write_ahead_falls_back_to_the_plain_update_for_good() {
+    for engine in ENGINES {
+        let db = unique_name("ahead_refused");
+        open_direct(&db, engine).await;
+        let proxy = Proxy::start(&clickhouse().url);
+        let (mut i, s) = open_through(&proxy, &db, engine, Some(1)).await;
+        let id = "tap-ahead--target-refused";
+        let lock = i.lock(s, id).await.unwrap();
+        i.lock_release(lock).await.unwrap();
+        i.state_set(s, &state(id, json!({"a": 1}))).await.unwrap();
+        let body = "Code: 46. DB::Exception: Unknown function anyLast. (UNKNOWN_FUNCTION)";
+        let refusal = format!(
+            "HTTP/1.1 404 Not Found\r\nX-ClickHouse-Exception-Code: 46\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+            body.len()
+        );
+        proxy.add(Rule::when(
+            operation_is("set-unless-changed"),
+            Fault::Respond(std::sync::Arc::new(refusal.into_bytes())),
+        ));
+        let claim = if engine == LockEngine::MergeTree {
+            "lock"
+        } else {
+            "lock-takeover"
+        };
+        for (n, key) in ["b", "c"].into_iter().enumerate() {
+            let before = proxy.log().len();
+            let stored = i
+                .state_update(s, &state(id, one_key(key, json!(1))))
+                .await
+                .unwrap_or_else(|e| panic!("{engine:?}: {e}"));
+            assert_eq!(
+                partial_of(&stored)[key],
+                json!(1),
+                "{engine:?}: {}",
+                stored.partial
+            );
+            let ops: Vec<String> = proxy.log()[before..].iter().map(operation).collect();
+            let expected: &[&str] = if n == 0 {
+                &[claim, "set-unless-changed", "lock-holder", "set", "unlock"]
+            } else {
+                &[claim, "lock-holder", "set", "unlock"]
+            };
+            assert_eq!(ops, expected, "{engine:?}, update {n}");
+        }
+        assert_eq!(
+            stored_partial(&db, engine, id).await,
+            Some(json!({"a": 1, "b": 1, "c": 1}))
+        );
+    }
+}

@@ -144,7 +144,12 @@ pub fn acquire_trying<T: Transport, P: Platform>(
     loop {
         let token = s.platform.random_uuid();
         let mut tried = None;
-        let attempt = insert_acquire(s, tables, id, &token, options.stale_after).and_then(|()| {
+        let claim = insert_acquire(s, tables, id, &token, options.stale_after);
+        // Whether our row may exist: it reached the server, whatever failed after it.
+        let claimed = claim
+            .as_ref()
+            .map_or_else(|e| e.kind != ErrorKind::Disconnected, |()| true);
+        let attempt = claim.and_then(|()| {
             if let Some(first) = first.take() {
                 // The lease was set before now: it has certainly ended a lease from now.
                 let lease_ends = s.platform.now() + options.stale_after;
@@ -179,16 +184,17 @@ pub fn acquire_trying<T: Transport, P: Platform>(
         };
         // Our row may exist (written, or its answer lost): withdraw it, for good (a release
         // row outlives every acquire row of its token).
-        let wrote = error
-            .as_ref()
-            .is_none_or(|e| e.kind != ErrorKind::Disconnected);
-        if wrote {
+        let withdrawn = if claimed {
             let lease_ends = s.platform.now() + options.stale_after;
-            insert_release(s, tables, id, &token, lease_ends).map_err(|e| not_acquired(e, id))?;
-        }
+            insert_release(s, tables, id, &token, lease_ends)
+        } else {
+            Ok(())
+        };
+        // The write tried first may have landed: whatever else failed, nothing is known.
         if tried == Some(Tried::Unknown) {
             return Err(first_unknown(id));
         }
+        withdrawn.map_err(|e| not_acquired(e, id))?;
         if let Some(e) = error {
             faults += 1;
             if faults > s.retry.retries || !retry::is_worth_retrying(e.kind) {
@@ -549,5 +555,51 @@ mod tests {
         assert_eq!(acquired.unwrap_err().kind, ErrorKind::Transient);
         assert_eq!(ops, ["lock", "unlock"]);
         assert_eq!(calls, 1);
+    }
+
+    #[test]
+    fn a_claim_whose_next_request_never_reaches_the_server_is_still_withdrawn() {
+        // The acquire row is written; the holder query is refused (disconnected, retries 0).
+        let t = Answering::new(
+            |request: &HttpRequest, _| match operation(request).as_str() {
+                "lock-holder" => fail(TransportFailure::Refused),
+                _ => written(1),
+            },
+        );
+        let client = Client::new(&ConnectionOptions::from_url("http://h"), &t).unwrap();
+        let platform = FakePlatform::default();
+        let e = acquire(
+            &session(&client, &platform, 0),
+            &tables(),
+            "job",
+            &LockOptions::default(),
+        )
+        .unwrap_err();
+        assert_eq!(e.kind, ErrorKind::Disconnected, "{e}");
+        assert_eq!(t.operations(), ["lock", "lock-holder", "unlock"]);
+    }
+
+    #[test]
+    fn a_lost_first_write_stays_uncertain_when_the_withdrawal_fails_too() {
+        let t = Answering::new(
+            |request: &HttpRequest, _| match operation(request).as_str() {
+                "lock-holder" => holder_is("someone-else"),
+                "unlock" => fail(TransportFailure::Refused),
+                _ => written(1),
+            },
+        );
+        let client = Client::new(&ConnectionOptions::from_url("http://h"), &t).unwrap();
+        let platform = FakePlatform::default();
+        let first = |_: &LockHandle| Err(Error::new(ErrorKind::Uncertain, "lost"));
+        let e = acquire_trying(
+            &session(&client, &platform, 0),
+            &tables(),
+            "job",
+            &LockOptions::default(),
+            None,
+            Some(&first),
+        )
+        .unwrap_err();
+        assert_eq!(e.kind, ErrorKind::Uncertain, "{e}");
     }
 }
