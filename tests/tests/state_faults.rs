@@ -714,6 +714,42 @@ async fn failed_release_is_retried() {
     }
 }
 
+/// A store through a proxy (retries 1) that writes ahead of the lock's confirmation on `id`:
+/// the id's lock row exists (keeper-map) and the store knows the state it wrote, `{"a": 1}`.
+async fn store_writing_ahead(
+    name: &str,
+    engine: LockEngine,
+    id: &str,
+) -> (String, Proxy, Instance, StoreHandle) {
+    let db = unique_name(name);
+    open_direct(&db, engine).await;
+    let proxy = Proxy::start(&clickhouse().url);
+    let (mut i, s) = open_through(&proxy, &db, engine, Some(1)).await;
+    let lock = i.lock(s, id).await.unwrap();
+    i.lock_release(lock).await.unwrap();
+    i.state_set(s, &state(id, json!({"a": 1}))).await.unwrap();
+    (db, proxy, i, s)
+}
+
+/// A reply refusing the statement, as ClickHouse sends it (the request is not forwarded).
+fn refusal(status: &str, code: u32, message: &str) -> Fault {
+    let body = format!("Code: {code}. DB::Exception: {message}");
+    let reply = format!(
+        "HTTP/1.1 {status}\r\nX-ClickHouse-Exception-Code: {code}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    Fault::Respond(std::sync::Arc::new(reply.into_bytes()))
+}
+
+/// The operation that claims the lock on `engine`.
+fn claim(engine: LockEngine) -> &'static str {
+    if engine == LockEngine::MergeTree {
+        "lock"
+    } else {
+        "lock-takeover"
+    }
+}
+
 /// `update` writing ahead of its lock's confirmation (the store knows the state: it wrote it),
 /// with every answer to that write lost: the confirmation decides. The write landed (its reply
 /// dropped after the server ran it): the update succeeds without writing again. It did not land
@@ -722,15 +758,8 @@ async fn failed_release_is_retried() {
 #[tokio::test]
 async fn a_write_ahead_whose_answers_are_lost_is_settled_under_the_lock() {
     for engine in ENGINES {
-        let db = unique_name("ahead_lost");
-        open_direct(&db, engine).await;
-        let proxy = Proxy::start(&clickhouse().url);
-        let (mut i, s) = open_through(&proxy, &db, engine, Some(1)).await;
         let id = "tap-ahead--target-lost";
-        // The lock row exists (keeper-map), and the store knows the state it wrote.
-        let lock = i.lock(s, id).await.unwrap();
-        i.lock_release(lock).await.unwrap();
-        i.state_set(s, &state(id, json!({"a": 1}))).await.unwrap();
+        let (db, proxy, mut i, s) = store_writing_ahead("ahead_lost", engine, id).await;
 
         let ahead =
             proxy.add(Rule::when(operation_is("set-unless-changed"), Fault::DropReply).times(2));
@@ -742,11 +771,7 @@ async fn a_write_ahead_whose_answers_are_lost_is_settled_under_the_lock() {
         assert_eq!(proxy.hits(ahead), 2, "{engine:?}");
         assert_eq!(partial_of(&stored), json!({"a": 1, "b": 1}), "{engine:?}");
         let ops: Vec<String> = proxy.log()[before..].iter().map(operation).collect();
-        let claim = if engine == LockEngine::MergeTree {
-            "lock"
-        } else {
-            "lock-takeover"
-        };
+        let claim = claim(engine);
         assert_eq!(
             ops,
             [
@@ -761,15 +786,14 @@ async fn a_write_ahead_whose_answers_are_lost_is_settled_under_the_lock() {
 
         proxy.add(Rule::when(operation_is("set-unless-changed"), Fault::CutRequest).times(2));
         // The server refuses the plain write (nothing written, never repeated: `permanent`).
-        let body = "Code: 62. DB::Exception: Syntax error: failed at position 1. (SYNTAX_ERROR)";
-        let refusal = format!(
-            "HTTP/1.1 400 Bad Request\r\nX-ClickHouse-Exception-Code: 62\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-            body.len()
-        );
         let plain = proxy.add(
             Rule::when(
                 operation_is("set"),
-                Fault::Respond(std::sync::Arc::new(refusal.into_bytes())),
+                refusal(
+                    "400 Bad Request",
+                    62,
+                    "Syntax error: failed at position 1. (SYNTAX_ERROR)",
+                ),
             )
             .times(1),
         );
@@ -798,28 +822,17 @@ async fn a_write_ahead_whose_answers_are_lost_is_settled_under_the_lock() {
 #[tokio::test]
 async fn a_refused_write_ahead_falls_back_to_the_plain_update_for_good() {
     for engine in ENGINES {
-        let db = unique_name("ahead_refused");
-        open_direct(&db, engine).await;
-        let proxy = Proxy::start(&clickhouse().url);
-        let (mut i, s) = open_through(&proxy, &db, engine, Some(1)).await;
         let id = "tap-ahead--target-refused";
-        let lock = i.lock(s, id).await.unwrap();
-        i.lock_release(lock).await.unwrap();
-        i.state_set(s, &state(id, json!({"a": 1}))).await.unwrap();
-        let body = "Code: 46. DB::Exception: Unknown function anyLast. (UNKNOWN_FUNCTION)";
-        let refusal = format!(
-            "HTTP/1.1 404 Not Found\r\nX-ClickHouse-Exception-Code: 46\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-            body.len()
-        );
+        let (db, proxy, mut i, s) = store_writing_ahead("ahead_refused", engine, id).await;
         proxy.add(Rule::when(
             operation_is("set-unless-changed"),
-            Fault::Respond(std::sync::Arc::new(refusal.into_bytes())),
+            refusal(
+                "404 Not Found",
+                46,
+                "Unknown function anyLast. (UNKNOWN_FUNCTION)",
+            ),
         ));
-        let claim = if engine == LockEngine::MergeTree {
-            "lock"
-        } else {
-            "lock-takeover"
-        };
+        let claim = claim(engine);
         for (n, key) in ["b", "c"].into_iter().enumerate() {
             let before = proxy.log().len();
             let stored = i
