@@ -60,9 +60,22 @@ impl Known {
     /// `id` holds `stored` now (this store wrote it, or read it): kept, trusted as before
     /// (new entries are trusted).
     pub fn record(&self, id: &str, stored: Stored) {
+        self.put(id, stored, |old| old.trusted);
+    }
+
+    /// `id` holds `stored`, as read under its lock: trusted again if that is what this store
+    /// knew (nobody else wrote it since), not trusted if it is not.
+    pub fn record_read(&self, id: &str, stored: Stored) {
+        let same = stored.clone();
+        self.put(id, stored, move |old| old.stored == same);
+    }
+
+    /// Keeps `stored` for `id`, trusted as `trusted` says of the entry it replaces (new
+    /// entries are trusted).
+    fn put(&self, id: &str, stored: Stored, trusted: impl FnOnce(&Entry) -> bool) {
         let mut entries = self.entries();
         let trusted = match entries.iter().position(|e| e.id == id) {
-            Some(i) => entries.remove(i).is_none_or(|e| e.trusted),
+            Some(i) => entries.remove(i).is_none_or(|e| trusted(&e)),
             None => true,
         };
         if size(&stored) > MAX_BYTES {
@@ -76,28 +89,6 @@ impl Known {
             stored,
             trusted,
         });
-    }
-
-    /// `id` holds `stored`, as read under its lock: trusted again if that is what this store
-    /// knew (nobody else wrote it since), not trusted if it is not.
-    pub fn record_read(&self, id: &str, stored: Stored) {
-        let same = {
-            let entries = self.entries();
-            entries
-                .iter()
-                .find(|e| e.id == id)
-                .map(|e| e.stored == stored)
-        };
-        self.record(id, stored);
-        if let Some(same) = same {
-            self.set_trusted(id, same);
-        }
-    }
-
-    fn set_trusted(&self, id: &str, trusted: bool) {
-        if let Some(entry) = self.entries().iter_mut().find(|e| e.id == id) {
-            entry.trusted = trusted;
-        }
     }
 
     /// What `id` holds is not known (a write of it failed, or it was deleted).

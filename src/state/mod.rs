@@ -531,31 +531,16 @@ impl<T: Transport, P: Platform> StateStore<T, P> {
             });
             (None, early)
         };
-        // Only a write that fits in the URL is tried ahead (its check carries the base too);
-        // the token's length is a UUID's.
-        let probe = LockHandle::held_elsewhere(id, "00000000-0000-0000-0000-000000000000");
-        let ahead = ahead.filter(|(new, base)| {
-            !self.write_ahead_refused.load(Ordering::Relaxed)
-                && self.fenced_insert(new, &probe, base.as_ref()).is_some()
-        });
+        let ahead = ahead.filter(|_| !self.write_ahead_refused.load(Ordering::Relaxed));
         let first = |handle: &LockHandle| -> Result<Tried, Error> {
+            // Only a write that fits in the URL goes ahead (its check carries the base too);
+            // one that does not is not sent, and the lock is confirmed as usual.
             let Some((new, base)) = &ahead else {
                 return Ok(Tried::NotWritten);
             };
-            let query = self
-                .fenced_insert(new, handle, base.as_ref())
-                .ok_or_else(|| {
-                    Error::new(
-                        ErrorKind::Permanent,
-                        "the write under the lock does not fit",
-                    )
-                })?;
-            let step = if base.is_some() {
-                Step::SetUnlessChanged
-            } else {
-                Step::Set
+            let Some((step, query)) = self.fenced_insert(new, handle, base.as_ref()) else {
+                return Ok(Tried::NotWritten);
             };
-            debug_assert_eq!(query.name, step.name());
             match lock::execute_fenced(&self.session(), step, query, handle, true) {
                 Ok(()) => Ok(Tried::Written),
                 Err(e) if e.kind == ErrorKind::Locked => Ok(Tried::NotWritten),
@@ -663,12 +648,12 @@ impl<T: Transport, P: Platform> StateStore<T, P> {
         handle: &LockHandle,
         holding: Holding,
     ) -> Result<(), Error> {
-        let query = self
+        let (step, query) = self
             .fenced_insert(state, handle, None)
             .ok_or_else(|| Error::invalid("the state does not fit in a request"))?;
         let result = lock::execute_fenced(
             &self.session(),
-            Step::Set,
+            step,
             query,
             handle,
             holding == Holding::OwnLock,
@@ -677,7 +662,7 @@ impl<T: Transport, P: Platform> StateStore<T, P> {
         result
     }
 
-    /// The fenced INSERT of [`Self::set_fenced`]. With `base` (what the id held when `state`
+    /// The fenced INSERT of [`Self::set_fenced`], and its step. With `base` (what the id held when `state`
     /// was computed from it), it writes only if the stored state is `base` or already `state`
     /// (read in the same statement as the fence), and only with the parts in the URL: `None`
     /// if they do not fit. Without, `None` only if the statement cannot be built at all.
@@ -686,7 +671,7 @@ impl<T: Transport, P: Platform> StateStore<T, P> {
         state: &State,
         handle: &LockHandle,
         base: Option<&Stored>,
-    ) -> Option<Query> {
+    ) -> Option<(Step, Query)> {
         let partial = json::part_text(&state.partial).unwrap_or_default();
         let completed = json::part_text(&state.completed).unwrap_or_default();
         // The stored state, and the condition that it is `base` or the new state.
@@ -745,7 +730,7 @@ impl<T: Transport, P: Platform> StateStore<T, P> {
             .to_http(self.client.endpoint())
             .is_ok_and(|r| r.path_and_query.len() <= MAX_FENCED_URL_BYTES);
         if fits {
-            return Some(in_url);
+            return Some((step, in_url));
         }
         if base.is_some() {
             return None;
@@ -754,13 +739,12 @@ impl<T: Transport, P: Platform> StateStore<T, P> {
         rows.push(b'\t');
         rows.extend(escape_param(&completed).into_bytes());
         rows.push(b'\n');
-        Some(fenced(insert("p", "c", " FROM state_parts").external(
-            ExternalTable {
-                name: "state_parts".into(),
-                structure: "p String, c String".into(),
-                rows,
-            },
-        )))
+        let query = insert("p", "c", " FROM state_parts").external(ExternalTable {
+            name: "state_parts".into(),
+            structure: "p String, c String".into(),
+            rows,
+        });
+        Some((step, fenced(query)))
     }
 
     /// Meltano `update` by a caller that already holds the lock on the id (`handle`): reads

@@ -687,17 +687,9 @@ mod tests {
 
     fn rec(process: &str, op: &str, start: u64, end: u64, outcome: Outcome) -> Record {
         Record {
-            process: process.into(),
-            op: op.into(),
-            id: "s".into(),
             start: start * 1_000_000,
             end: end * 1_000_000,
-            outcome,
-            token: None,
-            lease_ms: None,
-            key: None,
-            keys: None,
-            error: None,
+            ..Record::new(process, op, "s", 0, outcome)
         }
     }
 

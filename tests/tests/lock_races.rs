@@ -104,6 +104,17 @@ fn renewal_at_the_lease_edge(engine: LockEngineChoice) {
     assert_eq!(e.kind, ErrorKind::Locked, "{engine:?}: {e}");
 }
 
+/// Writes the initial state: by A when A's update is to write ahead of its lock's confirmation
+/// (A then knows what is stored), else by B. Returns the operation of A's update write.
+fn set_initial(ahead: bool, a: &Store, b: &Store, initial: &State) -> &'static str {
+    if ahead { a } else { b }.set(initial).unwrap();
+    if ahead {
+        "set-unless-changed"
+    } else {
+        "set"
+    }
+}
+
 /// A write under the lock that stalls past the lease lands nothing once another holder has the
 /// lock: it is `locked`, and the new holder's write stays. Written ahead of the lock's
 /// confirmation (`update` knows the stored state: A wrote it), it lands nothing either, and the
@@ -121,14 +132,8 @@ fn write_delayed_past_the_lease(engine: LockEngineChoice, ahead: bool) {
     let lease = Duration::from_millis(1500);
     let (a, ta) = store(&db, lease, engine);
     let (b, _) = store(&db, lease, engine);
-    let initial = state("job", json!({}), json!({"v": 0}));
-    if ahead {
-        a.set(&initial)
-    } else {
-        b.set(&initial)
-    }
-    .unwrap();
-    ta.pause_next(&[if ahead { "set-unless-changed" } else { "set" }]);
+    let held = set_initial(ahead, &a, &b, &state("job", json!({}), json!({"v": 0})));
+    ta.pause_next(&[held]);
     let started = Instant::now();
     let a_result = thread::scope(|scope| {
         let update = scope.spawn(|| a.update(&state("job", json!({"a": 1}), json!({}))));
@@ -167,18 +172,12 @@ fn update_racing_a_delete(engine: LockEngineChoice, ahead: bool) {
     let db = unique_name("races_clear");
     let (a, ta) = store(&db, Duration::from_secs(30), engine);
     let (b, _) = store(&db, Duration::from_secs(30), engine);
-    let initial = state("job", json!({}), json!({"v": 1}));
-    if ahead {
-        a.set(&initial)
-    } else {
-        b.set(&initial)
-    }
-    .unwrap();
+    let held = set_initial(ahead, &a, &b, &state("job", json!({}), json!({"v": 1})));
     // The lock row exists (keeper-map): A's takeover makes it the holder before its write
     // (written ahead, that write is otherwise sent before anyone holds the lock, and the
     // delete may go first: then the update applies after it, to no state).
     b.release(&b.lock("job").unwrap()).unwrap();
-    ta.pause_next(&[if ahead { "set-unless-changed" } else { "set" }]);
+    ta.pause_next(&[held]);
     let deleted = thread::scope(|scope| {
         let update = scope.spawn(|| a.update(&state("job", json!({"p": 1}), json!({}))));
         assert!(ta.wait_held(HELD), "the update's write was never sent");

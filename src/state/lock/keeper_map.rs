@@ -237,10 +237,9 @@ pub fn acquire_trying<T: Transport, P: Platform>(
     };
     let first = Cell::new(first);
     let tried = Cell::new(None);
-    /// How one attempt ended.
+    /// How one attempt ended: held (and `also` read, unless `first` was written), or not.
     enum Attempt {
         Held(Option<serde_json::Value>),
-        Written,
         NotHeld,
     }
     let attempt = || -> Result<Attempt, Error> {
@@ -251,7 +250,7 @@ pub fn acquire_trying<T: Transport, P: Platform>(
             let result = tried_first(first, &handle)?;
             tried.set(Some(result));
             if result == Tried::Written {
-                return Ok(Attempt::Written);
+                return Ok(Attempt::Held(None));
             }
         }
         let (exists, holder, read) = row_and_holder(s, tables, id, also)?;
@@ -277,7 +276,6 @@ pub fn acquire_trying<T: Transport, P: Platform>(
         }
         let read = match outcome {
             Ok(Attempt::Held(read)) => read,
-            Ok(Attempt::Written) => None,
             Ok(Attempt::NotHeld) => {
                 pause_or_give_up(s.platform, id, options, started).map_err(give_up)?;
                 continue;

@@ -156,21 +156,14 @@ pub fn acquire_trying<T: Transport, P: Platform>(
                 let result = tried_first(first, &LockHandle::new(id, token.clone(), lease_ends))?;
                 tried = Some(result);
                 if result == Tried::Written {
-                    return Ok(None);
+                    // Its fence proved that this token is the winner; nothing was read.
+                    return Ok((Some(token.clone()), None));
                 }
             }
-            holder_and(s, tables, id, WINNER, also).map(Some)
+            holder_and(s, tables, id, WINNER, also)
         });
         let error = match attempt {
-            Ok(None) => {
-                let lease_ends = s.platform.now() + options.stale_after;
-                return Ok(Acquired {
-                    handle: LockHandle::new(id, token, lease_ends),
-                    read: None,
-                    first: tried,
-                });
-            }
-            Ok(Some((Some(winner), read))) if winner == token => {
+            Ok((Some(winner), read)) if winner == token => {
                 let lease_ends = s.platform.now() + options.stale_after;
                 return Ok(Acquired {
                     handle: LockHandle::new(id, token, lease_ends),
