@@ -55,6 +55,15 @@ impl<T: Transport> Client<T> {
         &self.endpoint
     }
 
+    /// The same client, sending no connection database: for a caller that names the database
+    /// in every statement (the state store). A database the connection names is then never in
+    /// its way: the server refuses any request whose `database` does not exist yet
+    /// (UNKNOWN_DATABASE), even the `CREATE DATABASE` that would make it.
+    pub fn without_database(mut self) -> Self {
+        self.endpoint.database = None;
+        self
+    }
+
     /// Sends one statement and returns the server's successful answer, or a classified error.
     /// A statement that asked for a compressed answer and was refused the setting that allows
     /// it (a `readonly=1` user: READONLY; a settings constraint: SETTING_CONSTRAINT_VIOLATION)

@@ -297,6 +297,10 @@ impl<T: Transport, P: Platform> StateStore<T, P> {
             lock_engine: LockEngine::MergeTree,
             replication: Replication::None,
         };
+        // Every statement of the store names its database: the connection's (a URI's path,
+        // as in `clickhouse://host:8123/meltano` on a server without `meltano` yet) is not
+        // sent, so the first run on a fresh server creates the schema instead of failing.
+        let client = client.without_database();
         let retry = RetryPolicy::new(options.retries);
         let session = Session {
             client: &client,

@@ -76,3 +76,78 @@ def conn():
     import clickhouse_component as cc
 
     return cc.connect(URL, user=USER, password=PASSWORD)
+
+
+
+class TlsFront:
+    """HTTPS in front of the test ClickHouse: a CA and a certificate for `localhost` made with
+    the openssl CLI, and a thread per connection copying bytes to and from the plain HTTP
+    server. `port` is where it listens (on 127.0.0.1); `ca_file` trusts its certificate."""
+
+    def __init__(self, root: Path) -> None:
+        import socket
+        import ssl
+        import threading
+
+        root.mkdir(parents=True, exist_ok=True)
+        self.ca_file = str(root / "ca.pem")
+
+        def openssl(*args: str) -> None:
+            subprocess.run(["openssl", *args], cwd=root, check=True, capture_output=True)
+
+        new_key = ["-newkey", "rsa:2048", "-nodes"]
+        openssl("req", "-x509", *new_key, "-keyout", "ca.key", "-out", "ca.pem", "-days", "2",
+                "-subj", "/CN=clickhouse-component test CA")  # fmt: skip
+        openssl("req", *new_key, "-keyout", "leaf.key", "-out", "leaf.csr",
+                "-subj", "/CN=localhost")  # fmt: skip
+        (root / "leaf.ext").write_text("subjectAltName=DNS:localhost,IP:127.0.0.1\n")
+        openssl("x509", "-req", "-in", "leaf.csr", "-CA", "ca.pem", "-CAkey", "ca.key",
+                "-CAcreateserial", "-out", "leaf.pem", "-days", "2", "-extfile", "leaf.ext")  # fmt: skip
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        context.load_cert_chain(root / "leaf.pem", root / "leaf.key")
+        upstream = urllib.parse.urlsplit(URL)
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self.listener.getsockname()[1]
+
+        def pump(src: socket.socket, dst: socket.socket) -> None:
+            try:
+                while data := src.recv(65536):
+                    dst.sendall(data)
+            except OSError:
+                pass
+            finally:
+                for s in (src, dst):
+                    try:
+                        s.shutdown(socket.SHUT_RDWR)
+                    except OSError:
+                        pass
+
+        def serve(raw: socket.socket) -> None:
+            try:
+                tls = context.wrap_socket(raw, server_side=True)
+            except (OSError, ssl.SSLError):
+                raw.close()
+                return
+            plain = socket.create_connection((upstream.hostname, upstream.port))
+            threading.Thread(target=pump, args=(plain, tls), daemon=True).start()
+            pump(tls, plain)
+
+        def accept() -> None:
+            while True:
+                try:
+                    raw, _ = self.listener.accept()
+                except OSError:
+                    return
+                threading.Thread(target=serve, args=(raw,), daemon=True).start()
+
+        threading.Thread(target=accept, daemon=True).start()
+
+    def close(self) -> None:
+        self.listener.close()
+
+
+@pytest.fixture
+def tls_front(tmp_path):
+    front = TlsFront(tmp_path / "tls")
+    yield front
+    front.close()

@@ -164,6 +164,57 @@ def test_failed_run_leaves_partial_state_and_next_run_resumes(project):
     assert project.records() == [1, 2, 3, 4, 5, 6]
 
 
+@pytest.mark.parametrize("form", ["path", "path-elsewhere", "fields", "clickhouses", "secure"])
+def test_the_first_run_on_a_fresh_server(project, tls_front, form):
+    """Each way docs/python.md gives to name the server, on a server that has nothing yet
+    (neither the URI's database nor the state's): the first `meltano run` creates the schema
+    and keeps its bookmark. meltano-state-backend-clickhouse's quick start names the state's
+    database in the URI (`clickhouse://default@HOST:8123/meltano`), which the server refused
+    (UNKNOWN_DATABASE) while it did not exist."""
+    db = project.database
+    host = urllib.parse.urlsplit(URL)
+    user = urllib.parse.quote(USER)
+    scheme, uri, settings = {
+        "path": ("clickhouse", f"clickhouse://{user}@{host.hostname}:{host.port}/{db}", {}),
+        "path-elsewhere": (
+            "clickhouse",
+            f"clickhouse://{user}@{host.hostname}:{host.port}/{db}_uri",
+            {},
+        ),
+        "fields": (
+            "clickhouse",
+            "clickhouse://localhost",
+            {"host": host.hostname, "port": host.port, "user": USER, "database": db},
+        ),
+        "clickhouses": (
+            "clickhouses",
+            f"clickhouses://{user}@localhost:{tls_front.port}/{db}",
+            {"ca_file": tls_front.ca_file},
+        ),
+        "secure": (
+            "clickhouse",
+            f"clickhouse://{user}@localhost:{tls_front.port}/{db}?secure=true",
+            {"ca_file": tls_front.ca_file},
+        ),
+    }[form]
+    yml = json.loads((project.root / "meltano.yml").read_text())
+    yml["state_backend"] = {
+        "uri": uri,
+        "lock_timeout_seconds": 20,
+        scheme: {"schema": db, **settings},
+    }
+    (project.root / "meltano.yml").write_text(json.dumps(yml, indent=2))
+    exists = "SELECT count() FROM system.databases WHERE name = {db:String}"
+    assert sql(exists, db=db).strip() == "0"
+
+    project.run()
+    assert project.records() == [1, 2, 3]
+    assert bookmark(json.loads(cli("get", JOB, database=db).stdout)) == 3
+    assert sql(exists, db=f"{db}_uri").strip() == "0"  # only the state's database is made
+    project.run(count=1)
+    assert project.starts() == [0, 3]
+
+
 def test_meltano_state_commands_agree_with_our_cli(project):
     db = project.database
     project.meltano("state", "set", "--force", "dev:a", '{"singer_state": {"x": 1}}')

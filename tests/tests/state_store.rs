@@ -7,7 +7,7 @@ use std::io::{BufRead, BufReader};
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use clickhouse_component::client::ErrorKind;
+use clickhouse_component::client::{ConnectionOptions, ErrorKind};
 use clickhouse_component_host::{Instance, LockEngine, State, StoreHandle, StoreOptions};
 use clickhouse_component_tests::native::{sql, Sql};
 use clickhouse_component_tests::{
@@ -517,6 +517,52 @@ async fn create_schema_false_needs_existing_tables() {
     )
     .await
     .unwrap();
+}
+
+/// The first run on a server that has none of it: a connection whose database does not exist
+/// yet (meltano-state-backend-clickhouse's quick start names the store's own database in its
+/// URI, `clickhouse://host:8123/meltano`), or never will (another name), opens the store,
+/// creates its schema and keeps state.
+#[tokio::test]
+async fn a_connection_database_that_does_not_exist_yet_is_no_obstacle() {
+    let store_db = unique_name("fresh");
+    let elsewhere = unique_name("nowhere");
+    for connection_db in [store_db.clone(), elsewhere.clone()] {
+        let mut i = instance().await;
+        let conn = ConnectionOptions {
+            database: Some(connection_db.clone()),
+            ..clickhouse().connection()
+        };
+        let s = i
+            .open_store(
+                &conn,
+                &StoreOptions {
+                    database: Some(store_db.clone()),
+                    ..Default::default()
+                },
+            )
+            .await
+            .unwrap_or_else(|e| panic!("open with connection database {connection_db}: {e}"));
+        let written = state(&connection_db, json!({"bookmark": 1}), json!({}));
+        i.state_set(s, &written).await.unwrap();
+        let read = i.state_get(s, &connection_db).await.unwrap().unwrap();
+        assert_eq!(parts(&read), parts(&written));
+        let lock = i.lock(s, &connection_db).await.unwrap();
+        i.lock_release(lock).await.unwrap();
+    }
+    let databases = |name: &str| {
+        sql().count(
+            "SELECT count() FROM system.databases WHERE name = {db:String}",
+            &[("db", name)],
+        )
+    };
+    assert_eq!(databases(&store_db), 1);
+    assert_eq!(databases(&elsewhere), 0, "only the store's database is made");
+    let rows = sql().count(
+        "SELECT count() FROM {db:Identifier}.state FINAL",
+        &[("db", &store_db)],
+    );
+    assert_eq!(rows, 2);
 }
 
 #[tokio::test]
