@@ -163,6 +163,8 @@ export class Sink {
       deduplicatedChunks: r.deduplicatedChunks,
       unverifiedChunks: r.unverifiedChunks,
       retries: r.retries,
+      // 'native' or 'json-each-row' (a column of a type the sink does not encode).
+      format: r.format,
     };
   }
   close() {

@@ -52,7 +52,8 @@ use bindings::exports::clickhouse::connector::state_store::{
 
 use bindings::exports::clickhouse::connector::table_sink::{
     self as wit_sink, Compression as WitCompression, Guest as SinkGuest, GuestSink,
-    Receipt as WitReceipt, SinkOptions as WitSinkOptions, Value as WitValue,
+    InsertFormat as WitInsertFormat, Receipt as WitReceipt, SinkOptions as WitSinkOptions,
+    Value as WitValue,
 };
 
 struct Component;
@@ -149,6 +150,10 @@ fn to_wit_receipt(r: sink::Receipt) -> WitReceipt {
         deduplicated_chunks: r.deduplicated_chunks,
         unverified_chunks: r.unverified_chunks,
         retries: r.retries,
+        format: match r.format {
+            Some(sink::Format::JsonEachRow) => WitInsertFormat::JsonEachRow,
+            Some(sink::Format::Native) | None => WitInsertFormat::Native,
+        },
     }
 }
 

@@ -19,7 +19,9 @@ wasmtime::component::bindgen!({
 
 pub use exports::clickhouse::connector::server::ServerInfo;
 pub use exports::clickhouse::connector::state_store::{LockEngine, State, StoreOptions};
-pub use exports::clickhouse::connector::table_sink::{Compression, Receipt, SinkOptions, Value};
+pub use exports::clickhouse::connector::table_sink::{
+    Compression, InsertFormat, Receipt, SinkOptions, Value,
+};
 pub use exports::clickhouse::connector::types::{
     Connection, Error as WitError, ErrorKind as WitErrorKind,
 };

@@ -31,7 +31,8 @@ pub mod runtime;
 
 pub use allow_list::{AllowList, AllowListError};
 pub use bindings::{
-    Compression, LockEngine, Receipt, ServerInfo, SinkOptions, State, StoreOptions, Value,
+    Compression, InsertFormat, LockEngine, Receipt, ServerInfo, SinkOptions, State, StoreOptions,
+    Value,
 };
 pub use component::{CachePolicy, ComponentSource, LoadKind, LoadReport};
 pub use limits::{CallDeadlineExceeded, Limits, MemoryLimitExceeded};

@@ -59,7 +59,7 @@ test('sink sends rows and they arrive exactly', async () => {
     { id: 1, name: 'ünïcødé' },
     { id: 2, name: '' },
   ]);
-  assert.deepEqual([receipt.rows, receipt.chunks, receipt.writtenRows], [3, 2, 3]);
+  assert.deepEqual([receipt.rows, receipt.chunks, receipt.writtenRows, receipt.format], [3, 2, 3, 'native']);
   const text = await sql(`SELECT toString(id), name FROM ${database}.events ORDER BY id FORMAT TSV`);
   assert.equal(text, '1\tünïcødé\n2\t\n18446744073709551615\tmax u64\n');
   sink.close();
@@ -91,8 +91,10 @@ test('errors arrive as exceptions with the error kind', async () => {
   const sink = Sink.open(conn, { table: `${database}.t`, columns: ['n'] });
   assert.throws(() => sink.send([{ n: 1, extra: 2 }]),
     (e) => e instanceof ClickHouseError && e.kind === 'invalid-input' && /extra 'extra'/.test(e.message));
+  // A value its column's type does not read: refused before any request, naming the column.
   assert.throws(() => sink.send([{ n: 'not a number' }]),
-    (e) => e instanceof ClickHouseError && e.kind === 'permanent');
+    (e) => e instanceof ClickHouseError && e.kind === 'invalid-input' && /column 'n'/.test(e.message)
+      && /UInt32/.test(e.message));
   assert.throws(() => Sink.open(conn, { table: 't', settings: { async_insert: 1 } }),
     (e) => e.kind === 'invalid-input' && /fire-and-forget/.test(e.message));
 });

@@ -196,6 +196,9 @@ class Receipt:
     """Chunks whose written rows could not be checked."""
     retries: int
     """Resends of failed chunks."""
+    format: str
+    """How the rows travelled: ``"Native"`` or ``"JSONEachRow"`` (a column of a type the sink
+    does not encode)."""
 
 
 class Connection:

@@ -23,9 +23,9 @@ use clickhouse_component::sink::encode::{self, Value as JsonValue};
 use clickhouse_component_host::config::HostArgs;
 use clickhouse_component_host::runtime::runner_message;
 use clickhouse_component_host::{
-    default_allow_list, AllowList, CachePolicy, CallError, ComponentSource, Compression, Instance,
-    Limits, LoadKind, LockEngine, LockHandle, Network, Receipt, Runtime, SinkHandle, SinkOptions,
-    State, StoreHandle, StoreOptions, TlsOptions, Value,
+    default_allow_list, AllowList, CachePolicy, CallError, ComponentSource, Compression,
+    InsertFormat, Instance, Limits, LoadKind, LockEngine, LockHandle, Network, Receipt, Runtime,
+    SinkHandle, SinkOptions, State, StoreHandle, StoreOptions, TlsOptions, Value,
 };
 use pyo3::prelude::*;
 use pyo3::types::{
@@ -591,7 +591,7 @@ impl NativeLock {
     }
 }
 
-type ReceiptTuple = (u64, u32, u64, u32, u32, u32);
+type ReceiptTuple = (u64, u32, u64, u32, u32, u32, &'static str);
 
 fn receipt(r: Receipt) -> ReceiptTuple {
     (
@@ -601,6 +601,10 @@ fn receipt(r: Receipt) -> ReceiptTuple {
         r.deduplicated_chunks,
         r.unverified_chunks,
         r.retries,
+        match r.format {
+            InsertFormat::Native => "Native",
+            InsertFormat::JsonEachRow => "JSONEachRow",
+        },
     )
 }
 

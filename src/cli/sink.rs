@@ -574,11 +574,13 @@ fn summary(args: &SinkArgs, total: &Receipt, resumed_rows: u64, seconds: f64) ->
     } else {
         String::new()
     };
+    let format = total.format.map(|f| f.name());
     let text = format!(
-        "sent {} rows in {} chunks to {} ({} written{}{}{}){resumed} in {seconds:.2} s, {rate:.0} rows/s",
+        "sent {} rows in {} chunks to {}{} ({} written{}{}{}){resumed} in {seconds:.2} s, {rate:.0} rows/s",
         total.rows,
         total.chunks,
         args.table,
+        format.map(|f| format!(" as {f}")).unwrap_or_default(),
         total.written_rows,
         if total.deduplicated_chunks > 0 {
             format!(", {} chunks deduplicated", total.deduplicated_chunks)
@@ -607,6 +609,7 @@ fn summary(args: &SinkArgs, total: &Receipt, resumed_rows: u64, seconds: f64) ->
             "deduplicated_chunks": total.deduplicated_chunks,
             "unverified_chunks": total.unverified_chunks,
             "retries": total.retries,
+            "format": format,
             "resumed_after_rows": resumed_rows,
             "checkpoint": args.checkpoint,
             "seconds": seconds,

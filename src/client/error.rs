@@ -292,7 +292,10 @@ pub fn kind_for_code(code: i32) -> Option<ErrorKind> {
         | VIOLATED_CONSTRAINT
         | ZSTD_DECODER_FAILED
         | CANNOT_PARSE_IPV4
-        | CANNOT_PARSE_IPV6 => ErrorKind::Permanent,
+        | CANNOT_PARSE_IPV6
+        | DECIMAL_OVERFLOW
+        | UNEXPECTED_DATA_AFTER_PARSED_VALUE
+        | UNKNOWN_ELEMENT_OF_ENUM => ErrorKind::Permanent,
         _ => return None,
     })
 }
@@ -414,6 +417,7 @@ mod tests {
             (400, Some(53), Write, Permanent),      // TYPE_MISMATCH
             (500, Some(130), Write, Permanent),     // CANNOT_READ_ARRAY_FROM_TEXT
             (500, Some(467), Write, Permanent),     // CANNOT_PARSE_BOOL
+            (500, Some(691), Write, Permanent),     // UNKNOWN_ELEMENT_OF_ENUM, not transient
             (500, Some(469), Write, Permanent),     // VIOLATED_CONSTRAINT
             (500, Some(561), Write, Permanent),     // ZSTD_DECODER_FAILED
             (500, Some(319), Write, Uncertain),     // UNKNOWN_STATUS_OF_INSERT

@@ -149,6 +149,12 @@ pub const ZSTD_DECODER_FAILED: i32 = 561;
 pub const CANNOT_PARSE_IPV4: i32 = 675;
 /// ClickHouse's `CANNOT_PARSE_IPV6`.
 pub const CANNOT_PARSE_IPV6: i32 = 676;
+/// ClickHouse's `DECIMAL_OVERFLOW`.
+pub const DECIMAL_OVERFLOW: i32 = 407;
+/// ClickHouse's `UNEXPECTED_DATA_AFTER_PARSED_VALUE`.
+pub const UNEXPECTED_DATA_AFTER_PARSED_VALUE: i32 = 632;
+/// ClickHouse's `UNKNOWN_ELEMENT_OF_ENUM` (an Enum value that is not one of its elements).
+pub const UNKNOWN_ELEMENT_OF_ENUM: i32 = 691;
 /// ClickHouse's `KEEPER_EXCEPTION`.
 pub const KEEPER_EXCEPTION: i32 = 999;
 /// ClickHouse's `POCO_EXCEPTION`.

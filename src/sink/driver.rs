@@ -1,6 +1,8 @@
-//! Drives a send: rows are encoded and checked first, then split into `batch_size` chunks; each
-//! chunk is one INSERT, sent and acknowledged before the next (no queue, no timer, no batching
-//! across sends). The receipt reports the server's `written_rows`; a failure after a committed
+//! Drives a send: every row is read first, each value for its column's type (the table's
+//! columns are read once per sink), and encoded as one Native block per `batch_size` chunk
+//! (JSONEachRow lines for a table with a type the sink does not encode); each chunk is one
+//! INSERT, sent and acknowledged before the next (no queue, no timer, no batching across
+//! sends). The receipt reports the server's `written_rows`; a failure after a committed
 //! chunk is `uncertain` and says how many rows committed. With `dedup` and `retries`, a chunk
 //! that failed in a way that may pass is resent with the same deduplication token, so a chunk
 //! that landed before its answer was lost is not written twice.
@@ -17,9 +19,10 @@ use crate::client::sql::quote_identifier;
 use crate::client::{Client, Error, ErrorKind, HttpRequest, InFlight, Query, Transport};
 use crate::platform::Platform;
 
-use super::columns::{ColumnTypeSource, ColumnTypes};
+use super::columns::{Format, TableColumns};
 use super::config::{SinkConfig, SinkOptions};
 use super::encode::{encode_json, encode_rows, Encoded, Row};
+use super::types::Type;
 
 /// What a successful send did.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -36,6 +39,8 @@ pub struct Receipt {
     pub unverified_chunks: u32,
     /// Chunks resent after a failure that may pass (same token each time).
     pub retries: u32,
+    /// How the rows travelled (none when no chunk was sent).
+    pub format: Option<Format>,
 }
 
 impl Receipt {
@@ -47,6 +52,7 @@ impl Receipt {
         self.deduplicated_chunks += other.deduplicated_chunks;
         self.unverified_chunks += other.unverified_chunks;
         self.retries += other.retries;
+        self.format = other.format.or(self.format);
     }
 }
 
@@ -56,15 +62,20 @@ struct ChunkRequest {
     rows: u64,
 }
 
+/// Builds chunk `n`'s request of a send (its body encoded already).
+type BuildChunk<'e> = Box<dyn FnMut(usize) -> Result<ChunkRequest, Error> + 'e>;
+
 /// A send whose rows are checked and whose requests are built ([`Sink::prepare_json`]).
 pub struct PreparedSend {
     chunks: VecDeque<ChunkRequest>,
+    format: Format,
 }
 
 /// A send whose first INSERT is on the wire ([`Sink::start`]); [`Sink::finish`] completes it.
 pub struct StartedSend {
     chunks: VecDeque<ChunkRequest>,
     first: Option<InFlight>,
+    format: Format,
 }
 
 /// A sink bound to one client and table.
@@ -73,8 +84,8 @@ pub struct Sink<T: Transport, P: Platform> {
     platform: P,
     config: SinkConfig,
     closed: bool,
-    /// The table's column types, read at the first send.
-    types: OnceCell<ColumnTypes>,
+    /// The table's columns and their types, read at the first send.
+    columns: OnceCell<TableColumns>,
     /// The server named `distributed_foreground_insert` unknown (before 23.x): INSERTs carry
     /// its old name, `insert_distributed_sync`, from then on.
     old_setting_name: std::cell::Cell<bool>,
@@ -96,7 +107,7 @@ impl<T: Transport, P: Platform> Sink<T, P> {
             platform,
             config,
             closed: false,
-            types: OnceCell::new(),
+            columns: OnceCell::new(),
             old_setting_name: std::cell::Cell::new(false),
         };
         if sink.config.dedup {
@@ -194,18 +205,48 @@ impl<T: Transport, P: Platform> Sink<T, P> {
         }
     }
 
-    /// Sends typed rows. Every row is checked before the first INSERT.
+    /// Sends typed rows. Every row is read for its columns' types before the first INSERT.
     pub fn send(&self, rows: &[Row]) -> Result<Receipt, Error> {
         self.check_open()?;
-        let encoded = encode_rows(rows, self.config.columns.as_deref(), Some(self))?;
+        let encoded = encode_rows(rows, self.config.columns.as_deref())?;
         self.deliver(&encoded)
     }
 
-    /// Sends NDJSON or a JSON array of objects. Every row is checked before the first INSERT.
+    /// Sends NDJSON or a JSON array of objects. Every row is read for its columns' types
+    /// before the first INSERT.
     pub fn send_json(&self, data: &[u8]) -> Result<Receipt, Error> {
         self.check_open()?;
-        let encoded = encode_json(data, self.config.columns.as_deref(), Some(self))?;
+        let encoded = encode_json(data, self.config.columns.as_deref())?;
         self.deliver(&encoded)
+    }
+
+    /// Reads every row of `encoded` for its columns' types: `invalid-input` naming the first
+    /// value refused, before anything is sent. With `keep`, each chunk's body (a Native
+    /// block, or the JSONEachRow lines of a table with a type the sink does not encode);
+    /// without, nothing is kept (a first pass over a file).
+    fn read_rows(&self, encoded: &Encoded, keep: bool) -> Result<(Format, Vec<Vec<u8>>), Error> {
+        let table = self.table_columns()?;
+        let format = table.format(&encoded.columns);
+        let mut block = table.block(&encoded.columns, &self.config.qualified_table())?;
+        let mut bodies = Vec::new();
+        let total = encoded.len();
+        let batch = self.config.batch_size;
+        for start in (0..total).step_by(batch) {
+            let end = (start + batch).min(total);
+            block.clear();
+            table.read(encoded, start, end, &mut block)?;
+            if keep {
+                bodies.push(match format {
+                    Format::Native => {
+                        let mut body = Vec::with_capacity(block.size() + 256);
+                        block.write(&mut body);
+                        body
+                    }
+                    Format::JsonEachRow => encoded.rows(start, end),
+                });
+            }
+        }
+        Ok((format, bodies))
     }
 
     /// Closes the sink; idempotent.
@@ -216,7 +257,7 @@ impl<T: Transport, P: Platform> Sink<T, P> {
     /// The INSERT statement for these columns: the table (and database) as `Identifier`
     /// parameters, the column names backquoted by [`quote_identifier`] (ClickHouse's grammar
     /// takes no parameter in an INSERT column list).
-    fn insert_query(&self, columns: &[String]) -> Query {
+    fn insert_query(&self, columns: &[String], format: Format) -> Query {
         let column_list: Vec<String> = columns.iter().map(|c| quote_identifier(c)).collect();
         let target = if self.config.database.is_some() {
             "{db:Identifier}.{t:Identifier}"
@@ -226,8 +267,9 @@ impl<T: Transport, P: Platform> Sink<T, P> {
         let mut query = Query::write(
             "send",
             format!(
-                "INSERT INTO {target} ({}) FORMAT JSONEachRow",
-                column_list.join(", ")
+                "INSERT INTO {target} ({}) FORMAT {}",
+                column_list.join(", "),
+                format.name()
             ),
         )
         .param("t", &self.config.table);
@@ -260,26 +302,24 @@ impl<T: Transport, P: Platform> Sink<T, P> {
         })
     }
 
-    /// Every chunk's request of `encoded`, `batch_size` rows each, built when `build` is
-    /// called with its index.
+    /// Every chunk's request of `encoded` (read and encoded first: [`Sink::read_rows`]),
+    /// `batch_size` rows each, built when `build` is called with its index.
     fn chunk_builder<'e>(
         &'e self,
         encoded: &'e Encoded,
-    ) -> (usize, impl FnMut(usize) -> Result<ChunkRequest, Error> + 'e) {
+    ) -> Result<(usize, Format, BuildChunk<'e>), Error> {
+        let (format, bodies) = self.read_rows(encoded, true)?;
         let total = encoded.len();
-        let base = self.insert_query(&encoded.columns);
+        let base = self.insert_query(&encoded.columns, format);
         let batch = self.config.batch_size;
+        let mut bodies = bodies.into_iter();
         let build = move |chunk: usize| {
             let start = chunk * batch;
             let end = (start + batch).min(total);
-            self.chunk_request(
-                &base,
-                &encoded.columns,
-                encoded.rows(start, end),
-                end - start,
-            )
+            let body = bodies.next().expect("one body per chunk, built in order");
+            self.chunk_request(&base, &encoded.columns, body, end - start)
         };
-        (total.div_ceil(batch), build)
+        Ok((total.div_ceil(batch), format, Box::new(build)))
     }
 
     /// `request` made as this server takes it, in place (chunks are built ahead, some before
@@ -306,8 +346,10 @@ impl<T: Transport, P: Platform> Sink<T, P> {
     }
 
     fn deliver(&self, encoded: &Encoded) -> Result<Receipt, Error> {
-        let (count, build) = self.chunk_builder(encoded);
-        self.deliver_chunks(count, build, None)
+        let (count, format, build) = self.chunk_builder(encoded)?;
+        let mut receipt = self.deliver_chunks(count, build, None)?;
+        receipt.format = Some(format);
+        Ok(receipt)
     }
 
     /// Sends `count` chunks in order, each acknowledged before the next is sent; the next
@@ -421,19 +463,25 @@ impl<T: Transport, P: Platform> Sink<T, P> {
     /// acknowledged. Holds every chunk's request in memory.
     pub fn prepare_json(&self, data: &[u8]) -> Result<PreparedSend, Error> {
         self.check_open()?;
-        let encoded = encode_json(data, self.config.columns.as_deref(), Some(self))?;
-        let (count, mut build) = self.chunk_builder(&encoded);
+        let encoded = encode_json(data, self.config.columns.as_deref())?;
+        let (count, format, mut build) = self.chunk_builder(&encoded)?;
         let chunks = (0..count)
             .map(&mut build)
             .collect::<Result<VecDeque<_>, _>>()?;
-        Ok(PreparedSend { chunks })
+        Ok(PreparedSend { chunks, format })
     }
 
-    /// Checks every row of `data` as [`Sink::prepare_json`] does, and builds nothing (no
-    /// encoding into chunks, no compression): the CLI's first pass over a file.
+    /// Checks every row of `data` as [`Sink::prepare_json`] does, and keeps nothing (no
+    /// chunk bodies, no compression): the CLI's first pass over a file.
     pub fn check_json(&self, data: &[u8]) -> Result<(), Error> {
         self.check_open()?;
-        encode_json(data, self.config.columns.as_deref(), Some(self)).map(|_| ())
+        let encoded = encode_json(data, self.config.columns.as_deref())?;
+        self.read_rows(&encoded, false).map(|_| ())
+    }
+
+    /// The format the rows of `columns` travel in (reads the table's columns if not yet).
+    pub fn format(&self, columns: &[String]) -> Result<Format, Error> {
+        Ok(self.table_columns()?.format(columns))
     }
 
     /// Sends the first chunk of a prepared send without waiting for its answer.
@@ -445,19 +493,26 @@ impl<T: Transport, P: Platform> Sink<T, P> {
         StartedSend {
             chunks: prepared.chunks,
             first,
+            format: prepared.format,
         }
     }
 
     /// Completes a send [`Sink::start`] began, as [`Sink::send_json`] does from there on
     /// (acknowledged chunks in order, retries, `uncertain` after a committed chunk).
     pub fn finish(&self, started: StartedSend) -> Result<Receipt, Error> {
-        let StartedSend { mut chunks, first } = started;
+        let StartedSend {
+            mut chunks,
+            first,
+            format,
+        } = started;
         let count = chunks.len();
-        self.deliver_chunks(
+        let mut receipt = self.deliver_chunks(
             count,
             |_| Ok(chunks.pop_front().expect("one request per chunk")),
             first,
-        )
+        )?;
+        receipt.format = Some(format);
+        Ok(receipt)
     }
 
     /// The deduplication token of a chunk: SHA-256 of the table, the columns and the exact
@@ -548,13 +603,13 @@ fn table_setting<'a>(engine_full: &'a str, name: &str) -> Option<&'a str> {
     })
 }
 
-impl<T: Transport, P: Platform> ColumnTypeSource for Sink<T, P> {
-    /// The table's column types: `DESCRIBE TABLE`, one read request, the first time a value
-    /// holds a null (a missing table is the server's `misconfigured` error, before any row is
-    /// sent).
-    fn column_types(&self) -> Result<&ColumnTypes, Error> {
-        if let Some(types) = self.types.get() {
-            return Ok(types);
+impl<T: Transport, P: Platform> Sink<T, P> {
+    /// The table's columns: `DESCRIBE TABLE`, one read request at the first send (a missing
+    /// table is the server's `misconfigured` error, before any row is sent); and, when a
+    /// date-time column names no zone, the server's time zone (`timezone()`, one more).
+    fn table_columns(&self) -> Result<&TableColumns, Error> {
+        if let Some(columns) = self.columns.get() {
+            return Ok(columns);
         }
         let sql = if self.config.database.is_some() {
             "DESCRIBE TABLE {db:Identifier}.{t:Identifier}"
@@ -581,10 +636,26 @@ impl<T: Transport, P: Platform> ColumnTypeSource for Sink<T, P> {
         // unchecked: read the answer lossily (the names and types read are the table's
         // identifiers; a name that is not UTF-8 is one no row of ours can name anyway).
         let body = String::from_utf8_lossy(&response.body);
-        let columns: Vec<Column> = json_rows(body.as_bytes(), "DESCRIBE TABLE")?;
+        let described: Vec<Column> = json_rows(body.as_bytes(), "DESCRIBE TABLE")?;
+        let mut columns = Vec::with_capacity(described.len());
+        for c in described {
+            let ty = Type::parse(&c.ty).map_err(|e| {
+                Error::new(
+                    ErrorKind::Misconfigured,
+                    format!("column '{}': {e}", c.name.escape_debug()),
+                )
+            })?;
+            columns.push((c.name, ty));
+        }
+        let zone = if TableColumns::needs_server_zone(&columns) {
+            let answer = self.read(&Query::read("timezone", "SELECT timezone()"))?;
+            String::from_utf8_lossy(&answer.body).trim().to_string()
+        } else {
+            String::new()
+        };
         Ok(self
-            .types
-            .get_or_init(|| ColumnTypes::new(columns.into_iter().map(|c| (c.name, c.ty)))))
+            .columns
+            .get_or_init(|| TableColumns::new(columns, zone)))
     }
 }
 
@@ -663,6 +734,21 @@ mod tests {
     const DEDUPLICATING: &str =
         "MergeTree ORDER BY id SETTINGS non_replicated_deduplication_window = 100, index_granularity = 8192";
 
+    /// The DESCRIBE answer of the tests' table, `(id UInt64)`.
+    fn id_table() -> Result<HttpResponse, TransportError> {
+        described(&[("id", "UInt64")])
+    }
+
+    /// The Native block of rows `{"id": n}` for `ids`.
+    fn ids_block(ids: std::ops::Range<u64>) -> Vec<u8> {
+        let mut b = vec![1, (ids.end - ids.start) as u8, 2, b'i', b'd', 6];
+        b.extend_from_slice(b"UInt64");
+        for id in ids {
+            b.extend_from_slice(&id.to_le_bytes());
+        }
+        b
+    }
+
     fn ndjson(n: usize) -> Vec<u8> {
         (0..n)
             .map(|i| format!("{{\"id\":{i}}}\n"))
@@ -673,7 +759,7 @@ mod tests {
     #[test]
     fn inserts_are_lz4_compressed_by_default_and_the_token_is_of_the_rows() {
         let data = ndjson(3);
-        let t = Scripted::new(vec![ack(3)]);
+        let t = Scripted::new(vec![id_table(), ack(3)]);
         let client = Client::new(&ConnectionOptions::from_url("http://h"), &t).unwrap();
         let options = SinkOptions {
             table: "db.events".into(),
@@ -685,17 +771,17 @@ mod tests {
             .send_json(&data)
             .unwrap();
         let sent = t.sent.borrow();
-        let encoding = sent[0]
+        let encoding = sent[1]
             .headers
             .iter()
             .find(|(n, _)| n == "content-encoding");
         assert_eq!(encoding.map(|(_, v)| v.as_slice()), Some(&b"lz4"[..]));
-        assert_eq!(sent[0].body, Compression::Lz4.encode(data.clone()));
+        assert_eq!(sent[1].body, Compression::Lz4.encode(ids_block(0..3)));
         drop(sent);
         // The same rows make the same deduplication token whatever the compression: a
         // resend with another method is still recognised as the same chunk.
         let token = |compression| {
-            let t = Scripted::new(vec![engine(DEDUPLICATING), ack(3)]);
+            let t = Scripted::new(vec![engine(DEDUPLICATING), id_table(), ack(3)]);
             let client = Client::new(&ConnectionOptions::from_url("http://h"), &t).unwrap();
             let options = SinkOptions {
                 table: "db.events".into(),
@@ -707,7 +793,7 @@ mod tests {
                 .unwrap()
                 .send_json(&data)
                 .unwrap();
-            let target = t.sent.borrow()[1].path_and_query.clone();
+            let target = t.sent.borrow()[2].path_and_query.clone();
             target
                 .split('&')
                 .find(|p| p.starts_with("insert_deduplication_token="))
@@ -747,6 +833,7 @@ mod tests {
         let t = Overlapping {
             events: events.clone(),
             answers: RefCell::new(vec![
+                id_table(),
                 ack(2),
                 ack(1),
                 ack(1),
@@ -761,7 +848,7 @@ mod tests {
             ..Default::default()
         };
         let sink = Sink::open(client, FakePlatform::default(), &options).unwrap();
-        // Three rows: two chunks (18 and 9 bytes); the second is started only after the
+        // Three rows: two chunks (28 and 20 bytes); the second is started only after the
         // first's answer.
         let first = sink.start(sink.prepare_json(&ndjson(3)).unwrap());
         // Checking the next send (and a bad one) while the first is on the wire sends nothing.
@@ -775,13 +862,15 @@ mod tests {
         assert_eq!(
             *events.borrow(),
             [
-                "start 18",
+                "start 45",
+                "answer 45",
+                "start 28",
                 "prepared",
-                "answer 18",
-                "start 9",
-                "answer 9",
-                "start 9",
-                "answer 9"
+                "answer 28",
+                "start 20",
+                "answer 20",
+                "start 20",
+                "answer 20"
             ]
         );
         // A started send whose first answer is a failure fails as send_json does.
@@ -812,10 +901,11 @@ mod tests {
                 "Setting distributed_foreground_insert is neither a builtin setting nor started with the prefix 'custom_' registered for user-defined settings. (UNKNOWN_SETTING)",
             )
         };
-        let t = Scripted::new(vec![unknown(), ack(2), ack(2), ack(1)]);
+        let t = Scripted::new(vec![id_table(), unknown(), ack(2), ack(2), ack(1)]);
         let r = sink(&t, 2, false).send_json(&ndjson(5)).unwrap();
         assert_eq!((r.rows, r.chunks, r.written_rows), (5, 3, 5));
-        let sent = t.sent.borrow();
+        let all = t.sent.borrow();
+        let sent = &all[1..];
         assert_eq!(
             sent.len(),
             4,
@@ -837,15 +927,15 @@ mod tests {
                 request.path_and_query
             );
         }
-        drop(sent);
+        drop(all);
 
         // A send prepared ahead (the CLI's next batch) and started after the switch, too.
-        let t = Scripted::new(vec![unknown(), ack(1), ack(1)]);
+        let t = Scripted::new(vec![id_table(), unknown(), ack(1), ack(1)]);
         let s = sink(&t, 2, false);
         s.send_json(&ndjson(1)).unwrap();
         let prepared = s.prepare_json(&ndjson(1)).unwrap();
         s.finish(s.start(prepared)).unwrap();
-        let last = &t.sent.borrow()[2];
+        let last = &t.sent.borrow()[3];
         assert!(
             last.path_and_query.contains(FOREGROUND_OLD),
             "{}",
@@ -855,6 +945,7 @@ mod tests {
 
         // Any other unknown setting keeps its kind; so does the old name refused as well.
         let t = Scripted::new(vec![
+            id_table(),
             unknown(),
             server_error(
                 404,
@@ -864,16 +955,19 @@ mod tests {
         ]);
         let e = sink(&t, 2, false).send_json(&ndjson(1)).unwrap_err();
         assert_eq!(e.kind, ErrorKind::Misconfigured, "{e}");
-        assert_eq!(t.sent.borrow().len(), 2);
+        assert_eq!(t.sent.borrow().len(), 3);
     }
 
     #[test]
     fn a_profile_that_forbids_the_foreground_setting_is_misconfigured_saying_what_to_change() {
-        let t = Scripted::new(vec![server_error(
+        let t = Scripted::new(vec![
+            id_table(),
+            server_error(
             500,
             452,
             "Setting distributed_foreground_insert should not be changed. (SETTING_CONSTRAINT_VIOLATION)",
-        )]);
+        )
+        ]);
         let e = sink(&t, 2, false).send_json(&ndjson(1)).unwrap_err();
         assert_eq!(e.kind, ErrorKind::Misconfigured, "{e}");
         assert!(
@@ -887,7 +981,7 @@ mod tests {
 
     #[test]
     fn chunks_are_sent_in_order_and_acknowledged() {
-        let t = Scripted::new(vec![ack(2), ack(2), ack(1)]);
+        let t = Scripted::new(vec![id_table(), ack(2), ack(2), ack(1)]);
         let r = sink(&t, 2, false).send_json(&ndjson(5)).unwrap();
         assert_eq!(
             r,
@@ -895,16 +989,17 @@ mod tests {
                 rows: 5,
                 chunks: 3,
                 written_rows: 5,
+                format: Some(Format::Native),
                 ..Default::default()
             }
         );
         let sent = t.sent.borrow();
-        assert_eq!(sent.len(), 3);
-        assert_eq!(sent[0].body, b"{\"id\":0}\n{\"id\":1}\n");
-        assert_eq!(sent[2].body, b"{\"id\":4}\n");
-        let url = &sent[0].path_and_query;
+        assert_eq!(sent.len(), 4);
+        assert_eq!(sent[1].body, ids_block(0..2));
+        assert_eq!(sent[3].body, ids_block(4..5));
+        let url = &sent[1].path_and_query;
         // The table is a parameter; the column list is backquoted text (no parameter there).
-        assert!(url.contains("query=INSERT%20INTO%20%7Bdb%3AIdentifier%7D.%7Bt%3AIdentifier%7D%20%28%60id%60%29%20FORMAT%20JSONEachRow"), "{url}");
+        assert!(url.contains("query=INSERT%20INTO%20%7Bdb%3AIdentifier%7D.%7Bt%3AIdentifier%7D%20%28%60id%60%29%20FORMAT%20Native"), "{url}");
         assert!(url.contains("param_db=db&"), "{url}");
         assert!(url.contains("param_t=events"), "{url}");
         assert!(!url.contains("param_c0"), "{url}");
@@ -927,7 +1022,7 @@ mod tests {
             },
         )
         .unwrap();
-        let query = sink.insert_query(&sink.config().columns.clone().unwrap());
+        let query = sink.insert_query(&sink.config().columns.clone().unwrap(), Format::JsonEachRow);
         assert_eq!(
             query.sql,
             "INSERT INTO {t:Identifier} (`id`, `weird col`, `a\\`b`, `x.y`, `{c0:Identifier}`) FORMAT JSONEachRow"
@@ -937,7 +1032,7 @@ mod tests {
 
     #[test]
     fn a_failure_after_a_committed_chunk_is_uncertain() {
-        let t = Scripted::new(vec![ack(2), ack(2), rejected()]);
+        let t = Scripted::new(vec![id_table(), ack(2), ack(2), rejected()]);
         let e = sink(&t, 2, false).send_json(&ndjson(6)).unwrap_err();
         assert_eq!(e.kind, ErrorKind::Uncertain);
         assert_eq!(e.committed_rows, 4);
@@ -953,30 +1048,30 @@ mod tests {
 
     #[test]
     fn a_failure_of_the_first_chunk_keeps_its_kind() {
-        let t = Scripted::new(vec![rejected()]);
+        let t = Scripted::new(vec![id_table(), rejected()]);
         let e = sink(&t, 2, false).send_json(&ndjson(6)).unwrap_err();
         assert_eq!((e.kind, e.committed_rows), (ErrorKind::Permanent, 0));
-        let t = Scripted::new(vec![Err(TransportError::new(
-            TransportFailure::Timeout,
-            "",
-        ))]);
+        let t = Scripted::new(vec![
+            id_table(),
+            Err(TransportError::new(TransportFailure::Timeout, "")),
+        ]);
         let e = sink(&t, 2, false).send_json(&ndjson(1)).unwrap_err();
         assert_eq!(
             e.kind,
             ErrorKind::Uncertain,
             "a timed-out insert may have committed"
         );
-        let t = Scripted::new(vec![Err(TransportError::new(
-            TransportFailure::Refused,
-            "",
-        ))]);
+        let t = Scripted::new(vec![
+            id_table(),
+            Err(TransportError::new(TransportFailure::Refused, "")),
+        ]);
         let e = sink(&t, 2, false).send_json(&ndjson(1)).unwrap_err();
         assert_eq!(e.kind, ErrorKind::Disconnected);
     }
 
     #[test]
     fn fewer_rows_written_than_sent_is_an_error() {
-        let t = Scripted::new(vec![ack(2), ack(1)]);
+        let t = Scripted::new(vec![id_table(), ack(2), ack(1)]);
         let e = sink(&t, 2, false).send_json(&ndjson(4)).unwrap_err();
         assert_eq!((e.kind, e.committed_rows), (ErrorKind::Uncertain, 2));
         assert!(
@@ -986,7 +1081,7 @@ mod tests {
             e.message
         );
         // More rows written than sent (materialized views) is fine.
-        let t = Scripted::new(vec![ack(4)]);
+        let t = Scripted::new(vec![id_table(), ack(4)]);
         assert_eq!(
             sink(&t, 2, false)
                 .send_json(&ndjson(2))
@@ -998,12 +1093,12 @@ mod tests {
 
     #[test]
     fn dedup_tokens_are_stable_and_zero_written_means_deduplicated() {
-        let t = Scripted::new(vec![engine(DEDUPLICATING), ack(2), ack(0)]);
+        let t = Scripted::new(vec![engine(DEDUPLICATING), id_table(), ack(2), ack(0)]);
         let s = sink(&t, 2, true);
         s.send_json(&ndjson(2)).unwrap();
         let r = s.send_json(&ndjson(2)).unwrap();
         assert_eq!(r.deduplicated_chunks, 1);
-        let sent = &t.sent.borrow()[1..];
+        let sent = &t.sent.borrow()[2..];
         let token = |i: usize| {
             let url = &sent[i].path_and_query;
             let at = url.find("insert_deduplication_token=").unwrap();
@@ -1017,6 +1112,7 @@ mod tests {
     fn a_failed_chunk_is_resent_with_the_same_token_and_a_lost_commit_is_deduplicated() {
         let t = Scripted::new(vec![
             engine(DEDUPLICATING),
+            id_table(),
             ack(2),
             // Chunk 2: refused, then the answer is lost after the server wrote it, then the
             // resend is acknowledged as a duplicate.
@@ -1034,15 +1130,16 @@ mod tests {
                 written_rows: 3,
                 deduplicated_chunks: 1,
                 retries: 2,
+                format: Some(Format::Native),
                 ..Default::default()
             }
         );
         let sent = t.sent.borrow();
-        assert_eq!(sent.len(), 6);
+        assert_eq!(sent.len(), 7);
         // The three attempts of chunk 2 are the same request, token and body included.
-        assert_eq!(sent[2], sent[3]);
         assert_eq!(sent[3], sent[4]);
-        assert_ne!(sent[1].path_and_query, sent[2].path_and_query);
+        assert_eq!(sent[4], sent[5]);
+        assert_ne!(sent[2].path_and_query, sent[3].path_and_query);
     }
 
     #[test]
@@ -1050,7 +1147,11 @@ mod tests {
         // Two sinks (two processes, in effect) send the same rows: the same tokens.
         let token_of = |table: &str, data: &[u8]| {
             // More rows written than sent is fine (materialized views): one answer fits all.
-            let t = Scripted::new(vec![engine(DEDUPLICATING), ack(100)]);
+            let t = Scripted::new(vec![
+                engine(DEDUPLICATING),
+                described(&[("id", "UInt64"), ("x", "UInt8")]),
+                ack(100),
+            ]);
             let client = Client::new(&ConnectionOptions::from_url("http://other:1"), &t).unwrap();
             Sink::open(
                 client,
@@ -1065,7 +1166,7 @@ mod tests {
             .unwrap()
             .send_json(data)
             .unwrap();
-            let url = t.sent.borrow()[1].path_and_query.clone();
+            let url = t.sent.borrow()[2].path_and_query.clone();
             let at = url.find("insert_deduplication_token=").unwrap();
             url[at..].split('&').next().unwrap().to_string()
         };
@@ -1083,13 +1184,14 @@ mod tests {
     #[test]
     fn retries_stop_at_errors_that_cannot_pass_and_after_the_budget() {
         // A rejected chunk is never resent.
-        let t = Scripted::new(vec![engine(DEDUPLICATING), rejected()]);
+        let t = Scripted::new(vec![engine(DEDUPLICATING), id_table(), rejected()]);
         let e = sink_with(&t, 2, true, 5).send_json(&ndjson(2)).unwrap_err();
         assert_eq!(e.kind, ErrorKind::Permanent);
-        assert_eq!(t.sent.borrow().len(), 2);
+        assert_eq!(t.sent.borrow().len(), 3);
         // Out of retries after a committed chunk: uncertain, with what was committed.
         let t = Scripted::new(vec![
             engine(DEDUPLICATING),
+            id_table(),
             ack(2),
             fail(TransportFailure::Timeout),
             fail(TransportFailure::Refused),
@@ -1206,8 +1308,14 @@ mod tests {
             .unwrap_err();
         assert_eq!(e.kind, ErrorKind::InvalidInput);
         assert!(
+            e.message.starts_with(
+                "row index 1, column 'id': null is not allowed: the column is not Nullable"
+            ),
+            "{}",
             e.message
-                .starts_with("row index 1, column 'id': null for a column of type UInt32"),
+        );
+        assert!(
+            e.message.contains("the column's type is UInt32"),
             "{}",
             e.message
         );
@@ -1256,19 +1364,38 @@ mod tests {
             .unwrap_err();
         assert!(
             e.message
-                .starts_with("row index 0, column 'id': null for a column of type UInt32"),
+                .starts_with("row index 0, column 'id': null is not allowed"),
             "{}",
             e.message
         );
     }
 
     #[test]
-    fn null_free_rows_need_no_describe() {
-        let t = Scripted::new(vec![ack(2)]);
-        sink(&t, 10, false).send_json(&ndjson(2)).unwrap();
+    fn the_table_is_described_once_per_sink_and_the_server_zone_asked_only_when_needed() {
+        let t = Scripted::new(vec![id_table(), ack(2), ack(2)]);
+        let s = sink(&t, 10, false);
+        s.send_json(&ndjson(2)).unwrap();
+        s.send_json(&ndjson(2)).unwrap();
         let sent = t.sent.borrow();
-        assert_eq!(sent.len(), 1);
-        assert!(sent[0].path_and_query.contains("query=INSERT"));
+        assert_eq!(sent.len(), 3);
+        assert!(sent[0].body.starts_with(b"DESCRIBE TABLE"));
+        assert!(sent[1].path_and_query.contains("query=INSERT"));
+        drop(sent);
+        // A DateTime without a zone: its wall-clock values mean the server's zone; in a zone
+        // other than UTC they go as text for the server to convert.
+        let t = Scripted::new(vec![
+            described(&[("ts", "DateTime")]),
+            ok("Europe/Berlin\n"),
+            ack(1),
+        ]);
+        sink(&t, 10, false)
+            .send_json(b"{\"ts\":\"2026-01-01 10:00:00\"}\n")
+            .unwrap();
+        let sent = t.sent.borrow();
+        assert!(sent[1].body.starts_with(b"SELECT timezone()"));
+        let mut want = vec![1, 1, 2, b't', b's', 6];
+        want.extend_from_slice(b"String\x132026-01-01 10:00:00");
+        assert_eq!(sent[2].body, want);
     }
 
     #[test]

@@ -13,7 +13,6 @@ use serde_json::value::RawValue;
 
 use crate::client::Error;
 
-use super::columns::{needs_types, ColumnRule, ColumnTypeSource};
 use super::row_scan::{key_patterns, scan_flat_object, scan_flat_object_at, scan_in_order, Field};
 
 /// One value of a typed row (the WIT `value` variant).
@@ -67,6 +66,14 @@ impl Encoded<'_> {
     /// Whether there are no rows.
     pub fn is_empty(&self) -> bool {
         self.lines.is_empty()
+    }
+
+    /// Row `n`'s JSON text (one line, without its `\n`).
+    pub fn line(&self, n: usize) -> &[u8] {
+        match self.lines[n] {
+            Line::Input(a, b) => &self.input[a..b],
+            Line::Own(a, b) => &self.buffer[a..b],
+        }
     }
 
     /// The bytes of rows `start..end`, each line ending with `\n`, in one new buffer.
@@ -180,13 +187,9 @@ fn check_keys<'k>(
     )))
 }
 
-/// Encodes typed rows. With a source of column `types`, a null a column cannot hold is
-/// refused (the types are asked for only when a value holds a null).
-pub fn encode_rows(
-    rows: &[Row],
-    columns: Option<&[String]>,
-    types: Option<&dyn ColumnTypeSource>,
-) -> Result<Encoded<'static>, Error> {
+/// Encodes typed rows as JSON lines in column order (their values are read for their
+/// columns' types afterwards, with every other row: [`super::native`]).
+pub fn encode_rows(rows: &[Row], columns: Option<&[String]>) -> Result<Encoded<'static>, Error> {
     let first = rows
         .first()
         .ok_or_else(|| Error::invalid("send needs at least one row"))?;
@@ -221,22 +224,7 @@ pub fn encode_rows(
                     shown(column)
                 ))
             };
-            if let (Some(types), Value::Null) = (types, value) {
-                types.column_types()?.check_null(column).map_err(refuse)?;
-            }
-            let start = buf.len();
-            write_value(buf, value).map_err(refuse)?;
-            // The value as sent (a typed number or text is checked as its JSON text).
-            if let Some(types) = types {
-                let text = std::str::from_utf8(&buf[start..]).unwrap_or("");
-                if !matches!(value, Value::Null | Value::Bytes(_)) && needs_types(text) {
-                    types
-                        .column_types()?
-                        .check_json(column, text)
-                        .map_err(refuse)?;
-                }
-            }
-            Ok(())
+            write_value(buf, value).map_err(refuse)
         })?;
     }
     Ok(out)
@@ -346,12 +334,11 @@ impl<'de> Visitor<'de> for KeyVisitor {
 }
 
 /// What [`encode_json`] adds rows from: the input text, where it starts in the input bytes,
-/// and the configured columns and column types.
+/// and the configured columns.
 struct JsonInput<'t> {
     text: &'t str,
     base: usize,
     columns: Option<&'t [String]>,
-    types: Option<&'t dyn ColumnTypeSource>,
     /// Lines of NDJSON (else elements of a JSON array).
     ndjson: bool,
     /// Whether rows are read by the flat scan where it can (always, except in a test that
@@ -380,7 +367,7 @@ impl JsonInput<'_> {
 
     /// Adds row `index`, read as `fields` from `item` (a slice of the text from its `{` to
     /// its `}`): its keys checked against the columns (the first row's name them when none are
-    /// configured), its nulls against the column types; kept as the input's own bytes when
+    /// configured); kept as the input's own bytes when
     /// its keys are in column order on one line, else re-encoded in column order.
     fn accept(
         &self,
@@ -413,16 +400,6 @@ impl JsonInput<'_> {
                 &out.columns,
                 configured,
             )?;
-        }
-        if let Some(types) = self.types {
-            for (key, raw) in fields.iter() {
-                // Values are read trimmed.
-                if needs_types(raw) {
-                    types.column_types()?.check_json(key, raw).map_err(|why| {
-                        Error::invalid(format!("row index {index}, column {}: {why}", shown(key)))
-                    })?;
-                }
-            }
         }
         // An NDJSON line holds no newline; an array element may, and must lose it.
         if in_order && (self.ndjson || !item.contains('\n')) {
@@ -518,14 +495,10 @@ fn read_row(item: &str, index: usize) -> Result<Vec<Field<'_>>, Error> {
 }
 
 /// Encodes JSON input: NDJSON (one object per line; blank lines skipped) or one JSON array of
-/// objects. With a source of column `types`, a null a column cannot hold is refused (the types
-/// are asked for only when a value holds a null).
-pub fn encode_json<'a>(
-    data: &'a [u8],
-    columns: Option<&[String]>,
-    types: Option<&dyn ColumnTypeSource>,
-) -> Result<Encoded<'a>, Error> {
-    encode_json_with(data, columns, types, true)
+/// objects, as JSON lines in column order (their values are read for their columns' types
+/// afterwards: [`super::native`]).
+pub fn encode_json<'a>(data: &'a [u8], columns: Option<&[String]>) -> Result<Encoded<'a>, Error> {
+    encode_json_with(data, columns, true)
 }
 
 /// [`encode_json`], with the flat scan or (`scan` false, for tests) without: then every row is
@@ -533,7 +506,6 @@ pub fn encode_json<'a>(
 fn encode_json_with<'a>(
     data: &'a [u8],
     columns: Option<&[String]>,
-    types: Option<&dyn ColumnTypeSource>,
     scan: bool,
 ) -> Result<Encoded<'a>, Error> {
     let text = std::str::from_utf8(data).map_err(|e| {
@@ -558,7 +530,6 @@ fn encode_json_with<'a>(
         // Offset of `text` within `data` (text is `data` minus a leading BOM).
         base: data.len() - text.len(),
         columns,
-        types,
         ndjson,
         scan,
     };
@@ -583,40 +554,19 @@ fn encode_json_with<'a>(
         };
         // The columns' keys, once the columns are known (configured, or named by row 0).
         let mut keys: Option<Option<Vec<Vec<u8>>>> = None;
-        // The compact rows' value ranges, and the columns' rules by position (asked for the
-        // first time a value needs them).
+        // The compact rows' value ranges.
         let mut values = Vec::with_capacity(16);
-        let mut rules: Option<Vec<Option<&ColumnRule>>> = None;
         let mut pos = 0;
         while pos < bytes.len() {
             if input.scan && (configured || index > 0) {
                 let keys = keys.get_or_insert_with(|| key_patterns(&out.columns));
-                // A compact row of exactly the columns in order (no value the column types
-                // must see) is kept as it is.
+                // A compact row of exactly the columns in order is kept as it is.
                 let compact = keys
                     .as_deref()
                     .and_then(|k| scan_in_order(bytes, pos, k, &mut values));
-                if let Some((end, check)) = compact {
+                if let Some(end) = compact {
                     if let Some(next) = next_line(end) {
                         check_row_size(end - pos, index)?;
-                        if let (true, Some(types)) = (check, types) {
-                            if rules.is_none() {
-                                let types = types.column_types()?;
-                                rules = Some(out.columns.iter().map(|c| types.rule(c)).collect());
-                            }
-                            let rules = rules.as_deref().expect("set above");
-                            for (n, &(from, to)) in values.iter().enumerate() {
-                                let value = &text[from..to];
-                                if let (Some(rule), true) = (rules[n], needs_types(value)) {
-                                    rule.check(value).map_err(|why| {
-                                        Error::invalid(format!(
-                                            "row index {index}, column {}: {why}",
-                                            shown(&out.columns[n])
-                                        ))
-                                    })?;
-                                }
-                            }
-                        }
                         out.lines
                             .push(Line::Input(input.base + pos, input.base + end));
                         index += 1;
@@ -658,7 +608,6 @@ fn encode_json_with<'a>(
 mod tests {
     use super::*;
     use crate::client::ErrorKind;
-    use crate::sink::columns::ColumnTypes;
 
     fn cols(c: &[&str]) -> Vec<String> {
         c.iter().map(|s| s.to_string()).collect()
@@ -670,7 +619,7 @@ mod tests {
 
     fn err_json(data: &str, columns: Option<&[&str]>) -> String {
         let c = columns.map(cols);
-        let e = encode_json(data.as_bytes(), c.as_deref(), None).unwrap_err();
+        let e = encode_json(data.as_bytes(), c.as_deref()).unwrap_err();
         assert_eq!(e.kind, ErrorKind::InvalidInput);
         e.message
     }
@@ -685,12 +634,12 @@ mod tests {
                 "]".repeat(levels - 1)
             )
         };
-        assert!(encode_json(nested(MAX_ROW_DEPTH).as_bytes(), None, None).is_ok());
+        assert!(encode_json(nested(MAX_ROW_DEPTH).as_bytes(), None).is_ok());
         let message = err_json(&nested(MAX_ROW_DEPTH + 1), None);
         assert!(message.contains("more than 1000 levels"), "{message}");
         // Brackets inside strings are not nesting.
         let strings = format!("{{\"s\":\"{}\\\"{}\"}}", "[".repeat(5000), "{".repeat(5000));
-        assert!(encode_json(strings.as_bytes(), None, None).is_ok());
+        assert!(encode_json(strings.as_bytes(), None).is_ok());
         // Bytes: one row over the limit, as NDJSON and in an array, names its index.
         let big = format!("{{\"s\":\"{}\"}}", "x".repeat(MAX_ROW_BYTES));
         let message = err_json(&format!("{{\"s\":\"a\"}}\n{big}\n"), None);
@@ -719,13 +668,13 @@ mod tests {
                 ("b".into(), Value::Json(r#" {"x": [1, 2.50]} "#.into())),
             ],
         ];
-        let e = encode_rows(&rows, Some(&cols(&["a", "b", "c"])), None).unwrap();
+        let e = encode_rows(&rows, Some(&cols(&["a", "b", "c"]))).unwrap();
         assert_eq!(
             text(&e),
             "{\"a\":18446744073709551615,\"b\":-9223372036854775808,\"c\":\"tab\\t\\\"q\\\" é\"}\n{\"a\":0.1,\"b\":{\"x\": [1, 2.50]},\"c\":null}\n"
         );
         // Without configured columns the first row's order is the column order.
-        let e = encode_rows(&rows, None, None).unwrap();
+        let e = encode_rows(&rows, None).unwrap();
         assert_eq!(e.columns, cols(&["b", "a", "c"]));
     }
 
@@ -736,16 +685,16 @@ mod tests {
             ("t".into(), Value::Bool(true)),
             ("f".into(), Value::Float(1e300)),
         ]];
-        let e = encode_rows(&rows, None, None).unwrap();
+        let e = encode_rows(&rows, None).unwrap();
         assert_eq!(
             e.rows(0, 1),
             b"{\"b\":\"\xff\\u0000\\\"a\\u001f\",\"t\":true,\"f\":1e300}\n"
         );
         let nan: Vec<Row> = vec![vec![("f".into(), Value::Float(f64::NAN))]];
-        let msg = encode_rows(&nan, None, None).unwrap_err().message;
+        let msg = encode_rows(&nan, None).unwrap_err().message;
         assert!(msg.contains("row index 0, column 'f': NaN"), "{msg}");
         let bad: Vec<Row> = vec![vec![("j".into(), Value::Json("{".into()))]];
-        assert!(encode_rows(&bad, None, None)
+        assert!(encode_rows(&bad, None)
             .unwrap_err()
             .message
             .contains("not valid JSON"));
@@ -753,12 +702,12 @@ mod tests {
 
     #[test]
     fn typed_row_rules() {
-        assert!(encode_rows(&[], None, None)
+        assert!(encode_rows(&[], None)
             .unwrap_err()
             .message
             .contains("at least one row"));
         let empty: Vec<Row> = vec![vec![]];
-        assert!(encode_rows(&empty, None, None)
+        assert!(encode_rows(&empty, None)
             .unwrap_err()
             .message
             .contains("row index 0 is empty"));
@@ -766,9 +715,9 @@ mod tests {
             vec![("a".into(), Value::Int(1)), ("b".into(), Value::Int(1))],
             vec![("a".into(), Value::Int(1)), ("c".into(), Value::Int(1))],
         ];
-        let msg = encode_rows(&rows, None, None).unwrap_err().message;
+        let msg = encode_rows(&rows, None).unwrap_err().message;
         assert_eq!(msg, "row index 1: missing 'b'; extra 'c' (every row must have the same keys as the first row)");
-        let msg = encode_rows(&rows, Some(&cols(&["a", "b", "z"])), None)
+        let msg = encode_rows(&rows, Some(&cols(&["a", "b", "z"])))
             .unwrap_err()
             .message;
         assert_eq!(
@@ -779,7 +728,7 @@ mod tests {
             ("a".into(), Value::Int(1)),
             ("a".into(), Value::Int(2)),
         ]];
-        assert!(encode_rows(&dup, None, None)
+        assert!(encode_rows(&dup, None)
             .unwrap_err()
             .message
             .contains("appears twice"));
@@ -788,7 +737,7 @@ mod tests {
     #[test]
     fn json_lines_pass_through_with_exact_numbers() {
         let input = "{\"id\":1,\"big\":123456789012345678901234567890,\"f\":1.10000000000000000000001}\n\n{\"big\":2,\"id\":3e2,\"f\":-0.0}\r\n";
-        let e = encode_json(input.as_bytes(), None, None).unwrap();
+        let e = encode_json(input.as_bytes(), None).unwrap();
         assert_eq!(e.columns, cols(&["id", "big", "f"]));
         assert_eq!(
             text(&e),
@@ -801,7 +750,7 @@ mod tests {
     #[test]
     fn json_arrays_and_escaped_keys() {
         let input = "[\n {\"a\": 1,\n  \"b\": \"x\"},\n {\"b\": \"y\", \"\\u0061\": 2}\n]";
-        let e = encode_json(input.as_bytes(), Some(&cols(&["a", "b"])), None).unwrap();
+        let e = encode_json(input.as_bytes(), Some(&cols(&["a", "b"]))).unwrap();
         assert_eq!(text(&e), "{\"a\":1,\"b\":\"x\"}\n{\"a\":2,\"b\":\"y\"}\n");
     }
 
@@ -966,12 +915,6 @@ mod tests {
             "\n", "\n", "\n", "\r\n", "\r\r\n", " \n", "\n\n", "\n \t\n", "", "\r",
         ];
         let columns = cols(&["a", "b", "é"]);
-        // `a` takes nulls, `b` does not, `é` not at the top level.
-        let types = ColumnTypes::new([
-            ("a".to_string(), "Nullable(String)".to_string()),
-            ("b".to_string(), "String".to_string()),
-            ("é".to_string(), "Array(Nullable(Int8))".to_string()),
-        ]);
         let (mut ok, mut texts) = (0, 0);
         for n in 0..30_000 {
             let valid = n % 2 == 0;
@@ -981,9 +924,8 @@ mod tests {
                 text.push_str(rows.pick(ENDS));
             }
             let configured = (n % 3 == 0).then_some(columns.as_slice());
-            let types = (n % 5 < 2).then_some(&types as &dyn ColumnTypeSource);
             let read = |scan| {
-                encode_json_with(text.as_bytes(), configured, types, scan)
+                encode_json_with(text.as_bytes(), configured, scan)
                     .map(|e| (e.columns.clone(), e.rows(0, e.len())))
                     .map_err(|e| e.message)
             };
@@ -1015,7 +957,7 @@ mod tests {
             "row index 0: missing 'b'; extra 'x' (every row must have exactly the configured columns)"
         );
         assert!(err_json("[{\"a\":1}", None).contains("not valid JSON"));
-        let e = encode_json(&[b'{', 0xff, b'}'], None, None).unwrap_err();
+        let e = encode_json(&[b'{', 0xff, b'}'], None).unwrap_err();
         assert!(e.message.contains("not UTF-8"));
         // With configured columns an empty object is a missing-keys error, not "empty first row".
         assert!(err_json("{}", Some(&["a"])).contains("missing 'a'"));

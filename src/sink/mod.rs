@@ -1,21 +1,27 @@
 //! The acknowledged table sink (parity with onestep-clickhouse, plus deduplication tokens).
 //!
-//! Rows are validated before any request, encoded as JSONEachRow (one JSON object per line,
-//! keys in column order, numbers as the caller wrote them), split into `batch_size` chunks, and
-//! each chunk is one INSERT that is sent and acknowledged before the next. A failure after a
-//! committed chunk is `uncertain`.
+//! Every value of a send is read for its column's type before any request (a value the server
+//! would refuse or store changed is refused), and each `batch_size` chunk is encoded as one
+//! block of ClickHouse's Native format (JSONEachRow for a table with a type the sink does not
+//! encode), sent as one INSERT and acknowledged before the next. A failure after a committed
+//! chunk is `uncertain`.
 //!
-//! Rooms: [`config`] (options and their rules), [`columns`] (the table's column types: where a
-//! null may go), [`exact`] (values a column type would store changed: refused), [`encode`] (rows to JSONEachRow bytes; `row_scan` is its one-pass reader of
-//! flat JSON objects), [`driver`] (chunking, acknowledgement, failure semantics).
+//! Rooms: [`config`] (options and their rules), [`types`] (the one model of column types),
+//! [`columns`] (the table's columns, read once), [`scalars`] (the texts read as numbers,
+//! dates, times, UUIDs, addresses), [`native`] (values read into columns; the Native block),
+//! [`encode`] (rows to JSON lines in column order; `row_scan` is its one-pass reader of flat
+//! JSON objects), [`driver`] (chunking, acknowledgement, failure semantics).
 
 pub mod columns;
 pub mod config;
 pub mod driver;
 pub mod encode;
-pub mod exact;
+pub mod native;
 mod row_scan;
+pub mod scalars;
+pub mod types;
 
+pub use columns::Format;
 pub use config::{SinkConfig, SinkOptions};
 pub use driver::{PreparedSend, Receipt, Sink, StartedSend};
 pub use encode::{Row, Value};

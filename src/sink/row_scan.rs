@@ -83,19 +83,17 @@ pub(super) fn key_patterns(columns: &[String]) -> Option<Vec<Vec<u8>>> {
 
 /// Reads, at byte `start` of `b`, a compact flat row whose keys are exactly `keys` (from
 /// [`key_patterns`]) in order, each value a scalar as [`scan_flat_object_at`] reads it, and no
-/// whitespace anywhere: `{"a":1,"b":"x"}`. Returns the index just past its `}` and whether a
-/// value needs the column types to be checked (a `null`, or a value its column might not hold
-/// exactly: [`super::exact::may_be_inexact`]); `None` for anything else (the general reader
-/// decides). `values` gets each value's range, in column order.
+/// whitespace anywhere: `{"a":1,"b":"x"}`. Returns the index just past its `}`; `None` for
+/// anything else (the general reader decides). `values` gets each value's range, in column
+/// order.
 pub(super) fn scan_in_order(
     b: &[u8],
     start: usize,
     keys: &[Vec<u8>],
     values: &mut Vec<(usize, usize)>,
-) -> Option<(usize, bool)> {
+) -> Option<usize> {
     values.clear();
     let mut i = start;
-    let mut check = false;
     for (n, key) in keys.iter().enumerate() {
         if b.get(i) != Some(if n == 0 { &b'{' } else { &b',' }) {
             return None;
@@ -109,10 +107,9 @@ pub(super) fn scan_in_order(
         i += key.len();
         let value = i;
         i = scalar_end(b, i)?;
-        check |= b[value] == b'n' || super::exact::may_be_inexact_bytes(&b[value..i]);
         values.push((value, i));
     }
-    (!keys.is_empty() && b.get(i) == Some(&b'}')).then_some((i + 1, check))
+    (!keys.is_empty() && b.get(i) == Some(&b'}')).then_some(i + 1)
 }
 
 /// JSON whitespace, as serde_json skips it, except the newline: in NDJSON a newline ends the
@@ -299,11 +296,8 @@ mod tests {
     fn reads_compact_rows_in_column_order() {
         let keys = key_patterns(&["a".into(), "é b".into()]).unwrap();
         let row = |text: &str| scan_in_order(text.as_bytes(), 0, &keys, &mut Vec::new());
-        assert_eq!(row(r#"{"a":1,"é b":"x"}"#), Some((18, false)));
-        assert_eq!(row(r#"{"a":null,"é b":"x"}rest"#), Some((21, true)));
-        // A value its column might not hold exactly is flagged too (300 into a UInt8).
-        assert_eq!(row(r#"{"a":300,"é b":"x"}"#), Some((20, true)));
-        assert_eq!(row(r#"{"a":1,"é b":"2026-01-01"}"#), Some((27, true)));
+        assert_eq!(row(r#"{"a":1,"é b":"x"}"#), Some(18));
+        assert_eq!(row(r#"{"a":null,"é b":"x"}rest"#), Some(21));
         assert_eq!(row(r#"{"a":nul,"é b":"x"}"#), None);
         for other in [
             r#"{"é b":"x","a":1}"#,

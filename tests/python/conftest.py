@@ -5,6 +5,7 @@ test, and the reference CLI (target/debug/clickhouse-component) to compare with.
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import os
 import subprocess
@@ -78,6 +79,34 @@ def conn():
     return cc.connect(URL, user=USER, password=PASSWORD)
 
 
+class FaultProxy:
+    """The tests crate's fault proxy (target/debug/fault_proxy) in front of the local
+    ClickHouse: a seeded share of the requests refused, cut, or with their reply lost."""
+
+    def __init__(self, faults: str, in_20: int, seed: int) -> None:
+        binary = ROOT / "target" / "debug" / "fault_proxy"
+        if not os.access(binary, os.X_OK):
+            pytest.fail(f"no {binary} (cargo build -p clickhouse-component-tests --bins)")
+        self.proc = subprocess.Popen(
+            [str(binary), URL, "--seed", str(seed), "--in-20", str(in_20), "--faults", faults],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        self.url = self.proc.stdout.readline().strip()
+        assert self.url.startswith("http://127.0.0.1:")
+
+    def command(self, line: str) -> None:
+        """`pass` (every request passes from now) or `faults` (the seeded faults again);
+        returns once the proxy says it is in force."""
+        self.proc.stdin.write(line + "\n")
+        self.proc.stdin.flush()
+        assert self.proc.stdout.readline().strip() == "ok"
+
+    def stop(self) -> dict:
+        out, _ = self.proc.communicate(timeout=30)
+        return json.loads(out.strip().splitlines()[-1])
+
 
 class TlsFront:
     """HTTPS in front of the test ClickHouse: a CA and a certificate for `localhost` made with
@@ -96,13 +125,18 @@ class TlsFront:
             subprocess.run(["openssl", *args], cwd=root, check=True, capture_output=True)
 
         new_key = ["-newkey", "rsa:2048", "-nodes"]
-        openssl("req", "-x509", *new_key, "-keyout", "ca.key", "-out", "ca.pem", "-days", "2",
-                "-subj", "/CN=clickhouse-component test CA")  # fmt: skip
-        openssl("req", *new_key, "-keyout", "leaf.key", "-out", "leaf.csr",
-                "-subj", "/CN=localhost")  # fmt: skip
+        ca_subject = "/CN=clickhouse-component test CA"
+        openssl(
+            "req", "-x509", *new_key, "-keyout", "ca.key", "-out", "ca.pem", "-subj", ca_subject
+        )
+        openssl(
+            "req", *new_key, "-keyout", "leaf.key", "-out", "leaf.csr", "-subj", "/CN=localhost"
+        )
         (root / "leaf.ext").write_text("subjectAltName=DNS:localhost,IP:127.0.0.1\n")
-        openssl("x509", "-req", "-in", "leaf.csr", "-CA", "ca.pem", "-CAkey", "ca.key",
-                "-CAcreateserial", "-out", "leaf.pem", "-days", "2", "-extfile", "leaf.ext")  # fmt: skip
+        sign = ["-CA", "ca.pem", "-CAkey", "ca.key", "-CAcreateserial", "-days", "2"]
+        openssl(
+            "x509", "-req", "-in", "leaf.csr", *sign, "-out", "leaf.pem", "-extfile", "leaf.ext"
+        )
         context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         context.load_cert_chain(root / "leaf.pem", root / "leaf.key")
         upstream = urllib.parse.urlsplit(URL)
@@ -117,10 +151,8 @@ class TlsFront:
                 pass
             finally:
                 for s in (src, dst):
-                    try:
+                    with contextlib.suppress(OSError):
                         s.shutdown(socket.SHUT_RDWR)
-                    except OSError:
-                        pass
 
         def serve(raw: socket.socket) -> None:
             try:

@@ -14,7 +14,7 @@ import time
 import clickhouse_component as cc
 import pytest
 from clickhouse_component import errors
-from conftest import PASSWORD, URL, USER, cli, cli_get, sql
+from conftest import PASSWORD, URL, USER, FaultProxy, cli, cli_get, sql
 
 
 def test_round_trip(conn, database):
@@ -239,19 +239,35 @@ class SilentServer:
             c.close()
 
 
-def test_transient_read_timeout_and_uncertain_write():
+def test_transient_read_timeout_and_uncertain_write(database):
     server = SilentServer()
     try:
         c = cc.connect(f"http://127.0.0.1:{server.port}", request_timeout_ms=300)
         with pytest.raises(cc.TransientError):
             c.ping()  # a read with no answer: safe to retry
         sink = cc.Sink(c, "t")  # opening sends nothing
-        with pytest.raises(cc.UncertainError) as info:
-            sink.send([{"a": 1}])  # a write with no answer: may have been committed
-        assert info.value.kind == "uncertain"
+        with pytest.raises(cc.TransientError):
+            sink.send([{"a": 1}])  # its first request reads the table's columns
         assert server.received > 0
     finally:
         server.close()
+    # A write whose answer is lost (the real server behind the fault proxy, every reply
+    # dropped once the sink has read its columns and sent one chunk): it may have committed.
+    sql(f"CREATE DATABASE `{database}`")
+    sql(f"CREATE TABLE `{database}`.t (a UInt8) ENGINE = MergeTree ORDER BY a")
+    proxy = FaultProxy("drop-reply", in_20=20, seed=1)
+    try:
+        proxy.command("pass")
+        c = cc.connect(proxy.url, user=USER, password=PASSWORD, request_timeout_ms=2000)
+        sink = cc.Sink(c, f"{database}.t")
+        assert sink.send([{"a": 1}]).rows == 1
+        proxy.command("faults")
+        with pytest.raises(cc.UncertainError) as info:
+            sink.send([{"a": 2}])
+        assert info.value.kind == "uncertain"
+    finally:
+        summary = proxy.stop()
+    assert summary["faults"].get("DropReply", 0) >= 1, summary
 
 
 def test_runner_error_stops_the_object():
@@ -269,7 +285,7 @@ def test_runner_error_stops_the_object():
         server.close()
 
 
-def test_sink_and_permanent_error(conn, database):
+def test_sink_and_a_value_refused_before_any_request(conn, database):
     sql(f"CREATE DATABASE `{database}`")
     sql(
         f"CREATE TABLE `{database}`.t (id UInt32, name String, tags Array(String), "
@@ -290,7 +306,7 @@ def test_sink_and_permanent_error(conn, database):
                 {"id": 3, "name": "c", "tags": ["y", "z"], "blob": b"q", "ok": True, "score": 2.0},
             ]
         )
-        assert receipt == cc.Receipt(3, 2, 3, 0, 0, 0)
+        assert receipt == cc.Receipt(3, 2, 3, 0, 0, 0, "Native")
         lines = b"\n".join(
             json.dumps(
                 {"id": i, "name": "n", "tags": [], "blob": "", "ok": True, "score": 0.1}
@@ -306,7 +322,8 @@ def test_sink_and_permanent_error(conn, database):
             ).rows
             == 1
         )
-        with pytest.raises(cc.PermanentError) as info:
+        # A value its column's type does not read: refused before any request, naming it.
+        with pytest.raises(cc.InvalidInputError) as info:
             sink.send(
                 [
                     {
@@ -319,7 +336,8 @@ def test_sink_and_permanent_error(conn, database):
                     }
                 ]
             )
-        assert info.value.server is not None
+        assert info.value.server is None
+        assert "column 'id'" in str(info.value) and "UInt32" in str(info.value)
     assert sql(f"SELECT count(), sum(id) FROM `{database}`.t FORMAT TSV").split() == ["9", "86"]
     assert sql(f"SELECT hex(blob) FROM `{database}`.t WHERE id = 1 FORMAT TSV").strip() == "0001"
     with pytest.raises(cc.InvalidInputError):
@@ -340,7 +358,7 @@ def test_rows_go_as_json_and_bytes_that_are_not_utf8_as_typed_rows(conn, databas
                 {"id": 1, "s": text, "f": 0.1, "j": {"k": [1, "x"]}},
                 {"j": {}, "f": 1e300, "s": "", "id": 18446744073709551615},
             ]
-        ) == cc.Receipt(2, 1, 2, 0, 0, 0)
+        ) == cc.Receipt(2, 1, 2, 0, 0, 0, "JSONEachRow")  # a JSON column: JSONEachRow
         # A bytes value that is not UTF-8 cannot be JSON text: the whole send goes typed.
         assert sink.send([{"id": 2, "s": b"\xff\xfe\x00", "f": 2.5, "j": {}}]).rows == 1
         with pytest.raises(cc.InvalidInputError, match=r"row 1, column 'f'.*NaN"):

@@ -13,7 +13,7 @@ import urllib.parse
 from pathlib import Path
 
 import pytest
-from conftest import PASSWORD, URL, USER, cli, cli_get, sql
+from conftest import PASSWORD, URL, USER, FaultProxy, cli, cli_get, sql
 
 MELTANO = Path(sys.executable).parent / "meltano"
 PLUGINS = Path(__file__).resolve().parent / "plugins"
@@ -315,30 +315,6 @@ def test_two_concurrent_runs_keep_every_partial_key(project):
     assert merged["singer_state"]["bookmarks"] == {"alpha": {"last": 12}, "beta": {"last": 12}}
     stored = cli_get(JOB, database=project.database)
     assert stored["completed"] == {}  # merge strategy: partial states only
-
-
-class FaultProxy:
-    """The tests crate's fault proxy (target/debug/fault_proxy) in front of the local
-    ClickHouse: a seeded share of the requests refused, cut, or with their reply lost."""
-
-    def __init__(self, faults: str, in_20: int, seed: int) -> None:
-        from conftest import ROOT
-
-        binary = ROOT / "target" / "debug" / "fault_proxy"
-        if not os.access(binary, os.X_OK):
-            pytest.fail(f"no {binary} (cargo build -p clickhouse-component-tests --bins)")
-        self.proc = subprocess.Popen(
-            [str(binary), URL, "--seed", str(seed), "--in-20", str(in_20), "--faults", faults],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            text=True,
-        )
-        self.url = self.proc.stdout.readline().strip()
-        assert self.url.startswith("http://127.0.0.1:")
-
-    def stop(self) -> dict:
-        out, _ = self.proc.communicate(timeout=30)
-        return json.loads(out.strip().splitlines()[-1])
 
 
 def through(project: Project, proxy: FaultProxy) -> None:

@@ -472,6 +472,7 @@ pub mod history;
 pub mod native;
 pub mod proxy;
 pub mod serve;
+pub mod values;
 pub mod workload;
 
 /// A lock engine's name on the command line (`--lock-engine`).

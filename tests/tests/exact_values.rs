@@ -12,6 +12,7 @@
 use clickhouse_component::client::ErrorKind;
 use clickhouse_component_host::{CallError, Instance, SinkOptions, Value};
 use clickhouse_component_tests::native::sql;
+use clickhouse_component_tests::values::{plus_one, Rng, BOUNDS};
 use clickhouse_component_tests::{cli, clickhouse, instance, output_with_stdin, unique_name};
 
 /// How a stored value is compared with the one sent.
@@ -47,79 +48,10 @@ fn case(ty: &str, value: impl Into<String>, inside: bool, compare: Compare) -> C
     }
 }
 
-/// `n + 1` and `n - 1` of a decimal magnitude.
-fn plus_one(n: &str) -> String {
-    let mut digits: Vec<u8> = n.bytes().collect();
-    let mut i = digits.len();
-    loop {
-        if i == 0 {
-            digits.insert(0, b'1');
-            break;
-        }
-        i -= 1;
-        if digits[i] == b'9' {
-            digits[i] = b'0';
-        } else {
-            digits[i] += 1;
-            break;
-        }
-    }
-    String::from_utf8(digits).unwrap()
-}
-
-/// A small seeded generator (xorshift), so a failure is reproducible.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-
-    /// A decimal number of `len` digits, no leading zero.
-    fn digits(&mut self, len: usize) -> String {
-        (0..len)
-            .map(|i| {
-                let d = (self.next() % 10) as u8;
-                char::from(b'0' + if i == 0 { d % 9 + 1 } else { d })
-            })
-            .collect()
-    }
-}
-
 /// `a <= b` for decimal magnitudes without leading zeros.
 fn le(a: &str, b: &str) -> bool {
     a.len() < b.len() || (a.len() == b.len() && a <= b)
 }
-
-/// The ranges, written out here independently of the sink's own table (an oracle that shares
-/// the code it checks proves nothing): signed maximum, signed minimum's magnitude, unsigned
-/// maximum.
-const BOUNDS: [(u16, &str, &str, &str); 6] = [
-    (8, "127", "128", "255"),
-    (16, "32767", "32768", "65535"),
-    (32, "2147483647", "2147483648", "4294967295"),
-    (
-        64,
-        "9223372036854775807",
-        "9223372036854775808",
-        "18446744073709551615",
-    ),
-    (
-        128,
-        "170141183460469231731687303715884105727",
-        "170141183460469231731687303715884105728",
-        "340282366920938463463374607431768211455",
-    ),
-    (
-        256,
-        "57896044618658097711785492504343953926634992332820282019728792003956564819967",
-        "57896044618658097711785492504343953926634992332820282019728792003956564819968",
-        "115792089237316195423570985008687907853269984665640564039457584007913129639935",
-    ),
-];
 
 fn matrix(seed: u64) -> Vec<Case> {
     use Compare::*;
@@ -211,10 +143,18 @@ fn matrix(seed: u64) -> Vec<Case> {
             false,
             Fraction,
         ),
+        // A zone the sink has no rules for: its wall-clock times travel as text, and one within
+        // a day of the range's edges is refused (the server's conversion would clamp it).
+        case(
+            "DateTime('Asia/Tokyo')",
+            "\"1970-01-02 09:00:00\"",
+            true,
+            Fraction,
+        ),
         case(
             "DateTime('Asia/Tokyo')",
             "\"1970-01-01 09:00:00\"",
-            true,
+            false,
             Fraction,
         ),
         case(

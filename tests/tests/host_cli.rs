@@ -589,11 +589,17 @@ fn quick_start_runs_unattended() {
         "running under the lock",
         "tap-gitlab--target-jsonl",
         "sent 10001 rows in 11 chunks",
-        "the server rejected the data, nothing was written",
+        "(exit code 2: refused before anything was sent, naming its row and column)",
     ] {
         assert!(
             stdout.contains(expected),
             "{expected:?} missing:\n{stdout}\n{stderr}"
         );
     }
+    // The bad row's refusal names it, its column and its type.
+    assert!(
+        stderr.contains("row index 0, column 'occurred_at': \"yesterday\" is not a date and time")
+            && stderr.contains("DateTime64(3)"),
+        "{stderr}"
+    );
 }

@@ -557,7 +557,11 @@ async fn a_connection_database_that_does_not_exist_yet_is_no_obstacle() {
         )
     };
     assert_eq!(databases(&store_db), 1);
-    assert_eq!(databases(&elsewhere), 0, "only the store's database is made");
+    assert_eq!(
+        databases(&elsewhere),
+        0,
+        "only the store's database is made"
+    );
     let rows = sql().count(
         "SELECT count() FROM {db:Identifier}.state FINAL",
         &[("db", &store_db)],

@@ -362,25 +362,15 @@ async fn nulls_never_become_defaults_and_unknown_keys_are_never_dropped() {
     let ok = r#"{"a":1,"s":"x","arr":[1],"m":{"k":1},"n":null,"an":[1,null]}"#;
     // A null where the type holds none: refused before any INSERT (ClickHouse's JSON input
     // would store 0 for the numbers whatever input_format_null_as_default says).
+    let not_nullable = "null is not allowed: the column is not Nullable";
     for (bad, column) in [
-        (
-            ok.replace(r#""a":1"#, r#""a":null"#),
-            "'a': null for a column of type Int64",
-        ),
-        (
-            ok.replace(r#""s":"x""#, r#""s":null"#),
-            "'s': null for a column of type String",
-        ),
-        (ok.replace("[1]", "[1,null]"), "'arr': a null inside"),
-        (
-            ok.replace(r#"{"k":1}"#, r#"{"k":null}"#),
-            "'m': a null inside",
-        ),
-        (
-            ok.replace("[1,null]", "null"),
-            "'an': null for a column of type Array(Nullable",
-        ),
+        (ok.replace(r#""a":1"#, r#""a":null"#), "'a'"),
+        (ok.replace(r#""s":"x""#, r#""s":null"#), "'s'"),
+        (ok.replace("[1]", "[1,null]"), "'arr'"),
+        (ok.replace(r#"{"k":1}"#, r#"{"k":null}"#), "'m'"),
+        (ok.replace("[1,null]", "null"), "'an'"),
     ] {
+        let column = format!("{column}: {not_nullable}");
         let data = format!("{ok}\n{bad}\n");
         let e = i
             .sink_send_json(s, data.as_bytes())
@@ -529,13 +519,16 @@ async fn every_compression_method_lands_the_same_rows_and_shrinks_the_wire() {
                 "{name}"
             );
         }
+        // Uncompressed, each body is one Native block: a row's 4-byte `n`, its string's length
+        // and bytes, and per block the column and row counts, names and types.
+        let native: usize = (0..3000).map(|n| 4 + 1 + value(n).len()).sum::<usize>()
+            + 3 * (2 + 2 + 1 + 1 + 6 + 1 + 1 + 1 + 6);
         if name == "none" {
-            assert_eq!(wire, data.len());
+            assert_eq!(wire, native);
         } else {
             assert!(
-                wire * 3 < data.len(),
-                "{name}: {wire} bytes on the wire for {}",
-                data.len()
+                wire * 3 < native,
+                "{name}: {wire} bytes on the wire for {native}"
             );
         }
     }
@@ -543,7 +536,10 @@ async fn every_compression_method_lands_the_same_rows_and_shrinks_the_wire() {
 
 #[tokio::test]
 async fn a_rejected_chunk_after_committed_ones_is_uncertain() {
-    let t = table("n UInt32, at DateTime", "");
+    // Every value is read before anything is sent, so the server's refusal of a later chunk
+    // comes from what only it checks: a CHECK constraint.
+    let columns = "n UInt32, at DateTime, CONSTRAINT not_2500 CHECK n != 2500";
+    let t = table(columns, "");
     let mut i = instance().await;
     let s = open(
         &mut i,
@@ -553,14 +549,7 @@ async fn a_rejected_chunk_after_committed_ones_is_uncertain() {
         },
     )
     .await;
-    let data = ndjson((0..5000).map(|n| {
-        let at = if n == 2500 {
-            "not a date".to_string()
-        } else {
-            "2026-11-29 10:00:00".to_string()
-        };
-        json!({"n": n, "at": at})
-    }));
+    let data = ndjson((0..5000).map(|n| json!({"n": n, "at": "2026-11-29 10:00:00"})));
     let e = i
         .sink_send_json(s, &data)
         .await
@@ -588,7 +577,7 @@ async fn a_rejected_chunk_after_committed_ones_is_uncertain() {
     );
 
     // The same failure in the first chunk keeps its own kind.
-    let t2 = table("n UInt32, at DateTime", "");
+    let t2 = table(columns, "");
     let s2 = open(
         &mut i,
         &SinkOptions {
@@ -598,11 +587,35 @@ async fn a_rejected_chunk_after_committed_ones_is_uncertain() {
     )
     .await;
     let e = i
-        .sink_send_json(s2, b"{\"n\":1,\"at\":\"bad\"}")
+        .sink_send_json(s2, b"{\"n\":2500,\"at\":\"2026-11-29 10:00:00\"}")
         .await
         .unwrap_err()
         .into_component();
     assert_eq!((e.kind, e.committed_rows), (ErrorKind::Permanent, 0));
+
+    // A value its column's type does not read, in the third chunk: refused before anything
+    // is sent, naming the row and the column; nothing written.
+    let data = ndjson((0..5000).map(|n| {
+        let at = if n == 2400 {
+            "not a date"
+        } else {
+            "2026-11-29 10:00:00"
+        };
+        json!({"n": n, "at": at})
+    }));
+    let e = i
+        .sink_send_json(s2, &data)
+        .await
+        .unwrap_err()
+        .into_component();
+    assert_eq!((e.kind, e.committed_rows), (ErrorKind::InvalidInput, 0));
+    assert!(
+        e.message
+            .starts_with("row index 2400, column 'at': \"not a date\" is not a date and time"),
+        "{}",
+        e.message
+    );
+    assert_eq!(count(&t2), 0);
 }
 
 #[tokio::test]

@@ -30,7 +30,7 @@ wit_bindgen::generate!({
 });
 
 use clickhouse::connector::state_store::{State, Store, StoreOptions};
-use clickhouse::connector::table_sink::{Sink, SinkOptions};
+use clickhouse::connector::table_sink::{InsertFormat, Sink, SinkOptions};
 use clickhouse::connector::types::{Connection, Error, ErrorKind};
 
 /// Largest request body read (a sink's NDJSON included); larger is 413.
@@ -186,6 +186,10 @@ fn serve(request: &IncomingRequest) -> Result<(u16, String), Failure> {
                 "deduplicated-chunks": r.deduplicated_chunks,
                 "unverified-chunks": r.unverified_chunks,
                 "retries": r.retries,
+                "format": match r.format {
+                    InsertFormat::Native => "native",
+                    InsertFormat::JsonEachRow => "json-each-row",
+                },
             })
             .to_string())
         }

@@ -312,10 +312,10 @@ pub(crate) fn pause_or_give_up<P: Platform>(
         return Err(Error::new(
             ErrorKind::Locked,
             format!(
-                "state id '{}' is locked by another holder (waited {:.1} s; the lock timeout is {:.1} s)",
+                "state id '{}' is locked by another holder (waited {} s; the lock timeout is {} s)",
                 shorten(id),
-                (now - started).as_secs_f64(),
-                options.timeout.as_secs_f64()
+                tenths(now - started),
+                tenths(options.timeout)
             ),
         ));
     }
@@ -348,6 +348,12 @@ pub(super) mod testing {
             replication: crate::state::tables::Replication::None,
         }
     }
+}
+
+/// Seconds to one decimal (`1.5`).
+fn tenths(d: Duration) -> String {
+    let tenths = (d.as_millis() + 50) / 100;
+    format!("{}.{}", tenths / 10, tenths % 10)
 }
 
 #[cfg(test)]

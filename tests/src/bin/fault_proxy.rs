@@ -7,7 +7,8 @@
 //! stdout. Request number `seq` (1-based) gets a fault when `seeded_hash(seed, seq) % 20` is
 //! below K (default 5: a quarter), the fault chosen among `--faults` (default all five) by the
 //! same slot; others pass. Commands on stdin, one a line: `pass` (every request passes from
-//! now), `faults` (the seeded faults again). At the end of stdin it prints one JSON line,
+//! now), `faults` (the seeded faults again), each answered `ok` on stdout once in force. At
+//! the end of stdin it prints one JSON line,
 //! `{"requests": N, "faults": {"DropReply": n, ...}}`, and exits.
 
 use std::collections::BTreeMap;
@@ -26,6 +27,12 @@ fn fault_named(name: &str, stall: Duration) -> Option<Fault> {
         "stall" => Fault::Stall(stall),
         _ => return None,
     })
+}
+
+/// Says on stdout that a command is in force.
+fn acknowledge() {
+    println!("ok");
+    let _ = std::io::stdout().flush();
 }
 
 fn usage(problem: &str) -> ! {
@@ -103,10 +110,14 @@ fn main() {
     let _ = std::io::stdout().flush();
     for line in std::io::stdin().lock().lines() {
         match line.as_deref().map(str::trim) {
-            Ok("pass") => proxy.clear_rules(),
+            Ok("pass") => {
+                proxy.clear_rules();
+                acknowledge();
+            }
             Ok("faults") => {
                 proxy.clear_rules();
                 add_seeded(&proxy, seed, in_20, &faults);
+                acknowledge();
             }
             Ok("") => {}
             Ok(other) => eprintln!("fault_proxy: unknown command {other:?}"),

@@ -1,0 +1,1463 @@
+//! Rows read value by value for their column's type, straight into columns, and the columns
+//! written as one block of ClickHouse's Native format (columnar: per column its name, its
+//! type and its values, in the server's own binary layout), the cheapest input the server
+//! reads.
+//!
+//! Reading is where every value is checked: a value that is not exactly one value of its
+//! column's type ([`super::scalars`]) is refused with the reason, before any request. Each
+//! column type has one [`Builder`], made from the [`Type`] tree. A table with a column the
+//! sink does not encode ([`Type::is_covered`]) is sent as JSONEachRow; its rows are read the
+//! same way (every covered value checked, the others only for where a null may go), and
+//! only spellings the server's JSON reader takes as they are pass there.
+
+use std::borrow::Cow;
+use std::fmt::Write as _;
+
+use super::scalars::{self, Moment, Why, Wide};
+use super::types::Type;
+
+/// Why a value was refused: the value's text (capped) and the reason.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Refusal {
+    /// The refused value's JSON text, at most [`SHOWN_BYTES`] of it.
+    pub value: String,
+    /// Why.
+    pub reason: Why,
+}
+
+const TUPLE_SIZE: &str = "not as many values as the tuple has elements";
+
+/// How much of a refused value a message shows.
+pub const SHOWN_BYTES: usize = 80;
+
+fn refuse(text: &[u8], reason: impl Into<Why>) -> Refusal {
+    let shown = String::from_utf8_lossy(&text[..text.len().min(SHOWN_BYTES)]);
+    let mut value: String = shown.chars().filter(|c| !c.is_control()).collect();
+    if text.len() > SHOWN_BYTES {
+        value.push_str("...");
+    }
+    Refusal {
+        value,
+        reason: reason.into(),
+    }
+}
+
+/// One JSON value at a [`Cursor`].
+enum Token<'a> {
+    Null,
+    Bool(bool),
+    /// A number's text.
+    Number(&'a [u8]),
+    /// A string's content, escapes undone; and its text with the quotes.
+    Str(Cow<'a, [u8]>, &'a [u8]),
+    /// An array or object starts at the cursor (not consumed).
+    Open,
+}
+
+/// Reads JSON values from a row's text, byte by byte.
+pub struct Cursor<'a> {
+    s: &'a [u8],
+    at: usize,
+}
+
+impl<'a> Cursor<'a> {
+    /// A cursor at the start of `s`.
+    pub fn new(s: &'a [u8]) -> Self {
+        Cursor { s, at: 0 }
+    }
+
+    fn space(&mut self) {
+        while matches!(self.s.get(self.at), Some(b' ' | b'\t' | b'\r' | b'\n')) {
+            self.at += 1;
+        }
+    }
+
+    fn peek(&mut self) -> Option<u8> {
+        self.space();
+        self.s.get(self.at).copied()
+    }
+
+    fn eat(&mut self, b: u8) -> bool {
+        if self.peek() == Some(b) {
+            self.at += 1;
+            true
+        } else {
+            false
+        }
+    }
+
+    fn rest(&self) -> &'a [u8] {
+        &self.s[self.at.min(self.s.len())..]
+    }
+
+    fn malformed(&self) -> Refusal {
+        refuse(self.rest(), "not valid JSON here")
+    }
+
+    /// The next value's token (an array or object is only announced).
+    fn token(&mut self) -> Result<Token<'a>, Refusal> {
+        let b = self.peek().ok_or_else(|| self.malformed())?;
+        let literal = |c: &mut Self, word: &[u8], token: Token<'a>| {
+            if c.rest().starts_with(word) {
+                c.at += word.len();
+                Ok(token)
+            } else {
+                Err(c.malformed())
+            }
+        };
+        match b {
+            b'n' => literal(self, b"null", Token::Null),
+            b't' => literal(self, b"true", Token::Bool(true)),
+            b'f' => literal(self, b"false", Token::Bool(false)),
+            b'"' => {
+                let (content, text) = self.string()?;
+                Ok(Token::Str(content, text))
+            }
+            b'[' | b'{' => Ok(Token::Open),
+            b'-' | b'0'..=b'9' => {
+                let start = self.at;
+                while self.s.get(self.at).is_some_and(|b| {
+                    b.is_ascii_digit() || matches!(b, b'-' | b'+' | b'.' | b'e' | b'E')
+                }) {
+                    self.at += 1;
+                }
+                Ok(Token::Number(&self.s[start..self.at]))
+            }
+            _ => Err(self.malformed()),
+        }
+    }
+
+    /// A string at the cursor: its content (escapes undone) and its text, quotes included.
+    fn string(&mut self) -> Result<(Cow<'a, [u8]>, &'a [u8]), Refusal> {
+        let start = self.at;
+        self.at += 1;
+        let from = self.at;
+        // The common case: no escape.
+        while let Some(&b) = self.s.get(self.at) {
+            match b {
+                b'"' => {
+                    self.at += 1;
+                    return Ok((
+                        Cow::Borrowed(&self.s[from..self.at - 1]),
+                        &self.s[start..self.at],
+                    ));
+                }
+                b'\\' => break,
+                0..=0x1f => {
+                    return Err(refuse(&self.s[start..], "a control character in a string"))
+                }
+                _ => self.at += 1,
+            }
+        }
+        let mut out = self.s[from..self.at].to_vec();
+        while let Some(&b) = self.s.get(self.at) {
+            self.at += 1;
+            match b {
+                b'"' => return Ok((Cow::Owned(out), &self.s[start..self.at])),
+                b'\\' => {
+                    let e = *self.s.get(self.at).ok_or_else(|| self.malformed())?;
+                    self.at += 1;
+                    match e {
+                        b'"' | b'\\' | b'/' => out.push(e),
+                        b'b' => out.push(8),
+                        b'f' => out.push(12),
+                        b'n' => out.push(b'\n'),
+                        b'r' => out.push(b'\r'),
+                        b't' => out.push(b'\t'),
+                        b'u' => {
+                            let mut c = self.hex4()?;
+                            if (0xD800..0xDC00).contains(&c) {
+                                // A surrogate pair.
+                                if !self.rest().starts_with(b"\\u") {
+                                    return Err(refuse(
+                                        &self.s[start..],
+                                        "a lone surrogate in a string",
+                                    ));
+                                }
+                                self.at += 2;
+                                let low = self.hex4()?;
+                                if !(0xDC00..0xE000).contains(&low) {
+                                    return Err(refuse(
+                                        &self.s[start..],
+                                        "a lone surrogate in a string",
+                                    ));
+                                }
+                                c = 0x10000 + ((c - 0xD800) << 10) + (low - 0xDC00);
+                            }
+                            let ch = char::from_u32(c).ok_or_else(|| {
+                                refuse(&self.s[start..], "a lone surrogate in a string")
+                            })?;
+                            let mut buf = [0u8; 4];
+                            out.extend_from_slice(ch.encode_utf8(&mut buf).as_bytes());
+                        }
+                        _ => return Err(refuse(&self.s[start..], "a bad escape in a string")),
+                    }
+                }
+                0..=0x1f => {
+                    return Err(refuse(&self.s[start..], "a control character in a string"))
+                }
+                b => out.push(b),
+            }
+        }
+        Err(refuse(&self.s[start..], "an unterminated string"))
+    }
+
+    fn hex4(&mut self) -> Result<u32, Refusal> {
+        let digits = self
+            .s
+            .get(self.at..self.at + 4)
+            .ok_or_else(|| self.malformed())?;
+        let text = std::str::from_utf8(digits).map_err(|_| self.malformed())?;
+        let v = u32::from_str_radix(text, 16).map_err(|_| self.malformed())?;
+        self.at += 4;
+        Ok(v)
+    }
+
+    /// Skips one value; returns its text.
+    fn skip(&mut self) -> Result<&'a [u8], Refusal> {
+        self.space();
+        let start = self.at;
+        let mut depth = 0usize;
+        loop {
+            if let Token::Open = self.token()? {
+                self.at += 1;
+                depth += 1;
+                // An empty one, or the first element or key.
+                if self.eat(b']') || self.eat(b'}') {
+                    depth -= 1;
+                } else {
+                    continue;
+                }
+            }
+            // After a value: a key's colon, the next element, or the end of containers.
+            loop {
+                if depth == 0 {
+                    return Ok(&self.s[start..self.at]);
+                }
+                if self.eat(b':') || self.eat(b',') {
+                    break;
+                }
+                if self.eat(b']') || self.eat(b'}') {
+                    depth -= 1;
+                    continue;
+                }
+                return Err(self.malformed());
+            }
+        }
+    }
+
+    /// Whether only whitespace is left.
+    pub fn at_end(&mut self) -> bool {
+        self.peek().is_none()
+    }
+}
+
+/// The scalar kinds, with what each needs to read a value.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Scalar {
+    Int {
+        signed: bool,
+        bits: u16,
+    },
+    Float {
+        wide: bool,
+    },
+    Bool,
+    Decimal {
+        precision: u8,
+        scale: u8,
+    },
+    FixedString(u32),
+    Uuid,
+    Ipv4,
+    Ipv6,
+    Date {
+        wide: bool,
+    },
+    /// `precision` None: `DateTime`.
+    DateTime {
+        precision: Option<u8>,
+        text: TimeText,
+    },
+    Enum {
+        wide: bool,
+        values: Vec<(Vec<u8>, i16)>,
+    },
+}
+
+/// How a date-time column travels.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TimeText {
+    /// As its number (the column's zone is UTC, or every value is an instant).
+    Binary,
+    /// As text the server converts in the column's zone (a zone the component has no rules
+    /// for): wall-clock times as `YYYY-MM-DD hh:mm:ss[.f]`, instants as Unix times.
+    Zoned,
+    /// In a JSONEachRow row, as sent: only the spellings the server's JSON reader takes.
+    Json,
+}
+
+/// One column's values as they are read: the Native layout, built as rows arrive.
+#[derive(Clone, Debug)]
+pub enum Builder {
+    /// Fixed-width values.
+    Fixed { kind: Scalar, data: Vec<u8> },
+    /// `String`: each value's length (LEB128) and bytes. `zoned`: date-time values as text
+    /// for the server to convert.
+    Strings {
+        data: Vec<u8>,
+        zoned: Option<Scalar>,
+    },
+    /// `Nullable(T)`: a byte per row (1: null), then T's values (a default for a null).
+    Nullable { nulls: Vec<u8>, inner: Box<Builder> },
+    /// `Array(T)` (and `Nested`): each row's end offset, then every element.
+    Array {
+        offsets: Vec<u8>,
+        count: u64,
+        inner: Box<Builder>,
+    },
+    /// `Map(K, V)`: offsets as an array's, then the keys, then the values.
+    Map {
+        offsets: Vec<u8>,
+        count: u64,
+        keys: Box<Builder>,
+        values: Box<Builder>,
+    },
+    /// `Tuple(...)`: each element's column, by position.
+    Tuple {
+        names: Vec<Option<String>>,
+        elements: Vec<Builder>,
+    },
+    /// A type the sink does not encode (JSONEachRow tables only): only a null is checked.
+    Unchecked { takes_null: bool, ty: String },
+}
+
+/// What decides how date-time columns travel: whether a zone (the column's, else the
+/// server's) is UTC, and whether the block is Native at all.
+#[derive(Clone, Copy, Debug)]
+pub struct Encoding<'z> {
+    /// The server's time zone (`timezone()`), for columns that name none.
+    pub server_zone: &'z str,
+    /// Rows travel as JSONEachRow (a table with a type the sink does not encode).
+    pub json: bool,
+}
+
+/// Whether a time zone name is UTC (a zone whose offset is always 0).
+pub fn is_utc(zone: &str) -> bool {
+    let z = zone.strip_prefix("Etc/").unwrap_or(zone);
+    matches!(
+        z,
+        "UTC" | "UCT" | "GMT" | "GMT0" | "GMT+0" | "GMT-0" | "Greenwich" | "Universal" | "Zulu"
+    )
+}
+
+impl Builder {
+    /// The builder of a column of type `ty`.
+    pub fn new(ty: &Type, encoding: Encoding<'_>) -> Builder {
+        let fixed = |kind| Builder::Fixed {
+            kind,
+            data: Vec::new(),
+        };
+        let time = |precision: Option<u8>, zone: &Option<String>| {
+            let text = if encoding.json {
+                TimeText::Json
+            } else if is_utc(zone.as_deref().unwrap_or(encoding.server_zone)) {
+                TimeText::Binary
+            } else {
+                TimeText::Zoned
+            };
+            let kind = Scalar::DateTime { precision, text };
+            if text == TimeText::Zoned {
+                Builder::Strings {
+                    data: Vec::new(),
+                    zoned: Some(kind),
+                }
+            } else {
+                fixed(kind)
+            }
+        };
+        match ty {
+            Type::Int { signed, bits } => fixed(Scalar::Int {
+                signed: *signed,
+                bits: *bits,
+            }),
+            Type::Float32 => fixed(Scalar::Float { wide: false }),
+            Type::Float64 => fixed(Scalar::Float { wide: true }),
+            Type::Bool => fixed(Scalar::Bool),
+            Type::Decimal { precision, scale } => fixed(Scalar::Decimal {
+                precision: *precision,
+                scale: *scale,
+            }),
+            Type::String => Builder::Strings {
+                data: Vec::new(),
+                zoned: None,
+            },
+            Type::FixedString(n) => fixed(Scalar::FixedString(*n)),
+            Type::Uuid => fixed(Scalar::Uuid),
+            Type::Ipv4 => fixed(Scalar::Ipv4),
+            Type::Ipv6 => fixed(Scalar::Ipv6),
+            Type::Date => fixed(Scalar::Date { wide: false }),
+            Type::Date32 => fixed(Scalar::Date { wide: true }),
+            Type::DateTime(zone) => time(None, zone),
+            Type::DateTime64(p, zone) => time(Some(*p), zone),
+            Type::Enum { wide, values } => fixed(Scalar::Enum {
+                wide: *wide,
+                values: values.clone(),
+            }),
+            Type::Nullable(t) => Builder::Nullable {
+                nulls: Vec::new(),
+                inner: Box::new(Builder::new(t, encoding)),
+            },
+            Type::LowCardinality(t) | Type::SimpleAggregateFunction(_, t) => {
+                Builder::new(t, encoding)
+            }
+            Type::Array(t) => Builder::Array {
+                offsets: Vec::new(),
+                count: 0,
+                inner: Box::new(Builder::new(t, encoding)),
+            },
+            Type::Map(k, v) => Builder::Map {
+                offsets: Vec::new(),
+                count: 0,
+                keys: Box::new(Builder::new(k, encoding)),
+                values: Box::new(Builder::new(v, encoding)),
+            },
+            Type::Tuple(elements) => Builder::Tuple {
+                names: elements.iter().map(|(n, _)| n.clone()).collect(),
+                elements: elements
+                    .iter()
+                    .map(|(_, t)| Builder::new(t, encoding))
+                    .collect(),
+            },
+            Type::Nested(elements) => Builder::Array {
+                offsets: Vec::new(),
+                count: 0,
+                inner: Box::new(Builder::Tuple {
+                    names: elements.iter().map(|(n, _)| Some(n.clone())).collect(),
+                    elements: elements
+                        .iter()
+                        .map(|(_, t)| Builder::new(t, encoding))
+                        .collect(),
+                }),
+            },
+            Type::Other(_) => Builder::Unchecked {
+                takes_null: ty.takes_null(),
+                ty: ty.to_string(),
+            },
+        }
+    }
+
+    /// Empties the builder, keeping its allocations.
+    pub fn clear(&mut self) {
+        match self {
+            Builder::Fixed { data, .. } | Builder::Strings { data, .. } => data.clear(),
+            Builder::Nullable { nulls, inner } => {
+                nulls.clear();
+                inner.clear();
+            }
+            Builder::Array {
+                offsets,
+                count,
+                inner,
+            } => {
+                offsets.clear();
+                *count = 0;
+                inner.clear();
+            }
+            Builder::Map {
+                offsets,
+                count,
+                keys,
+                values,
+            } => {
+                offsets.clear();
+                *count = 0;
+                keys.clear();
+                values.clear();
+            }
+            Builder::Tuple { elements, .. } => elements.iter_mut().for_each(Builder::clear),
+            Builder::Unchecked { .. } => {}
+        }
+    }
+
+    /// Reads one value at the cursor into the column.
+    pub fn push(&mut self, c: &mut Cursor<'_>) -> Result<(), Refusal> {
+        let composite = matches!(
+            self,
+            Builder::Array { .. } | Builder::Map { .. } | Builder::Tuple { .. }
+        );
+        if composite && c.peek() == Some(b'n') {
+            c.token()?;
+            return Err(null_refusal());
+        }
+        match self {
+            Builder::Unchecked { takes_null, .. } => {
+                let text = c.skip()?;
+                if text == b"null" && !*takes_null {
+                    return Err(null_refusal());
+                }
+                Ok(())
+            }
+            Builder::Nullable { nulls, inner } => {
+                if c.peek() == Some(b'n') {
+                    c.token()?;
+                    nulls.push(1);
+                    inner.push_default();
+                } else {
+                    nulls.push(0);
+                    inner.push(c)?;
+                }
+                Ok(())
+            }
+            Builder::Array {
+                offsets,
+                count,
+                inner,
+            } => {
+                if !c.eat(b'[') {
+                    return Err(c.shape("not an array"));
+                }
+                if !c.eat(b']') {
+                    loop {
+                        inner.push(c)?;
+                        *count += 1;
+                        if c.eat(b']') {
+                            break;
+                        }
+                        if !c.eat(b',') {
+                            return Err(c.malformed());
+                        }
+                    }
+                }
+                offsets.extend_from_slice(&count.to_le_bytes());
+                Ok(())
+            }
+            Builder::Map {
+                offsets,
+                count,
+                keys,
+                values,
+            } => {
+                if !c.eat(b'{') {
+                    return Err(c.shape("not an object"));
+                }
+                if !c.eat(b'}') {
+                    loop {
+                        if c.peek() != Some(b'"') {
+                            return Err(c.malformed());
+                        }
+                        let (key, text) = c.string()?;
+                        keys.push_token(Token::Str(key, text))?;
+                        if !c.eat(b':') {
+                            return Err(c.malformed());
+                        }
+                        values.push(c)?;
+                        *count += 1;
+                        if c.eat(b'}') {
+                            break;
+                        }
+                        if !c.eat(b',') {
+                            return Err(c.malformed());
+                        }
+                    }
+                }
+                offsets.extend_from_slice(&count.to_le_bytes());
+                Ok(())
+            }
+            Builder::Tuple { names, elements } => {
+                let start = c.at;
+                if c.eat(b'[') {
+                    for (n, element) in elements.iter_mut().enumerate() {
+                        if n > 0 && !c.eat(b',') {
+                            return Err(refuse(&c.s[start..], TUPLE_SIZE));
+                        }
+                        element.push(c)?;
+                    }
+                    if !c.eat(b']') {
+                        return Err(refuse(&c.s[start..], TUPLE_SIZE));
+                    }
+                    return Ok(());
+                }
+                if !c.eat(b'{') || names.iter().any(Option::is_none) {
+                    return Err(c.shape(
+                        "not an array (or, for a tuple whose elements are named, an object)",
+                    ));
+                }
+                let mut seen = vec![false; names.len()];
+                if !c.eat(b'}') {
+                    loop {
+                        if c.peek() != Some(b'"') {
+                            return Err(c.malformed());
+                        }
+                        let (key, _) = c.string()?;
+                        let Some(n) = names
+                            .iter()
+                            .position(|name| name.as_deref().map(str::as_bytes) == Some(&key[..]))
+                        else {
+                            return Err(refuse(
+                                &c.s[start..],
+                                "a key that names no element of the tuple",
+                            ));
+                        };
+                        if std::mem::replace(&mut seen[n], true) {
+                            return Err(refuse(&c.s[start..], "an element named twice"));
+                        }
+                        if !c.eat(b':') {
+                            return Err(c.malformed());
+                        }
+                        elements[n].push(c)?;
+                        if c.eat(b'}') {
+                            break;
+                        }
+                        if !c.eat(b',') {
+                            return Err(c.malformed());
+                        }
+                    }
+                }
+                if seen.contains(&false) {
+                    return Err(refuse(
+                        &c.s[start..c.at],
+                        "missing an element of the tuple (the server would store its default)",
+                    ));
+                }
+                Ok(())
+            }
+            Builder::Fixed { .. } | Builder::Strings { .. } => {
+                if c.peek() == Some(b'[') || c.peek() == Some(b'{') {
+                    if let Builder::Strings { data, zoned: None } = self {
+                        // A String column keeps an array's or object's text as it is.
+                        let text = c.skip()?;
+                        write_string(data, text);
+                        return Ok(());
+                    }
+                    let text = c.skip()?;
+                    return Err(refuse(
+                        text,
+                        "an array or object, for a column of single values",
+                    ));
+                }
+                let token = c.token()?;
+                self.push_token(token)
+            }
+        }
+    }
+
+    /// A scalar value read as `token`.
+    fn push_token(&mut self, token: Token<'_>) -> Result<(), Refusal> {
+        match self {
+            Builder::Strings { data, zoned: None } => {
+                match token {
+                    Token::Str(content, _) => write_string(data, &content),
+                    Token::Number(text) => write_string(data, text),
+                    Token::Bool(b) => write_string(data, if b { b"true" } else { b"false" }),
+                    Token::Null => return Err(null_refusal()),
+                    Token::Open => unreachable!("arrays and objects are read by push"),
+                }
+                Ok(())
+            }
+            Builder::Strings {
+                data,
+                zoned: Some(kind),
+            } => {
+                let Scalar::DateTime { precision, .. } = *kind else {
+                    unreachable!("zoned strings are date-times")
+                };
+                let moment = read_moment(&token, precision)?;
+                in_range(moment, precision).map_err(|why| refuse(token_text(&token), why))?;
+                let mut text = String::new();
+                write_moment_text(&mut text, moment, precision.unwrap_or(0));
+                write_string(data, text.as_bytes());
+                Ok(())
+            }
+            Builder::Fixed { kind, data } => kind.read(token, data),
+            Builder::Unchecked { .. }
+            | Builder::Nullable { .. }
+            | Builder::Array { .. }
+            | Builder::Map { .. }
+            | Builder::Tuple { .. } => {
+                // Map keys only: a key is a string, which no composite takes.
+                match token {
+                    Token::Str(_, text) => {
+                        Err(refuse(text, "a string, for a column of composite values"))
+                    }
+                    _ => Err(refuse(b"", "a value of another shape")),
+                }
+            }
+        }
+    }
+
+    /// A default value (under a null of a Nullable column).
+    fn push_default(&mut self) {
+        match self {
+            Builder::Fixed { kind, data } => {
+                data.resize(data.len() + kind.width(), 0);
+            }
+            Builder::Strings { data, .. } => data.push(0),
+            Builder::Nullable { nulls, inner } => {
+                nulls.push(1);
+                inner.push_default();
+            }
+            Builder::Array { offsets, count, .. } | Builder::Map { offsets, count, .. } => {
+                offsets.extend_from_slice(&count.to_le_bytes());
+            }
+            Builder::Tuple { elements, .. } => elements.iter_mut().for_each(Builder::push_default),
+            Builder::Unchecked { .. } => {}
+        }
+    }
+
+    /// Writes the column's values in the Native layout.
+    pub fn write(&self, out: &mut Vec<u8>) {
+        match self {
+            Builder::Fixed { data, .. } | Builder::Strings { data, .. } => {
+                out.extend_from_slice(data)
+            }
+            Builder::Nullable { nulls, inner } => {
+                out.extend_from_slice(nulls);
+                inner.write(out);
+            }
+            Builder::Array { offsets, inner, .. } => {
+                out.extend_from_slice(offsets);
+                inner.write(out);
+            }
+            Builder::Map {
+                offsets,
+                keys,
+                values,
+                ..
+            } => {
+                out.extend_from_slice(offsets);
+                keys.write(out);
+                values.write(out);
+            }
+            Builder::Tuple { elements, .. } => elements.iter().for_each(|e| e.write(out)),
+            Builder::Unchecked { .. } => {}
+        }
+    }
+
+    /// Bytes held.
+    pub fn size(&self) -> usize {
+        match self {
+            Builder::Fixed { data, .. } | Builder::Strings { data, .. } => data.len(),
+            Builder::Nullable { nulls, inner } => nulls.len() + inner.size(),
+            Builder::Array { offsets, inner, .. } => offsets.len() + inner.size(),
+            Builder::Map {
+                offsets,
+                keys,
+                values,
+                ..
+            } => offsets.len() + keys.size() + values.size(),
+            Builder::Tuple { elements, .. } => elements.iter().map(Builder::size).sum(),
+            Builder::Unchecked { .. } => 0,
+        }
+    }
+}
+
+impl Cursor<'_> {
+    fn shape(&mut self, wanted: &'static str) -> Refusal {
+        let start = self.at;
+        let text = self.skip().unwrap_or(&self.s[start..]);
+        refuse(text, wanted)
+    }
+}
+
+/// A null where the type takes none (the type is named by the caller's message).
+fn null_refusal() -> Refusal {
+    refuse(
+        b"null",
+        "not allowed: the column is not Nullable (the server would store a default such as 0 or '')",
+    )
+}
+
+fn write_varuint(out: &mut Vec<u8>, mut n: u64) {
+    while n >= 0x80 {
+        out.push((n as u8) | 0x80);
+        n >>= 7;
+    }
+    out.push(n as u8);
+}
+
+fn write_string(out: &mut Vec<u8>, bytes: &[u8]) {
+    write_varuint(out, bytes.len() as u64);
+    out.extend_from_slice(bytes);
+}
+
+/// A date-time column's value from its token.
+fn read_moment(token: &Token<'_>, precision: Option<u8>) -> Result<Moment, Refusal> {
+    let p = precision.unwrap_or(0);
+    match token {
+        Token::Number(text) => scalars::moment(text, p, true).map_err(|why| refuse(text, why)),
+        Token::Str(content, text) => {
+            scalars::moment(content, p, false).map_err(|why| refuse(text, why))
+        }
+        Token::Bool(_) => Err(refuse(b"true/false", scalars::MOMENT_SHAPE)),
+        Token::Null => Err(null_refusal()),
+        Token::Open => Err(refuse(b"", scalars::MOMENT_SHAPE)),
+    }
+}
+
+/// A moment's ticks, if its type holds it: `DateTime` (precision `None`) from 1970-01-01
+/// 00:00:00 to 2106-02-07 06:28:15 UTC, `DateTime64` from 1900-01-01 00:00:00 to 2299-12-31
+/// 23:59:59.9... A wall-clock time (of a zone the sink has no rules for, sent as text) must be
+/// a day inside those bounds: which instant it is depends on the zone's offset, and the
+/// server's conversion clamps one past the range without an error (measured: `1970-01-01
+/// 08:59:59` into `DateTime('Asia/Tokyo')` is stored as 09:00:00).
+fn in_range(moment: Moment, precision: Option<u8>) -> Result<i128, Why> {
+    let (ticks, margin) = match moment {
+        Moment::Instant(ticks) => (ticks, 0),
+        Moment::Local(ticks) => (ticks, 86_400),
+    };
+    let near = || -> Why {
+        "too near the edge of the type's range for a column whose zone the sink has no rules for (within a day: the server would clamp it)".into()
+    };
+    match precision {
+        None if (0..=i128::from(u32::MAX)).contains(&ticks) => {
+            if (margin..=i128::from(u32::MAX) - margin).contains(&ticks) {
+                Ok(ticks)
+            } else {
+                Err(near())
+            }
+        }
+        None => Err(
+            "out of the range of DateTime (1970-01-01 00:00:00 to 2106-02-07 06:28:15 UTC)".into(),
+        ),
+        Some(p) => {
+            let secs = ticks.div_euclid(10i128.pow(u32::from(p)));
+            if !(DATETIME64_RANGE.0..=DATETIME64_RANGE.1).contains(&secs)
+                || i64::try_from(ticks).is_err()
+            {
+                Err(
+                    "out of the range of DateTime64 (1900-01-01 00:00:00 to 2299-12-31 23:59:59)"
+                        .into(),
+                )
+            } else if !(DATETIME64_RANGE.0 + margin..=DATETIME64_RANGE.1 - margin).contains(&secs) {
+                Err(near())
+            } else {
+                Ok(ticks)
+            }
+        }
+    }
+}
+
+/// The text a scalar token was written as, for a message.
+fn token_text<'t>(token: &'t Token<'_>) -> &'t [u8] {
+    match token {
+        Token::Number(t) | Token::Str(_, t) => t,
+        Token::Null => b"null",
+        Token::Bool(true) => b"true",
+        Token::Bool(false) => b"false",
+        Token::Open => b"",
+    }
+}
+
+/// A moment as the text a zoned column is sent as: a wall-clock time as
+/// `YYYY-MM-DD hh:mm:ss[.f]`, an instant as a Unix time `[-]s[.f]`.
+fn write_moment_text(out: &mut String, moment: Moment, precision: u8) {
+    let scale = 10i128.pow(u32::from(precision));
+    match moment {
+        Moment::Instant(ticks) => {
+            let sign = if ticks < 0 { "-" } else { "" };
+            let t = ticks.abs();
+            let _ = write!(out, "{sign}{}", t / scale);
+            if precision > 0 {
+                let _ = write!(
+                    out,
+                    ".{:0width$}",
+                    t % scale,
+                    width = usize::from(precision)
+                );
+            }
+        }
+        Moment::Local(ticks) => {
+            let secs = ticks.div_euclid(scale);
+            let frac = ticks.rem_euclid(scale);
+            let days = secs.div_euclid(86_400) as i64;
+            let of_day = secs.rem_euclid(86_400);
+            let (y, m, d) = scalars::civil_from_days(days);
+            let _ = write!(
+                out,
+                "{y:04}-{m:02}-{d:02} {:02}:{:02}:{:02}",
+                of_day / 3600,
+                of_day / 60 % 60,
+                of_day % 60
+            );
+            if precision > 0 {
+                let _ = write!(out, ".{frac:0width$}", width = usize::from(precision));
+            }
+        }
+    }
+}
+
+/// Days of the first and last dates `Date` and `Date32` hold (1970-01-01 to 2149-06-06;
+/// 1900-01-01 to 2299-12-31).
+const DATE_RANGE: (i64, i64) = (0, 65_535);
+const DATE32_RANGE: (i64, i64) = (-25_567, 120_529);
+/// Seconds of the first and last instants `DateTime64` holds (1900-01-01 00:00:00 to
+/// 2299-12-31 23:59:59).
+const DATETIME64_RANGE: (i128, i128) = (-2_208_988_800, 10_413_791_999);
+
+impl Scalar {
+    fn width(&self) -> usize {
+        match self {
+            Scalar::Int { bits, .. } => usize::from(*bits) / 8,
+            Scalar::Float { wide } => {
+                if *wide {
+                    8
+                } else {
+                    4
+                }
+            }
+            Scalar::Bool => 1,
+            Scalar::Decimal { precision, .. } => decimal_width(*precision),
+            Scalar::FixedString(n) => *n as usize,
+            Scalar::Uuid | Scalar::Ipv6 => 16,
+            Scalar::Ipv4 => 4,
+            Scalar::Date { wide } => {
+                if *wide {
+                    4
+                } else {
+                    2
+                }
+            }
+            Scalar::DateTime { precision, .. } => {
+                if precision.is_some() {
+                    8
+                } else {
+                    4
+                }
+            }
+            Scalar::Enum { wide, .. } => {
+                if *wide {
+                    2
+                } else {
+                    1
+                }
+            }
+        }
+    }
+
+    /// Reads `token` as this kind's value into `data`.
+    fn read(&self, token: Token<'_>, data: &mut Vec<u8>) -> Result<(), Refusal> {
+        // The text a scalar is read from: a number's, or a string's content; `text` is the
+        // value as written, for the message.
+        let (content, text, quoted): (&[u8], &[u8], bool) = match &token {
+            Token::Number(t) => (t, t, false),
+            Token::Str(c, t) => (c, t, true),
+            Token::Bool(b) => {
+                let word: &[u8] = if *b { b"true" } else { b"false" };
+                return match self {
+                    Scalar::Int { .. } | Scalar::Float { .. } | Scalar::Bool => {
+                        let one = u8::from(*b);
+                        match self {
+                            Scalar::Float { wide: true } => {
+                                data.extend_from_slice(&f64::from(one).to_le_bytes())
+                            }
+                            Scalar::Float { wide: false } => {
+                                data.extend_from_slice(&f32::from(one).to_le_bytes())
+                            }
+                            _ => {
+                                data.push(one);
+                                data.resize(data.len() + self.width() - 1, 0);
+                            }
+                        }
+                        Ok(())
+                    }
+                    _ => Err(refuse(word, "true or false, for a column of another type")),
+                };
+            }
+            Token::Null => return Err(null_refusal()),
+            Token::Open => unreachable!("arrays and objects are read by push"),
+        };
+        let fail = |why: Why| refuse(text, why);
+        match self {
+            Scalar::Int { signed, bits } => {
+                let n = scalars::integer(content, *signed, *bits).map_err(fail)?;
+                write_wide(data, &n, usize::from(*bits) / 8);
+            }
+            Scalar::Float { wide } => {
+                let v = scalars::float(content, *wide).map_err(fail)?;
+                if *wide {
+                    data.extend_from_slice(&v.to_le_bytes());
+                } else {
+                    data.extend_from_slice(&(v as f32).to_le_bytes());
+                }
+            }
+            Scalar::Bool => {
+                // The server takes true/false and the numbers 0 and 1, not strings.
+                match (quoted, content) {
+                    (false, b"0") => data.push(0),
+                    (false, b"1") => data.push(1),
+                    _ => return Err(fail("not a boolean (true, false, 0 or 1)".into())),
+                }
+            }
+            Scalar::Decimal { precision, scale } => {
+                let n = scalars::decimal(content, *precision, *scale).map_err(fail)?;
+                write_wide(data, &n, decimal_width(*precision));
+            }
+            Scalar::FixedString(n) => {
+                if !quoted {
+                    return Err(fail("not a string".into()));
+                }
+                if content.len() > *n as usize {
+                    return Err(fail("longer than the FixedString holds".into()));
+                }
+                data.extend_from_slice(content);
+                data.resize(data.len() + *n as usize - content.len(), 0);
+            }
+            Scalar::Uuid => {
+                if !quoted {
+                    return Err(fail("not a UUID (a string)".into()));
+                }
+                data.extend_from_slice(&scalars::uuid(content).map_err(fail)?);
+            }
+            Scalar::Ipv4 => {
+                if !quoted {
+                    return Err(fail("not an IPv4 address (a string a.b.c.d)".into()));
+                }
+                data.extend_from_slice(&scalars::ipv4(content).map_err(fail)?.to_le_bytes());
+            }
+            Scalar::Ipv6 => {
+                if !quoted {
+                    return Err(fail("not an IPv6 address (a string)".into()));
+                }
+                data.extend_from_slice(&scalars::ipv6(content).map_err(fail)?);
+            }
+            Scalar::Date { wide } => {
+                if !quoted {
+                    return Err(fail("not a date (a string YYYY-MM-DD)".into()));
+                }
+                let days = scalars::date(content).map_err(fail)?;
+                let (lo, hi) = if *wide { DATE32_RANGE } else { DATE_RANGE };
+                if days < lo || days > hi {
+                    return Err(fail(if *wide {
+                        "out of the range of Date32 (1900-01-01 to 2299-12-31)".into()
+                    } else {
+                        "out of the range of Date (1970-01-01 to 2149-06-06)".into()
+                    }));
+                }
+                if *wide {
+                    data.extend_from_slice(&(days as i32).to_le_bytes());
+                } else {
+                    data.extend_from_slice(&(days as u16).to_le_bytes());
+                }
+            }
+            Scalar::DateTime {
+                precision,
+                text: how,
+            } => {
+                let moment = read_moment(&token, *precision)?;
+                if let (Moment::Instant(_), TimeText::Json, true) = (moment, how, quoted) {
+                    return Err(fail("a date and time with a zone or offset, which the server's JSON reader does not take as it is (this table is sent as JSONEachRow): send it as a Unix time or without the zone".into()));
+                }
+                // A wall-clock time in UTC is its instant.
+                let instant = match moment {
+                    Moment::Local(t) if *how == TimeText::Binary => Moment::Instant(t),
+                    m => m,
+                };
+                let ticks = in_range(instant, *precision).map_err(fail)?;
+                if precision.is_some() {
+                    data.extend_from_slice(&(ticks as i64).to_le_bytes());
+                } else {
+                    data.extend_from_slice(&(ticks as u32).to_le_bytes());
+                }
+            }
+            Scalar::Enum { wide, values } => {
+                let by_name = quoted
+                    .then(|| values.iter().find(|(n, _)| n[..] == *content))
+                    .flatten();
+                let value = match by_name {
+                    Some((_, v)) => *v,
+                    None => {
+                        let number = std::str::from_utf8(content)
+                            .ok()
+                            .and_then(|t| t.parse::<i16>().ok());
+                        match number.filter(|n| values.iter().any(|(_, v)| v == n)) {
+                            Some(n) => n,
+                            None => return Err(fail("not an element of the Enum".into())),
+                        }
+                    }
+                };
+                if *wide {
+                    data.extend_from_slice(&value.to_le_bytes());
+                } else {
+                    data.push(value as i8 as u8);
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+fn decimal_width(precision: u8) -> usize {
+    match precision {
+        0..=9 => 4,
+        10..=18 => 8,
+        19..=38 => 16,
+        _ => 32,
+    }
+}
+
+fn write_wide(data: &mut Vec<u8>, n: &Wide, bytes: usize) {
+    for (i, limb) in n.iter().enumerate() {
+        let from = i * 8;
+        if from >= bytes {
+            break;
+        }
+        let le = limb.to_le_bytes();
+        data.extend_from_slice(&le[..(bytes - from).min(8)]);
+    }
+}
+
+/// The type a column is sent as in a Native block: the table's, except that
+/// `LowCardinality(T)` goes as T (the server converts it) and a date-time column whose zone
+/// is not UTC goes as `String` (the server reads the text in the column's zone).
+pub fn wire_type(ty: &Type, encoding: Encoding<'_>) -> Type {
+    let zoned = |zone: &Option<String>| !is_utc(zone.as_deref().unwrap_or(encoding.server_zone));
+    match ty {
+        Type::LowCardinality(t) => wire_type(t, encoding),
+        Type::DateTime(zone) | Type::DateTime64(_, zone) if zoned(zone) => Type::String,
+        Type::Nullable(t) => Type::Nullable(Box::new(wire_type(t, encoding))),
+        Type::Array(t) => Type::Array(Box::new(wire_type(t, encoding))),
+        Type::Map(k, v) => Type::Map(
+            Box::new(wire_type(k, encoding)),
+            Box::new(wire_type(v, encoding)),
+        ),
+        Type::Tuple(e) => Type::Tuple(
+            e.iter()
+                .map(|(n, t)| (n.clone(), wire_type(t, encoding)))
+                .collect(),
+        ),
+        Type::Nested(e) => Type::Nested(
+            e.iter()
+                .map(|(n, t)| (n.clone(), wire_type(t, encoding)))
+                .collect(),
+        ),
+        Type::SimpleAggregateFunction(f, t) => {
+            Type::SimpleAggregateFunction(f.clone(), Box::new(wire_type(t, encoding)))
+        }
+        t => t.clone(),
+    }
+}
+
+/// A block of rows being read: a builder per column.
+#[derive(Clone, Debug)]
+pub struct Block {
+    columns: Vec<BlockColumn>,
+    rows: u64,
+}
+
+#[derive(Clone, Debug)]
+struct BlockColumn {
+    name: String,
+    /// Its key as a compact row writes it (`"name"`), for a quick compare.
+    key: Vec<u8>,
+    wire: String,
+    builder: Builder,
+}
+
+/// Why a row was refused: the column and the refusal.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RowRefusal {
+    /// The column's index in the block.
+    pub column: usize,
+    /// Why.
+    pub refusal: Refusal,
+}
+
+impl Block {
+    /// A block for these columns (name and table type), in the order rows write them.
+    pub fn new<'t>(
+        columns: impl IntoIterator<Item = (&'t str, &'t Type)>,
+        encoding: Encoding<'_>,
+    ) -> Block {
+        Block {
+            columns: columns
+                .into_iter()
+                .map(|(name, ty)| {
+                    let mut key = b"\"".to_vec();
+                    key.extend_from_slice(name.as_bytes());
+                    key.push(b'"');
+                    BlockColumn {
+                        name: name.to_string(),
+                        key,
+                        wire: wire_type(ty, encoding).to_string(),
+                        builder: Builder::new(ty, encoding),
+                    }
+                })
+                .collect(),
+            rows: 0,
+        }
+    }
+
+    /// Rows read.
+    pub fn rows(&self) -> u64 {
+        self.rows
+    }
+
+    /// Bytes held.
+    pub fn size(&self) -> usize {
+        self.columns.iter().map(|c| c.builder.size()).sum()
+    }
+
+    /// Empties the block, keeping its allocations.
+    pub fn clear(&mut self) {
+        self.rows = 0;
+        self.columns.iter_mut().for_each(|c| c.builder.clear());
+    }
+
+    /// Reads one row: a JSON object whose keys are exactly the block's columns, in order (as
+    /// the sink's encoder writes rows). On a refusal the block is left part-read: clear it.
+    pub fn push_row(&mut self, row: &[u8]) -> Result<(), RowRefusal> {
+        let mut c = Cursor::new(row);
+        let at = |column: usize| move |refusal: Refusal| RowRefusal { column, refusal };
+        if !c.eat(b'{') {
+            return Err(at(0)(c.malformed()));
+        }
+        for (n, column) in self.columns.iter_mut().enumerate() {
+            if n > 0 && !c.eat(b',') {
+                return Err(at(n)(c.malformed()));
+            }
+            c.space();
+            if c.rest().starts_with(&column.key) {
+                c.at += column.key.len();
+            } else {
+                let (key, _) = (c.peek() == Some(b'"'))
+                    .then(|| c.string())
+                    .transpose()
+                    .map_err(at(n))?
+                    .ok_or_else(|| at(n)(c.malformed()))?;
+                if key[..] != *column.name.as_bytes() {
+                    return Err(at(n)(refuse(&key, "a key out of the columns' order")));
+                }
+            }
+            if !c.eat(b':') {
+                return Err(at(n)(c.malformed()));
+            }
+            column.builder.push(&mut c).map_err(at(n))?;
+        }
+        if !c.eat(b'}') || !c.at_end() {
+            return Err(at(self.columns.len().saturating_sub(1))(c.malformed()));
+        }
+        self.rows += 1;
+        Ok(())
+    }
+
+    /// The block in the Native format: the column and row counts, then each column's name,
+    /// type and values.
+    pub fn write(&self, out: &mut Vec<u8>) {
+        write_varuint(out, self.columns.len() as u64);
+        write_varuint(out, self.rows);
+        for column in &self.columns {
+            write_string(out, column.name.as_bytes());
+            write_string(out, column.wire.as_bytes());
+            column.builder.write(out);
+        }
+    }
+
+    /// A column's name.
+    pub fn column_name(&self, n: usize) -> &str {
+        &self.columns[n].name
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const UTC: Encoding<'static> = Encoding {
+        server_zone: "UTC",
+        json: false,
+    };
+
+    fn block(columns: &[(&str, &str)]) -> Block {
+        let types: Vec<(String, Type)> = columns
+            .iter()
+            .map(|(n, t)| (n.to_string(), Type::parse(t).unwrap()))
+            .collect();
+        Block::new(types.iter().map(|(n, t)| (n.as_str(), t)), UTC)
+    }
+
+    fn native(columns: &[(&str, &str)], rows: &[&str]) -> Vec<u8> {
+        let mut b = block(columns);
+        for row in rows {
+            b.push_row(row.as_bytes())
+                .unwrap_or_else(|e| panic!("{row}: {e:?}"));
+        }
+        let mut out = Vec::new();
+        b.write(&mut out);
+        out
+    }
+
+    fn refusal(ty: &str, value: &str) -> String {
+        let mut b = block(&[("v", ty)]);
+        let row = format!("{{\"v\":{value}}}");
+        match b.push_row(row.as_bytes()) {
+            Ok(()) => panic!("{ty} accepted {value}"),
+            Err(e) => e.refusal.reason.into_owned(),
+        }
+    }
+
+    fn accepts(ty: &str, value: &str) -> Vec<u8> {
+        let mut b = block(&[("v", ty)]);
+        let row = format!("{{\"v\":{value}}}");
+        b.push_row(row.as_bytes())
+            .unwrap_or_else(|e| panic!("{ty} refused {value}: {e:?}"));
+        let mut out = Vec::new();
+        b.columns[0].builder.write(&mut out);
+        out
+    }
+
+    #[test]
+    fn blocks_match_the_servers_own_bytes() {
+        // The server's `SELECT ... FORMAT Native` of the same values.
+        assert_eq!(
+            crate::hex::hex(&native(
+                &[("v", "UUID")],
+                &[r#"{"v":"61f0c404-5cb3-11e7-907b-a6006ad3dba0"}"#]
+            )),
+            "010101760455554944e711b35c04c4f061a0dbd36a00a67b90"
+        );
+        assert_eq!(
+            crate::hex::hex(&native(
+                &[("v", "Map(String, UInt8)")],
+                &[r#"{"v":{"a":1,"b":2}}"#]
+            )),
+            "01010176124d617028537472696e672c2055496e7438290200000000000000016101620102"
+        );
+        assert_eq!(
+            crate::hex::hex(&native(&[("v", "Nullable(UInt8)")], &[r#"{"v":null}"#])),
+            "010101760f4e756c6c61626c652855496e7438290100"
+        );
+        assert_eq!(
+            crate::hex::hex(&native(&[("v", "Decimal(38, 2)")], &[r#"{"v":1.5}"#])),
+            "010101760e446563696d616c2833382c20322996000000000000000000000000000000"
+        );
+        assert_eq!(
+            crate::hex::hex(&native(&[("v", "IPv6")], &[r#"{"v":"2001:db8::1"}"#])),
+            "01010176044950763620010db8000000000000000000000001"
+        );
+    }
+
+    #[test]
+    fn values_are_read_for_their_type() {
+        assert_eq!(accepts("UInt16", "\"300\""), 300u16.to_le_bytes());
+        assert_eq!(accepts("Int8", "true"), [1]);
+        assert_eq!(accepts("Int128", "-1"), [0xff; 16]);
+        assert_eq!(accepts("Float32", "0.1"), 0.1f32.to_le_bytes());
+        assert_eq!(accepts("Bool", "1"), [1]);
+        assert_eq!(accepts("FixedString(3)", "\"a\""), *b"a\0\0");
+        assert_eq!(accepts("Date", "\"1970-01-02\""), [1, 0]);
+        assert_eq!(accepts("Date32", "\"1969-12-31\""), (-1i32).to_le_bytes());
+        assert_eq!(
+            accepts("DateTime", "\"1970-01-01T00:00:01Z\""),
+            1u32.to_le_bytes()
+        );
+        assert_eq!(
+            accepts("DateTime", "\"1970-01-01T09:00:01+09:00\""),
+            1u32.to_le_bytes()
+        );
+        assert_eq!(accepts("DateTime64(3)", "1.5"), 1500i64.to_le_bytes());
+        assert_eq!(accepts("Enum8('a' = 1, 'b' = -2)", "\"b\""), [0xfe]);
+        assert_eq!(accepts("Enum8('a' = 1, 'b' = -2)", "1"), [1]);
+        assert_eq!(accepts("String", "{\"a\": [1, 2]}"), b"\x0d{\"a\": [1, 2]}");
+        assert_eq!(accepts("String", "\"\\u00e9\\n\""), b"\x03\xc3\xa9\n");
+        assert_eq!(accepts("String", "12.50"), b"\x0512.50");
+        assert_eq!(
+            accepts("Array(Nullable(UInt8))", "[1, null]"),
+            [2, 0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 0]
+        );
+        assert_eq!(
+            accepts("Tuple(a UInt8, b String)", "{\"b\":\"x\",\"a\":7}"),
+            [7, 1, b'x']
+        );
+        assert_eq!(accepts("Tuple(UInt8, String)", "[7, \"x\"]"), [7, 1, b'x']);
+        assert_eq!(accepts("LowCardinality(String)", "\"x\""), [1, b'x']);
+    }
+
+    #[test]
+    fn values_the_server_would_change_or_refuse_are_refused() {
+        assert!(refusal("DateTime64(3)", "\"yesterday\"").starts_with("not a date and time"));
+        assert!(refusal("Date", "\"2026-02-30\"").contains("February 2026 has 28 days"));
+        assert!(refusal("DateTime", "\"2026-11-01 24:00:00\"").contains("time of day"));
+        assert!(refusal("DateTime64(3)", "\"2026-01-01 10:00:61.000\"").contains("time of day"));
+        assert!(refusal("Enum8('a' = 1)", "\"c\"").contains("not an element"));
+        assert!(refusal("UInt8", "300").contains("range"));
+        assert!(refusal("UInt8", "\"\"").contains("not an integer"));
+        assert!(refusal("UInt8", "null").contains("not Nullable"));
+        assert!(refusal("Array(UInt8)", "[1, null]").contains("not Nullable"));
+        assert!(refusal("Array(UInt8)", "null").contains("not Nullable"));
+        assert!(refusal("Map(String, UInt8)", "null").contains("not Nullable"));
+        assert!(refusal("Float32", "1e-50").contains("stored as 0"));
+        assert!(refusal("Decimal(5, 2)", "1.234").contains("scale"));
+        assert!(refusal("Bool", "\"true\"").contains("boolean"));
+        assert!(refusal("Tuple(a UInt8, b UInt8)", "{\"a\":1}").contains("missing"));
+        assert!(refusal("Tuple(UInt8, UInt8)", "[1]").contains("as many values as the tuple"));
+        assert!(refusal("Date", "\"1969-12-31\"").contains("range"));
+        assert!(refusal("DateTime", "-1").contains("range"));
+        assert!(refusal("DateTime", "1767225600.5").contains("fraction"));
+        assert!(refusal("FixedString(2)", "\"abc\"").contains("longer"));
+        assert!(refusal("UInt8", "[1]").contains("single values"));
+        assert!(refusal("Map(UInt8, UInt8)", "{\"256\": 1}").contains("range"));
+        assert!(refusal("String", "\"a\u{1}\"").contains("control"));
+    }
+
+    #[test]
+    fn zoned_date_times_go_as_text_and_json_tables_keep_what_the_server_reads() {
+        let berlin = Encoding {
+            server_zone: "Europe/Berlin",
+            json: false,
+        };
+        let ty = Type::parse("DateTime64(3)").unwrap();
+        assert_eq!(wire_type(&ty, berlin).to_string(), "String");
+        assert_eq!(wire_type(&ty, UTC).to_string(), "DateTime64(3)");
+        let mut b = Builder::new(&ty, berlin);
+        for v in [
+            "\"2026-01-01T10:00:00.5\"",
+            "\"1970-01-01T00:00:01Z\"",
+            "-1.5",
+            "\"2026-01-01\"",
+        ] {
+            b.push(&mut Cursor::new(v.as_bytes())).unwrap();
+        }
+        let mut out = Vec::new();
+        b.write(&mut out);
+        assert_eq!(
+            out,
+            b"\x172026-01-01 10:00:00.500\x051.000\x06-1.500\x172026-01-01 00:00:00.000"
+        );
+        let json = Encoding {
+            server_zone: "UTC",
+            json: true,
+        };
+        let mut b = Builder::new(&Type::parse("DateTime").unwrap(), json);
+        assert!(b
+            .push(&mut Cursor::new(b"\"2026-01-01T10:00:00Z\""))
+            .is_err());
+        assert!(b.push(&mut Cursor::new(b"\"2026-01-01 10:00:00\"")).is_ok());
+        let mut other = Builder::new(&Type::parse("JSON").unwrap(), json);
+        assert!(other.push(&mut Cursor::new(b"null")).is_ok());
+        let mut variant = Builder::new(&Type::parse("Point").unwrap(), json);
+        assert!(variant.push(&mut Cursor::new(b"null")).is_err());
+        assert!(variant
+            .push(&mut Cursor::new(b"[1, [2, {\"a\": []}]]"))
+            .is_ok());
+    }
+
+    #[test]
+    fn rows_must_name_the_columns_in_order() {
+        let mut b = block(&[("a", "UInt8"), ("b", "String")]);
+        b.push_row(br#"{"a":1,"b":"x"}"#).unwrap();
+        b.push_row(b" { \"a\" : 2 , \"b\" : \"y\" } ").unwrap();
+        assert_eq!(b.push_row(br#"{"b":"x","a":1}"#).unwrap_err().column, 0);
+        let e = b.push_row(br#"{"a":1,"b":5"#).unwrap_err();
+        assert_eq!(e.column, 1);
+        assert_eq!(b.rows(), 2);
+    }
+
+    #[test]
+    fn civil_dates_round_trip() {
+        for days in [-25_567, -1, 0, 1, 19_782, 65_535, 120_529] {
+            let (y, m, d) = scalars::civil_from_days(days);
+            assert_eq!(scalars::days_from_civil(y, m, d), days);
+        }
+    }
+}
