@@ -22,6 +22,7 @@ use crate::platform::Platform;
 use super::columns::{Format, TableColumns};
 use super::config::{SinkConfig, SinkOptions};
 use super::encode::{encode_json, encode_rows, Encoded, Row};
+use super::native::Block;
 use super::types::Type;
 
 /// What a successful send did.
@@ -220,33 +221,26 @@ impl<T: Transport, P: Platform> Sink<T, P> {
         self.deliver(&encoded)
     }
 
-    /// Reads every row of `encoded` for its columns' types: `invalid-input` naming the first
-    /// value refused, before anything is sent. With `keep`, each chunk's body (a Native
-    /// block, or the JSONEachRow lines of a table with a type the sink does not encode);
-    /// without, nothing is kept (a first pass over a file).
-    fn read_rows(&self, encoded: &Encoded, keep: bool) -> Result<(Format, Vec<Vec<u8>>), Error> {
+    /// Reads every row of `encoded` for its columns' types, `batch_size` rows at a time into
+    /// `block`: `invalid-input` naming the first value refused, before anything is sent.
+    /// Returns the format and, with `keep`, the body of a send of one chunk.
+    fn read_rows(
+        &self,
+        encoded: &Encoded,
+        block: &mut Block,
+        keep: bool,
+    ) -> Result<(Format, Option<Vec<u8>>), Error> {
         let table = self.table_columns()?;
         let format = table.format(&encoded.columns);
-        let mut block = table.block(&encoded.columns, &self.config.qualified_table())?;
-        let mut bodies = Vec::new();
         let total = encoded.len();
         let batch = self.config.batch_size;
         for start in (0..total).step_by(batch) {
             let end = (start + batch).min(total);
             block.clear();
-            table.read(encoded, start, end, &mut block)?;
-            if keep {
-                bodies.push(match format {
-                    Format::Native => {
-                        let mut body = Vec::with_capacity(block.size() + 256);
-                        block.write(&mut body);
-                        body
-                    }
-                    Format::JsonEachRow => encoded.rows(start, end),
-                });
-            }
+            table.read(encoded, start, end, block)?;
         }
-        Ok((format, bodies))
+        let single = (keep && total <= batch).then(|| chunk_body(format, block, encoded, 0, total));
+        Ok((format, single))
     }
 
     /// Closes the sink; idempotent.
@@ -302,21 +296,34 @@ impl<T: Transport, P: Platform> Sink<T, P> {
         })
     }
 
-    /// Every chunk's request of `encoded` (read and encoded first: [`Sink::read_rows`]),
-    /// `batch_size` rows each, built when `build` is called with its index.
+    /// Every chunk's request of `encoded`, `batch_size` rows each, built when `build` is
+    /// called with its index. Every row is read first ([`Sink::read_rows`]); a send of one
+    /// chunk keeps the body of that pass, a longer one reads each chunk's rows again when its
+    /// turn comes, so one chunk's body is in memory at a time, not the whole send's (a
+    /// `FixedString(1000)` of short strings is far larger as Native than as JSON).
     fn chunk_builder<'e>(
         &'e self,
         encoded: &'e Encoded,
     ) -> Result<(usize, Format, BuildChunk<'e>), Error> {
-        let (format, bodies) = self.read_rows(encoded, true)?;
+        let table = self.table_columns()?;
+        let mut block = table.block(&encoded.columns, &self.config.qualified_table())?;
+        let (format, mut single) = self.read_rows(encoded, &mut block, true)?;
         let total = encoded.len();
         let base = self.insert_query(&encoded.columns, format);
         let batch = self.config.batch_size;
-        let mut bodies = bodies.into_iter();
         let build = move |chunk: usize| {
             let start = chunk * batch;
             let end = (start + batch).min(total);
-            let body = bodies.next().expect("one body per chunk, built in order");
+            let body = match single.take() {
+                Some(body) => body,
+                None => {
+                    if format == Format::Native {
+                        block.clear();
+                        table.read(encoded, start, end, &mut block)?;
+                    }
+                    chunk_body(format, &block, encoded, start, end)
+                }
+            };
             self.chunk_request(&base, &encoded.columns, body, end - start)
         };
         Ok((total.div_ceil(batch), format, Box::new(build)))
@@ -476,7 +483,9 @@ impl<T: Transport, P: Platform> Sink<T, P> {
     pub fn check_json(&self, data: &[u8]) -> Result<(), Error> {
         self.check_open()?;
         let encoded = encode_json(data, self.config.columns.as_deref())?;
-        self.read_rows(&encoded, false).map(|_| ())
+        let table = self.table_columns()?;
+        let mut block = table.block(&encoded.columns, &self.config.qualified_table())?;
+        self.read_rows(&encoded, &mut block, false).map(|_| ())
     }
 
     /// The format the rows of `columns` travel in (reads the table's columns if not yet).
@@ -528,6 +537,25 @@ impl<T: Transport, P: Platform> Sink<T, P> {
         hash.update(b"\n");
         hash.update(body);
         crate::hex::hex(&hash.finalize())
+    }
+}
+
+/// A chunk's body: the rows read into `block` as one Native block, or (a table with a type
+/// the sink does not encode) rows `start..end` of `encoded` as JSONEachRow lines.
+fn chunk_body(
+    format: Format,
+    block: &Block,
+    encoded: &Encoded,
+    start: usize,
+    end: usize,
+) -> Vec<u8> {
+    match format {
+        Format::Native => {
+            let mut body = Vec::with_capacity(block.size() + 256);
+            block.write(&mut body);
+            body
+        }
+        Format::JsonEachRow => encoded.rows(start, end),
     }
 }
 
