@@ -213,6 +213,39 @@ impl<'a> Cursor<'a> {
         Ok(v)
     }
 
+    /// Reads the members of an array or object whose opening bracket was read, each by
+    /// `member`, up to its `close` bracket.
+    fn each(
+        &mut self,
+        close: u8,
+        mut member: impl FnMut(&mut Self) -> Result<(), Refusal>,
+    ) -> Result<(), Refusal> {
+        if self.eat(close) {
+            return Ok(());
+        }
+        loop {
+            member(self)?;
+            if self.eat(close) {
+                return Ok(());
+            }
+            if !self.eat(b',') {
+                return Err(self.malformed());
+            }
+        }
+    }
+
+    /// An object's key and its colon: the key's content and text.
+    fn key(&mut self) -> Result<(Cow<'a, [u8]>, &'a [u8]), Refusal> {
+        if self.peek() != Some(b'"') {
+            return Err(self.malformed());
+        }
+        let key = self.string()?;
+        if !self.eat(b':') {
+            return Err(self.malformed());
+        }
+        Ok(key)
+    }
+
     /// Skips one value; returns its text.
     fn skip(&mut self) -> Result<&'a [u8], Refusal> {
         self.space();
@@ -517,18 +550,10 @@ impl Builder {
                 if !c.eat(b'[') {
                     return Err(c.shape("not an array"));
                 }
-                if !c.eat(b']') {
-                    loop {
-                        inner.push(c)?;
-                        *count += 1;
-                        if c.eat(b']') {
-                            break;
-                        }
-                        if !c.eat(b',') {
-                            return Err(c.malformed());
-                        }
-                    }
-                }
+                c.each(b']', |c| {
+                    *count += 1;
+                    inner.push(c)
+                })?;
                 offsets.extend_from_slice(&count.to_le_bytes());
                 Ok(())
             }
@@ -541,26 +566,12 @@ impl Builder {
                 if !c.eat(b'{') {
                     return Err(c.shape("not an object"));
                 }
-                if !c.eat(b'}') {
-                    loop {
-                        if c.peek() != Some(b'"') {
-                            return Err(c.malformed());
-                        }
-                        let (key, text) = c.string()?;
-                        keys.push_token(Token::Str(key, text))?;
-                        if !c.eat(b':') {
-                            return Err(c.malformed());
-                        }
-                        values.push(c)?;
-                        *count += 1;
-                        if c.eat(b'}') {
-                            break;
-                        }
-                        if !c.eat(b',') {
-                            return Err(c.malformed());
-                        }
-                    }
-                }
+                c.each(b'}', |c| {
+                    let (key, text) = c.key()?;
+                    keys.push_token(Token::Str(key, text))?;
+                    *count += 1;
+                    values.push(c)
+                })?;
                 offsets.extend_from_slice(&count.to_le_bytes());
                 Ok(())
             }
@@ -584,36 +595,22 @@ impl Builder {
                     ));
                 }
                 let mut seen = vec![false; names.len()];
-                if !c.eat(b'}') {
-                    loop {
-                        if c.peek() != Some(b'"') {
-                            return Err(c.malformed());
-                        }
-                        let (key, _) = c.string()?;
-                        let Some(n) = names
-                            .iter()
-                            .position(|name| name.as_deref().map(str::as_bytes) == Some(&key[..]))
-                        else {
-                            return Err(refuse(
-                                &c.s[start..],
-                                "a key that names no element of the tuple",
-                            ));
-                        };
-                        if std::mem::replace(&mut seen[n], true) {
-                            return Err(refuse(&c.s[start..], "an element named twice"));
-                        }
-                        if !c.eat(b':') {
-                            return Err(c.malformed());
-                        }
-                        elements[n].push(c)?;
-                        if c.eat(b'}') {
-                            break;
-                        }
-                        if !c.eat(b',') {
-                            return Err(c.malformed());
-                        }
+                c.each(b'}', |c| {
+                    let (key, _) = c.key()?;
+                    let Some(n) = names
+                        .iter()
+                        .position(|name| name.as_deref().map(str::as_bytes) == Some(&key[..]))
+                    else {
+                        return Err(refuse(
+                            &c.s[start..],
+                            "a key that names no element of the tuple",
+                        ));
+                    };
+                    if std::mem::replace(&mut seen[n], true) {
+                        return Err(refuse(&c.s[start..], "an element named twice"));
                     }
-                }
+                    elements[n].push(c)
+                })?;
                 if seen.contains(&false) {
                     return Err(refuse(
                         &c.s[start..c.at],
