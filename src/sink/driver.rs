@@ -222,25 +222,27 @@ impl<T: Transport, P: Platform> Sink<T, P> {
     }
 
     /// Reads every row of `encoded` for its columns' types, `batch_size` rows at a time into
-    /// `block`: `invalid-input` naming the first value refused, before anything is sent.
-    /// Returns the format and, with `keep`, the body of a send of one chunk.
+    /// one block: `invalid-input` naming the first value refused, before anything is sent.
+    /// Returns the format, the block (for the chunks' turns) and, with `keep`, the body of a
+    /// send of one chunk.
     fn read_rows(
         &self,
         encoded: &Encoded,
-        block: &mut Block,
         keep: bool,
-    ) -> Result<(Format, Option<Vec<u8>>), Error> {
+    ) -> Result<(Format, Block, Option<Vec<u8>>), Error> {
         let table = self.table_columns()?;
         let format = table.format(&encoded.columns);
+        let mut block = table.block(&encoded.columns, &self.config.qualified_table())?;
         let total = encoded.len();
         let batch = self.config.batch_size;
         for start in (0..total).step_by(batch) {
             let end = (start + batch).min(total);
             block.clear();
-            table.read(encoded, start, end, block)?;
+            table.read(encoded, start, end, &mut block)?;
         }
-        let single = (keep && total <= batch).then(|| chunk_body(format, block, encoded, 0, total));
-        Ok((format, single))
+        let single =
+            (keep && total <= batch).then(|| chunk_body(format, &block, encoded, 0, total));
+        Ok((format, block, single))
     }
 
     /// Closes the sink; idempotent.
@@ -305,9 +307,8 @@ impl<T: Transport, P: Platform> Sink<T, P> {
         &'e self,
         encoded: &'e Encoded,
     ) -> Result<(usize, Format, BuildChunk<'e>), Error> {
+        let (format, mut block, mut single) = self.read_rows(encoded, true)?;
         let table = self.table_columns()?;
-        let mut block = table.block(&encoded.columns, &self.config.qualified_table())?;
-        let (format, mut single) = self.read_rows(encoded, &mut block, true)?;
         let total = encoded.len();
         let base = self.insert_query(&encoded.columns, format);
         let batch = self.config.batch_size;
@@ -483,14 +484,7 @@ impl<T: Transport, P: Platform> Sink<T, P> {
     pub fn check_json(&self, data: &[u8]) -> Result<(), Error> {
         self.check_open()?;
         let encoded = encode_json(data, self.config.columns.as_deref())?;
-        let table = self.table_columns()?;
-        let mut block = table.block(&encoded.columns, &self.config.qualified_table())?;
-        self.read_rows(&encoded, &mut block, false).map(|_| ())
-    }
-
-    /// The format the rows of `columns` travel in (reads the table's columns if not yet).
-    pub fn format(&self, columns: &[String]) -> Result<Format, Error> {
-        Ok(self.table_columns()?.format(columns))
+        self.read_rows(&encoded, false).map(|_| ())
     }
 
     /// Sends the first chunk of a prepared send without waiting for its answer.

@@ -362,7 +362,7 @@ pub enum Builder {
         elements: Vec<Builder>,
     },
     /// A type the sink does not encode (JSONEachRow tables only): only a null is checked.
-    Unchecked { takes_null: bool, ty: String },
+    Unchecked { takes_null: bool },
 }
 
 /// What decides how date-time columns travel: whether a zone (the column's, else the
@@ -475,7 +475,6 @@ impl Builder {
             },
             Type::Other(_) => Builder::Unchecked {
                 takes_null: ty.takes_null(),
-                ty: ty.to_string(),
             },
         }
     }
