@@ -14,6 +14,7 @@ pub mod platform;
 pub mod server;
 pub mod sink;
 pub mod state;
+pub mod text;
 
 #[cfg(all(target_arch = "wasm32", feature = "command"))]
 mod command;

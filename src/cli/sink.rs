@@ -78,7 +78,7 @@ fn first_row_keys(batch: &[u8]) -> Option<Vec<String>> {
         let items: Vec<&RawValue> = serde_json::from_str(text).ok()?;
         items.first()?.get().to_string()
     } else {
-        text.lines().next()?.to_string()
+        text.lines().find(|l| !l.trim().is_empty())?.to_string()
     };
     match serde_json::from_str::<Value>(&first).ok()? {
         Value::Object(map) if !map.is_empty() => Some(map.keys().cloned().collect()),
@@ -241,8 +241,6 @@ struct Stream<'r, 'a, T: Transport + Clone, P: Platform + Clone> {
     in_flight: Option<(StartedSend, Option<Position>)>,
     /// The first pass over a file: batches are checked, not sent.
     checking: bool,
-    /// Batches read so far in this pass (for row numbers counted from the input's start).
-    batches: usize,
 }
 
 impl<T: Transport + Clone, P: Platform + Clone> Stream<'_, '_, T, P> {
@@ -260,7 +258,14 @@ impl<T: Transport + Clone, P: Platform + Clone> Stream<'_, '_, T, P> {
         }
     }
 
-    fn send(&mut self, batch: &[u8], position: Option<&Position>) -> Result<(), Error> {
+    /// Sends (or checks) `batch`, which starts after `before` lines (NDJSON) or elements (a
+    /// JSON array) of the input: a refused row is named by its place in the input.
+    fn send(
+        &mut self,
+        batch: &[u8],
+        before: u64,
+        position: Option<&Position>,
+    ) -> Result<(), Error> {
         if self.sink.is_none() {
             // The first row fixes the columns for the whole stream (and a checkpoint, for
             // every run that continues it), not per batch.
@@ -281,12 +286,10 @@ impl<T: Transport + Clone, P: Platform + Clone> Stream<'_, '_, T, P> {
             self.sink = Some(Sink::open(client, self.runner.platform.clone(), &options)?);
         }
         let sink = self.sink.as_ref().expect("opened");
-        let first_row = self.batches * self.args.batch_size as usize;
-        self.batches += 1;
         if self.checking {
             return sink
                 .check_json(batch)
-                .map_err(|e| counted_from_the_start(e, first_row));
+                .map_err(|e| counted_from_the_start(e, before));
         }
         // Read and checked (and compressed) while the previous batch is on the wire; sent
         // only once that one is acknowledged.
@@ -294,7 +297,7 @@ impl<T: Transport + Clone, P: Platform + Clone> Stream<'_, '_, T, P> {
             Ok(prepared) => prepared,
             Err(e) => {
                 self.complete()?;
-                return Err(counted_from_the_start(e, first_row));
+                return Err(counted_from_the_start(e, before));
             }
         };
         self.complete()?;
@@ -322,11 +325,13 @@ impl<T: Transport + Clone, P: Platform + Clone> Stream<'_, '_, T, P> {
     fn read(&mut self, input: &mut dyn Read, resume: Option<Resume>) -> Result<(), Error> {
         let batch_size = self.args.batch_size as usize;
         if self.args.checkpoint.is_some() {
-            read_ndjson_from(input, batch_size, resume, |batch, position| {
-                self.send(batch, Some(position))
+            read_ndjson_from(input, batch_size, resume, |batch, before, position| {
+                self.send(batch, before, Some(position))
             })
         } else {
-            read_batches(input, batch_size, |batch| self.send(batch, None))
+            read_batches(input, batch_size, |batch, before| {
+                self.send(batch, before, None)
+            })
         }
     }
 
@@ -440,7 +445,6 @@ pub fn run<T: Transport + Clone, P: Platform + Clone>(
         checkpoint: saved,
         in_flight: None,
         checking: whole.is_some(),
-        batches: 0,
         runner,
     };
     if let Some(mut file) = whole {
@@ -448,7 +452,6 @@ pub fn run<T: Transport + Clone, P: Platform + Clone>(
         // sent; the second pass reads `input` from its start.
         stream.read(&mut file, resume.clone())?;
         stream.checking = false;
-        stream.batches = 0;
     }
     let outcome = stream.read(&mut input, resume);
     // The last batch is still on the wire (also when reading failed): its outcome decides
@@ -618,16 +621,19 @@ fn summary(args: &SinkArgs, total: &Receipt, resumed_rows: u64, seconds: f64) ->
     )
 }
 
-/// A refused row's index counted from the input's start (the sink counts from its batch's):
-/// `row index N` becomes `row index N + first_row`.
-fn counted_from_the_start(e: Error, first_row: usize) -> Error {
-    let Some(rest) = e.message.strip_prefix("row index ") else {
+/// A refused row named by its place in the input (the sink counts from its batch's start):
+/// `line N` (or `element N`) becomes `line N + before`.
+fn counted_from_the_start(e: Error, before: u64) -> Error {
+    let Some((word, rest)) = ["line ", "element "]
+        .into_iter()
+        .find_map(|word| Some((word, e.message.strip_prefix(word)?)))
+    else {
         return e;
     };
     let digits = rest.bytes().take_while(u8::is_ascii_digit).count();
-    match rest[..digits].parse::<usize>() {
-        Ok(n) if first_row > 0 => {
-            let message = format!("row index {}{}", n + first_row, &rest[digits..]);
+    match rest[..digits].parse::<u64>() {
+        Ok(n) if before > 0 => {
+            let message = format!("{word}{}{}", n + before, &rest[digits..]);
             let kind = e.kind;
             e.reclassify(kind, message)
         }
@@ -669,7 +675,7 @@ pub fn read_ndjson_from(
     input: &mut dyn Read,
     batch_size: usize,
     resume: Option<Resume>,
-    mut send: impl FnMut(&[u8], &Position) -> Result<(), Error>,
+    mut send: impl FnMut(&[u8], u64, &Position) -> Result<(), Error>,
 ) -> Result<(), Error> {
     let mut reader = BufReader::with_capacity(1 << 20, input);
     let other_input = || {
@@ -698,7 +704,9 @@ pub fn read_ndjson_from(
         }
         cut_at = resume.cut_at.filter(|&c| c > consumed);
     }
+    // The batch holds its blank lines too, so its line numbers are the input's from `before`.
     let mut batch = Vec::new();
+    let mut before = line_no;
     let mut rows = 0usize;
     let mut seen_row = consumed > 0;
     let position = |hash: &Sha256, bytes: u64, rows: usize| Position {
@@ -721,9 +729,11 @@ pub fn read_ndjson_from(
         }
         let at_cut = cut_at == Some(consumed);
         if line.iter().all(u8::is_ascii_whitespace) {
+            batch.push(b'\n');
             if at_cut && rows > 0 {
-                send(&batch, &position(&hash, consumed, rows))?;
+                send(&batch, before, &position(&hash, consumed, rows))?;
                 batch.clear();
+                before = line_no;
                 rows = 0;
             }
             if at_cut {
@@ -743,8 +753,9 @@ pub fn read_ndjson_from(
         }
         rows += 1;
         if rows == batch_size || at_cut {
-            send(&batch, &position(&hash, consumed, rows))?;
+            send(&batch, before, &position(&hash, consumed, rows))?;
             batch.clear();
+            before = line_no;
             rows = 0;
             if at_cut {
                 cut_at = None;
@@ -755,7 +766,7 @@ pub fn read_ndjson_from(
         return Err(other_input());
     }
     if rows > 0 {
-        send(&batch, &position(&hash, consumed, rows))?;
+        send(&batch, before, &position(&hash, consumed, rows))?;
     }
     Ok(())
 }
@@ -765,16 +776,20 @@ pub fn read_ndjson_from(
 pub fn read_batches(
     input: &mut dyn Read,
     batch_size: usize,
-    mut send: impl FnMut(&[u8]) -> Result<(), Error>,
+    mut send: impl FnMut(&[u8], u64) -> Result<(), Error>,
 ) -> Result<(), Error> {
     let mut reader = BufReader::with_capacity(1 << 20, input);
+    // Lines before the batch being read (the blank ones at the start too).
+    let mut before = 0u64;
     let first = loop {
-        let (skip, len, first) = {
+        let (skip, len, first, lines) = {
             let buf = reader.fill_buf().map_err(read_error)?;
             let skip = buf.iter().take_while(|b| b.is_ascii_whitespace()).count();
-            (skip, buf.len(), buf.get(skip).copied())
+            let lines = buf[..skip].iter().filter(|&&b| b == b'\n').count();
+            (skip, buf.len(), buf.get(skip).copied(), lines as u64)
         };
         reader.consume(skip);
+        before += lines;
         if skip == len && len > 0 {
             continue;
         }
@@ -783,11 +798,12 @@ pub fn read_batches(
     if first == Some(b'[') {
         return read_array(reader, batch_size, send);
     }
+    // The batch holds its blank lines too, so its line numbers are the input's from `before`.
     let mut batch = Vec::new();
     let mut rows = 0usize;
-    let mut line_no = 0u64;
+    let mut line_no = before;
     loop {
-        // Each line is read straight into the batch, and taken back out if blank.
+        // Each line is read straight into the batch; a blank one stays as its line end.
         let start = batch.len();
         line_no += 1;
         if read_line(&mut reader, &mut batch, line_no)? == 0 {
@@ -795,6 +811,7 @@ pub fn read_batches(
         }
         if batch[start..].iter().all(u8::is_ascii_whitespace) {
             batch.truncate(start);
+            batch.push(b'\n');
             continue;
         }
         if !batch.ends_with(b"\n") {
@@ -802,13 +819,14 @@ pub fn read_batches(
         }
         rows += 1;
         if rows == batch_size {
-            send(&batch)?;
+            send(&batch, before)?;
             batch.clear();
+            before = line_no;
             rows = 0;
         }
     }
     if rows > 0 {
-        send(&batch)?;
+        send(&batch, before)?;
     }
     Ok(())
 }
@@ -829,7 +847,7 @@ fn read_line(reader: &mut impl BufRead, buf: &mut Vec<u8>, line_no: u64) -> Resu
         };
         if buf.len() - start + take > MAX_ROW_BYTES + 2 {
             return Err(Error::invalid(format!(
-                "input line {line_no} is over {} MiB, the most one row may be (nothing of its batch was sent)",
+                "line {line_no} is over {} MiB, the most one row may be (nothing of its batch was sent)",
                 MAX_ROW_BYTES >> 20
             )));
         }
@@ -850,7 +868,7 @@ fn read_error(e: std::io::Error) -> Error {
 fn read_array(
     reader: BufReader<&mut dyn Read>,
     batch_size: usize,
-    send: impl FnMut(&[u8]) -> Result<(), Error>,
+    send: impl FnMut(&[u8], u64) -> Result<(), Error>,
 ) -> Result<(), Error> {
     struct Elements<F> {
         batch_size: usize,
@@ -859,7 +877,7 @@ fn read_array(
         /// Bytes read since the last element ended (see [`ElementBound`]).
         read: std::rc::Rc<std::cell::Cell<usize>>,
     }
-    impl<'de, F: FnMut(&[u8]) -> Result<(), Error>> Visitor<'de> for &mut Elements<F> {
+    impl<'de, F: FnMut(&[u8], u64) -> Result<(), Error>> Visitor<'de> for &mut Elements<F> {
         type Value = ();
         fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
             f.write_str("a JSON array of objects")
@@ -867,6 +885,8 @@ fn read_array(
         fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
             let mut batch = b"[".to_vec();
             let mut rows = 0usize;
+            // Elements before the batch.
+            let mut before = 0u64;
             self.read.set(0);
             while let Some(item) = seq.next_element::<Box<RawValue>>()? {
                 self.read.set(0);
@@ -877,17 +897,18 @@ fn read_array(
                 rows += 1;
                 if rows == self.batch_size {
                     batch.push(b']');
-                    if let Err(e) = (self.send)(&batch) {
+                    if let Err(e) = (self.send)(&batch, before) {
                         self.failure = Some(e);
                         return Err(serde::de::Error::custom("send failed"));
                     }
                     batch = b"[".to_vec();
+                    before += rows as u64;
                     rows = 0;
                 }
             }
             if rows > 0 {
                 batch.push(b']');
-                if let Err(e) = (self.send)(&batch) {
+                if let Err(e) = (self.send)(&batch, before) {
                     self.failure = Some(e);
                     return Err(serde::de::Error::custom("send failed"));
                 }
@@ -895,7 +916,7 @@ fn read_array(
             Ok(())
         }
     }
-    impl<'de, F: FnMut(&[u8]) -> Result<(), Error>> DeserializeSeed<'de> for &mut Elements<F> {
+    impl<'de, F: FnMut(&[u8], u64) -> Result<(), Error>> DeserializeSeed<'de> for &mut Elements<F> {
         type Value = ();
         fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
             d.deserialize_seq(self)
@@ -968,7 +989,7 @@ mod tests {
             cut_at: None,
         });
         let mut out = Vec::new();
-        read_ndjson_from(&mut input.as_bytes(), size, resume, |b, p| {
+        read_ndjson_from(&mut input.as_bytes(), size, resume, |b, _, p| {
             out.push((
                 String::from_utf8(b.to_vec()).unwrap(),
                 p.bytes,
@@ -984,7 +1005,8 @@ mod tests {
         let input = "\n{\"a\":1}\n\n{\"a\":2}\n{\"a\":3}";
         let all = positions(input, 2, None).unwrap();
         assert_eq!(all.len(), 2);
-        assert_eq!(all[0].0, "{\"a\":1}\n{\"a\":2}\n");
+        // A batch keeps its blank lines (the sink skips them; its line numbers stay right).
+        assert_eq!(all[0].0, "\n{\"a\":1}\n\n{\"a\":2}\n");
         assert_eq!(all[0].1, 18);
         assert_eq!(all[0].2, hex(&Sha256::digest(&input.as_bytes()[..18])));
         assert_eq!(
@@ -1024,7 +1046,7 @@ mod tests {
         // Batch size 2: [1,2] committed, then [3] (short) in flight when the run stopped.
         let all = positions(first, 2, None).unwrap();
         let mut shorts = Vec::new();
-        read_ndjson_from(&mut first.as_bytes(), 2, None, |_, p| {
+        read_ndjson_from(&mut first.as_bytes(), 2, None, |_, _, p| {
             shorts.push(p.short);
             Ok(())
         })
@@ -1037,7 +1059,7 @@ mod tests {
             cut_at: Some(all[1].1),
         };
         let mut sent = Vec::new();
-        read_ndjson_from(&mut grown.as_bytes(), 2, Some(resume.clone()), |b, p| {
+        read_ndjson_from(&mut grown.as_bytes(), 2, Some(resume.clone()), |b, _, p| {
             sent.push((String::from_utf8(b.to_vec()).unwrap(), p.short));
             Ok(())
         })
@@ -1055,7 +1077,7 @@ mod tests {
             &mut &first.as_bytes()[..all[0].1 as usize],
             2,
             Some(resume),
-            |_, _| Ok(()),
+            |_, _, _| Ok(()),
         )
         .unwrap_err();
         assert!(
@@ -1111,10 +1133,11 @@ mod tests {
         }
     }
 
-    fn batches(input: &str, size: usize) -> Vec<String> {
+    /// The batches of `input` and how many lines (or elements) come before each.
+    fn batches(input: &str, size: usize) -> Vec<(String, u64)> {
         let mut out = Vec::new();
-        read_batches(&mut input.as_bytes(), size, |b| {
-            out.push(String::from_utf8(b.to_vec()).unwrap());
+        read_batches(&mut input.as_bytes(), size, |b, before| {
+            out.push((String::from_utf8(b.to_vec()).unwrap(), before));
             Ok(())
         })
         .unwrap();
@@ -1139,7 +1162,7 @@ mod tests {
     #[test]
     fn a_line_or_element_over_the_row_limit_stops_the_read() {
         for (head, want) in [
-            ("{\"a\":1}\n{\"a\":\"", "input line 2 is over 64 MiB"),
+            ("{\"a\":1}\n{\"a\":\"", "line 2 is over 64 MiB"),
             (
                 "[{\"a\":1},{\"a\":\"",
                 "an element of the JSON array is over 64 MiB",
@@ -1147,7 +1170,7 @@ mod tests {
         ] {
             let mut sent = Vec::new();
             let mut input = Endless(std::io::Cursor::new(head.as_bytes().to_vec()));
-            let e = read_batches(&mut input, 1, |b| {
+            let e = read_batches(&mut input, 1, |b, _| {
                 sent.push(b.len());
                 Ok(())
             })
@@ -1158,31 +1181,38 @@ mod tests {
             assert_eq!(sent.len(), 1, "{head}");
         }
         let mut input = Endless(std::io::Cursor::new(b"{\"a\":1}\n{".to_vec()));
-        let e = read_ndjson_from(&mut input, 5, None, |_, _| Ok(())).unwrap_err();
-        assert!(
-            e.message.starts_with("input line 2 is over"),
-            "{}",
-            e.message
-        );
+        let e = read_ndjson_from(&mut input, 5, None, |_, _, _| Ok(())).unwrap_err();
+        assert!(e.message.starts_with("line 2 is over"), "{}", e.message);
     }
 
     #[test]
     fn ndjson_in_batches() {
+        let owned = |b: &[(&str, u64)]| -> Vec<(String, u64)> {
+            b.iter().map(|(s, n)| (s.to_string(), *n)).collect()
+        };
         assert_eq!(
-            batches("{\"a\":1}\n\n{\"a\":2}\r\n{\"a\":3}", 2),
-            vec!["{\"a\":1}\n{\"a\":2}\r\n", "{\"a\":3}\n"]
+            batches("\n \n{\"a\":1}\n\n{\"a\":2}\r\n{\"a\":3}", 2),
+            owned(&[("{\"a\":1}\n\n{\"a\":2}\r\n", 2), ("{\"a\":3}\n", 5)])
         );
         assert!(batches("  \n ", 2).is_empty());
+        // A row refused in a later batch is named by its line in the input.
+        let e = counted_from_the_start(Error::invalid("line 2, column 'a': x"), 5);
+        assert_eq!(e.message, "line 7, column 'a': x");
+        let e = counted_from_the_start(Error::invalid("element 1 is not a JSON object"), 4);
+        assert_eq!(e.message, "element 5 is not a JSON object");
     }
 
     #[test]
     fn arrays_element_by_element() {
         assert_eq!(
             batches(" [ {\"a\":1}, {\"a\":2},\n {\"a\":3} ] ", 2),
-            vec!["[{\"a\":1},{\"a\":2}]", "[{\"a\":3}]"]
+            vec![
+                ("[{\"a\":1},{\"a\":2}]".to_string(), 0),
+                ("[{\"a\":3}]".to_string(), 2)
+            ]
         );
         let mut input = "[{\"a\":1}".as_bytes();
-        assert!(read_batches(&mut input, 5, |_| Ok(()))
+        assert!(read_batches(&mut input, 5, |_, _| Ok(()))
             .unwrap_err()
             .message
             .contains("not valid JSON"));

@@ -40,7 +40,7 @@ pub fn decode_answer(mut answer: HttpResponse) -> Result<HttpResponse, Transport
             TransportFailure::NotClickHouse,
             format!(
                 "the answer is encoded as '{}', which the component did not ask for and cannot decode",
-                encoding.escape_debug()
+                crate::text::escaped(&encoding)
             ),
         ));
     }
@@ -61,7 +61,7 @@ pub fn decode_answer(mut answer: HttpResponse) -> Result<HttpResponse, Transport
                 .retain(|(n, _)| !n.eq_ignore_ascii_case("content-encoding"));
             Ok(answer)
         }
-        Err(Bounded::Failed(decoded, _)) if !success => {
+        Err(Bounded::Failed(decoded)) if !success => {
             answer.body = if decoded.is_empty() {
                 b"(the server's error message was lz4-compressed and does not decode)".to_vec()
             } else {
@@ -70,9 +70,14 @@ pub fn decode_answer(mut answer: HttpResponse) -> Result<HttpResponse, Transport
             Ok(answer)
         }
         Err(Bounded::TooLarge(what)) => Err(TransportError::new(TransportFailure::TooLarge, what)),
-        Err(Bounded::Failed(_, e)) => Err(TransportError::new(
+        Err(Bounded::Failed(decoded)) => Err(TransportError::new(
             TransportFailure::Other,
-            format!("the lz4 answer does not decode: {e}"),
+            // The decoder's own words are its error's `Debug` form (kilobytes in the
+            // component): where it stopped says enough.
+            format!(
+                "the lz4 answer does not decode (its frame is broken after {} decoded bytes)",
+                decoded.len()
+            ),
         )),
     }
 }
@@ -81,8 +86,8 @@ pub fn decode_answer(mut answer: HttpResponse) -> Result<HttpResponse, Transport
 enum Bounded {
     /// Over the cap, or more than the component's memory can hold (the message says which).
     TooLarge(String),
-    /// Not a valid frame: what decoded before the fault, and the fault.
-    Failed(Vec<u8>, std::io::Error),
+    /// Not a valid frame: what decoded before the fault.
+    Failed(Vec<u8>),
 }
 
 /// Decodes an LZ4 frame into at most `cap` bytes, each decoded piece counted against the cap
@@ -99,7 +104,7 @@ fn decode_bounded(frame: &[u8], cap: u64) -> Result<Vec<u8>, Bounded> {
             Ok(0) => return Ok(decoded),
             Ok(n) => n,
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-            Err(e) => return Err(Bounded::Failed(decoded, e)),
+            Err(_) => return Err(Bounded::Failed(decoded)),
         };
         match append_within(&mut decoded, &chunk[..n], cap) {
             Ok(()) => {}
@@ -163,7 +168,7 @@ impl Compression {
             .ok_or_else(|| {
                 Error::invalid(format!(
                     "compression '{}' is not one of none, lz4, zstd, gzip",
-                    text.escape_debug()
+                    crate::text::escaped(text)
                 ))
             })
     }
@@ -192,8 +197,12 @@ impl Compression {
                     Vec::with_capacity(data.len() / 3 + 64),
                 );
                 // Writing into a Vec cannot fail.
-                encoder.write_all(&data).expect("lz4 into memory");
-                encoder.finish().expect("lz4 into memory")
+                // (No `expect`: the errors' `Debug` forms are kilobytes in the component.)
+                let written = encoder.write_all(&data).is_ok();
+                match encoder.finish() {
+                    Ok(out) if written => out,
+                    _ => unreachable!("lz4 into memory cannot fail"),
+                }
             }
             Compression::Zstd => ruzstd::encoding::compress_to_vec(
                 data.as_slice(),

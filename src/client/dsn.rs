@@ -241,7 +241,7 @@ impl ParsedUrl {
                 let shown: String = other.chars().take(20).collect();
                 return Err(Error::invalid(format!(
                     "unknown scheme '{}': expected clickhouse, clickhouses, http or https",
-                    shown.escape_debug()
+                    crate::text::escaped(&shown)
                 )));
             }
         };
@@ -305,20 +305,20 @@ impl ParsedUrl {
             if seen.contains(&key) {
                 return Err(Error::invalid(format!(
                     "option '{}' is given twice",
-                    key.escape_debug()
+                    crate::text::escaped(&key)
                 )));
             }
             if !pair.contains('=') {
                 return Err(Error::invalid(format!(
                     "option '{}' has no value (write {}=value)",
-                    key.escape_debug(),
-                    key.escape_debug()
+                    crate::text::escaped(&key),
+                    crate::text::escaped(&key)
                 )));
             }
             let value = decode_component(raw_value, true).map_err(|_| {
                 Error::invalid(format!(
                     "the value of option '{}' has invalid percent-encoding",
-                    key.escape_debug()
+                    crate::text::escaped(&key)
                 ))
             })?;
             match key.as_str() {
@@ -392,7 +392,7 @@ fn parse_host_port(hostport: &str, tls: bool) -> Result<(String, u16), Error> {
         {
             return Err(Error::invalid(format!(
                 "invalid host '{}': use a DNS name or an IP address",
-                host.escape_debug()
+                crate::text::escaped(host)
             )));
         }
         (host.to_ascii_lowercase(), port)
@@ -405,7 +405,7 @@ fn parse_host_port(hostport: &str, tls: bool) -> Result<(String, u16), Error> {
                 let shown: String = p.chars().take(20).collect();
                 return Err(Error::invalid(format!(
                     "invalid port '{}': expected a number from 1 to 65535",
-                    shown.escape_debug()
+                    crate::text::escaped(&shown)
                 )));
             }
         },

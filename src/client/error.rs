@@ -381,6 +381,13 @@ pub fn classify_transport(failure: &TransportFailure, op: Operation) -> ErrorKin
     }
 }
 
+/// Seconds to one decimal (`1.5`), without float formatting (which costs the component
+/// kilobytes: docs/measurements.md).
+pub fn tenths(d: std::time::Duration) -> String {
+    let tenths = (d.as_millis() + 50) / 100;
+    format!("{}.{}", tenths / 10, tenths % 10)
+}
+
 /// Caps a message at [`MAX_MESSAGE_CHARS`] characters, on a character boundary.
 pub fn cap(message: String) -> String {
     match message.char_indices().nth(MAX_MESSAGE_CHARS) {

@@ -81,7 +81,7 @@ pub fn encode(data: &[u8]) -> Vec<u8> {
     while !input.is_empty() {
         let res = deflate(&mut compressor, input, &mut chunk, MZFlush::None);
         if let Err(status) = res.status {
-            panic!("deflate into memory failed: {status:?}");
+            panic!("deflate into memory failed: status {}", status as i32);
         }
         out.extend_from_slice(&chunk[..res.bytes_written]);
         input = &input[res.bytes_consumed..];
@@ -92,7 +92,7 @@ pub fn encode(data: &[u8]) -> Vec<u8> {
         match res.status {
             Ok(MZStatus::StreamEnd) => break,
             Ok(_) => {}
-            Err(status) => panic!("deflate into memory failed: {status:?}"),
+            Err(status) => panic!("deflate into memory failed: status {}", status as i32),
         }
     }
     out.extend_from_slice(&crc32(data).to_le_bytes());

@@ -14,20 +14,72 @@ pub fn json_text<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> Result<T, Stri
     serde_json::from_str(text).map_err(|e| e.to_string())
 }
 
-/// The rows of a `JSONEachRow` answer, each read into `T` by [`json_text`] (blank lines
-/// skipped); a row of any other shape is `permanent`, naming `what` was asked: never a default.
-pub fn json_rows<T: serde::de::DeserializeOwned>(body: &[u8], what: &str) -> Result<Vec<T>, Error> {
+/// The rows of a `JSONEachRow` answer (blank lines skipped), each a JSON object whose fields
+/// the caller takes by name ([`AnswerRow`]); a row of any other shape is `permanent`, naming
+/// `what` was asked: never a default. (Rows are read as `serde_json::Value`s, not into
+/// derived structs: each derived struct costs the component kilobytes, docs/measurements.md.)
+pub fn json_rows<'w>(body: &[u8], what: &'w str) -> Result<Vec<AnswerRow<'w>>, Error> {
     body.split(|b| *b == b'\n')
         .filter(|line| !line.iter().all(u8::is_ascii_whitespace))
-        .map(|line| {
-            json_text(line).map_err(|e| {
-                Error::new(
-                    super::error::ErrorKind::Permanent,
-                    format!("unexpected answer to {what}: {e}"),
-                )
-            })
+        .map(|line| match json_text(line) {
+            Ok(serde_json::Value::Object(fields)) => Ok(AnswerRow { fields, what }),
+            Ok(_) => Err(unexpected(what, "a row is not a JSON object")),
+            Err(e) => Err(unexpected(what, &e)),
         })
         .collect()
+}
+
+fn unexpected(what: &str, why: &str) -> Error {
+    Error::new(
+        ErrorKind::Permanent,
+        format!("unexpected answer to {what}: {why}"),
+    )
+}
+
+/// One row of an answer: its fields, taken out by name.
+#[derive(Debug)]
+pub struct AnswerRow<'w> {
+    fields: serde_json::Map<String, serde_json::Value>,
+    what: &'w str,
+}
+
+impl AnswerRow<'_> {
+    /// Field `name`, a string.
+    pub fn text(&mut self, name: &str) -> Result<String, Error> {
+        self.optional_text(name)?
+            .ok_or_else(|| unexpected(self.what, &format!("field {name} is null")))
+    }
+
+    /// Field `name`, a string or null.
+    pub fn optional_text(&mut self, name: &str) -> Result<Option<String>, Error> {
+        match self.value(name)? {
+            serde_json::Value::String(s) => Ok(Some(s)),
+            serde_json::Value::Null => Ok(None),
+            _ => Err(unexpected(
+                self.what,
+                &format!("field {name} is not a string"),
+            )),
+        }
+    }
+
+    /// Field `name`, any JSON value.
+    pub fn value(&mut self, name: &str) -> Result<serde_json::Value, Error> {
+        self.fields
+            .remove(name)
+            .ok_or_else(|| unexpected(self.what, &format!("field {name} is missing")))
+    }
+
+    /// Checks that no field is left untaken (an answer of another shape is an error, never
+    /// read past).
+    pub fn all_taken(&self) -> Result<(), Error> {
+        match self.fields.keys().next() {
+            None => Ok(()),
+            Some(k) => Err(unexpected(
+                self.what,
+                &format!("unknown field {}", crate::text::escaped(k)),
+            )),
+        }
+    }
 }
 
 /// An HTTP answer as the transport read it.
@@ -210,7 +262,7 @@ pub fn interpret(
         // page). Not followed (the credentials would go along); repeating it cannot help.
         let to = http
             .header("location")
-            .map(|l| format!(" to '{}'", l.escape_debug()))
+            .map(|l| format!(" to '{}'", crate::text::escaped(&l)))
             .unwrap_or_default();
         return Err(redactor.error(
             ErrorKind::Misconfigured,
@@ -258,20 +310,33 @@ mod tests {
     /// `permanent`, naming what was asked.
     #[test]
     fn json_rows_read_text() {
-        #[derive(serde::Deserialize, Debug, PartialEq)]
-        struct Column {
-            name: String,
-        }
-        let body = b"{\"name\":\"n\",\"comment\":\"x\"}\n\n{\"name\":\"m\"}\n";
-        let rows: Vec<Column> = json_rows(body, "DESCRIBE TABLE").unwrap();
+        let body = b"{\"name\":\"n\",\"comment\":\"x\"}\n\n{\"name\":\"m\",\"c\":null}\n";
+        let mut rows = json_rows(body, "DESCRIBE TABLE").unwrap();
+        assert_eq!(rows.len(), 2);
+        assert_eq!(rows[0].text("name").unwrap(), "n");
+        assert!(rows[0].all_taken().is_err());
+        assert_eq!(rows[1].text("name").unwrap(), "m");
+        assert_eq!(rows[1].optional_text("c").unwrap(), None);
+        rows[1].all_taken().unwrap();
+        let e = rows[1].text("name").unwrap_err();
         assert_eq!(
-            rows,
-            [Column { name: "n".into() }, Column { name: "m".into() }]
+            e.message,
+            "unexpected answer to DESCRIBE TABLE: field name is missing"
         );
-        let bad = json_rows::<Column>(b"{\"name\":\"x\",\"comment\":\"\xff\"}", "DESCRIBE TABLE")
-            .unwrap_err();
+        let bad =
+            json_rows(b"{\"name\":\"x\",\"comment\":\"\xff\"}", "DESCRIBE TABLE").unwrap_err();
         assert_eq!(bad.kind, ErrorKind::Permanent);
         assert!(bad.message.contains("DESCRIBE TABLE"), "{}", bad.message);
+        let e = json_rows(b"[1]", "x").unwrap_err();
+        assert_eq!(
+            e.message,
+            "unexpected answer to x: a row is not a JSON object"
+        );
+        let mut row = json_rows(b"{\"n\":1}", "x").unwrap().remove(0);
+        assert_eq!(
+            row.text("n").unwrap_err().message,
+            "unexpected answer to x: field n is not a string"
+        );
     }
 
     #[test]

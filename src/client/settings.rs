@@ -70,7 +70,7 @@ pub fn check_setting_name(name: &str) -> Result<(), Error> {
     if !valid {
         return Err(Error::invalid(format!(
             "unknown option '{}': settings are named with letters, digits and '_'",
-            name.escape_debug()
+            crate::text::escaped(name)
         )));
     }
     if RESERVED_KEYS.contains(&name) || name.starts_with(PARAM_PREFIX) {

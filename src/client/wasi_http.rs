@@ -6,13 +6,13 @@
 use wasip2::clocks::monotonic_clock;
 use wasip2::http::outgoing_handler;
 use wasip2::http::types::{
-    ErrorCode, Fields, FutureIncomingResponse, IncomingBody, Method as WasiMethod, OutgoingBody,
-    OutgoingRequest, RequestOptions, Scheme,
+    ErrorCode, Fields, FutureIncomingResponse, HeaderError, IncomingBody, Method as WasiMethod,
+    OutgoingBody, OutgoingRequest, RequestOptions, Scheme,
 };
 use wasip2::io::poll::{self, Pollable};
 use wasip2::io::streams::StreamError;
 
-use super::error::{TransportError, TransportFailure};
+use super::error::{tenths, TransportError, TransportFailure};
 use super::request::{HttpRequest, Method};
 use super::response::{append_within, HttpResponse};
 use super::transport::{InFlight, Transport};
@@ -58,7 +58,7 @@ fn begin(
     let headers = Fields::from_list(&entries).map_err(|e| {
         TransportError::new(
             TransportFailure::InvalidRequest,
-            format!("a header value cannot be sent: {e:?}"),
+            format!("a header value cannot be sent: {}", header_error(&e)),
         )
     })?;
     let outgoing = OutgoingRequest::new(headers);
@@ -135,16 +135,16 @@ impl AnswerLimits {
     }
 
     fn timeout(&self, waited: Waited) -> TransportError {
-        let secs = |ns: u64| ns as f64 / 1e9;
+        let secs = |ns: u64| tenths(std::time::Duration::from_nanos(ns));
         TransportError::new(
             TransportFailure::Timeout,
             match waited {
                 Waited::Idle => format!(
-                    "nothing arrived for {:.1} s (the request timeout)",
+                    "nothing arrived for {} s (the request timeout)",
                     secs(self.idle_ns)
                 ),
                 Waited::PastDeadline => format!(
-                    "the answer was not whole within {:.1} s (the request timeout; a small answer must arrive whole within it)",
+                    "the answer was not whole within {} s (the request timeout; a small answer must arrive whole within it)",
                     secs(self.total_ns.unwrap_or(self.idle_ns))
                 ),
             },
@@ -235,8 +235,8 @@ fn write_body(body: OutgoingBody, data: &[u8], idle_ns: u64) -> Result<(), Strin
                 let until = monotonic_clock::now().saturating_add(idle_ns);
                 if !ready_by(&stream.subscribe(), until) {
                     return Err(format!(
-                        "writing the request body: no byte taken for {:.1} s (the request timeout)",
-                        idle_ns as f64 / 1e9
+                        "writing the request body: no byte taken for {} s (the request timeout)",
+                        tenths(std::time::Duration::from_nanos(idle_ns))
                     ));
                 }
                 continue;
@@ -250,7 +250,12 @@ fn write_body(body: OutgoingBody, data: &[u8], idle_ns: u64) -> Result<(), Strin
         rest = &rest[permitted..];
     }
     drop(stream);
-    OutgoingBody::finish(body, None).map_err(|code| format!("finishing the request body: {code:?}"))
+    OutgoingBody::finish(body, None).map_err(|code| {
+        format!(
+            "finishing the request body: {}",
+            from_error_code(code).detail
+        )
+    })
 }
 
 /// Reads the body to its end, within `limits`' idle time and deadline. An error answer is read
@@ -385,7 +390,62 @@ fn from_error_code(code: ErrorCode) -> TransportError {
     };
     let detail = match &code {
         ErrorCode::InternalError(Some(msg)) => format!("wasi:http internal-error: {msg}"),
-        other => format!("wasi:http {other:?}"),
+        other => format!("wasi:http error-code {}", error_code_name(other)),
     };
     TransportError::new(failure, detail)
+}
+
+/// A `wasi:http` error code's name as the WIT spells it (its `Debug` form costs the
+/// component more than this table: docs/measurements.md).
+fn error_code_name(code: &ErrorCode) -> &'static str {
+    match code {
+        ErrorCode::DnsTimeout => "dns-timeout",
+        ErrorCode::DnsError(_) => "dns-error",
+        ErrorCode::DestinationNotFound => "destination-not-found",
+        ErrorCode::DestinationUnavailable => "destination-unavailable",
+        ErrorCode::DestinationIpProhibited => "destination-IP-prohibited",
+        ErrorCode::DestinationIpUnroutable => "destination-IP-unroutable",
+        ErrorCode::ConnectionRefused => "connection-refused",
+        ErrorCode::ConnectionTerminated => "connection-terminated",
+        ErrorCode::ConnectionTimeout => "connection-timeout",
+        ErrorCode::ConnectionReadTimeout => "connection-read-timeout",
+        ErrorCode::ConnectionWriteTimeout => "connection-write-timeout",
+        ErrorCode::ConnectionLimitReached => "connection-limit-reached",
+        ErrorCode::TlsProtocolError => "TLS-protocol-error",
+        ErrorCode::TlsCertificateError => "TLS-certificate-error",
+        ErrorCode::TlsAlertReceived(_) => "TLS-alert-received",
+        ErrorCode::HttpRequestDenied => "HTTP-request-denied",
+        ErrorCode::HttpRequestLengthRequired => "HTTP-request-length-required",
+        ErrorCode::HttpRequestBodySize(_) => "HTTP-request-body-size",
+        ErrorCode::HttpRequestMethodInvalid => "HTTP-request-method-invalid",
+        ErrorCode::HttpRequestUriInvalid => "HTTP-request-URI-invalid",
+        ErrorCode::HttpRequestUriTooLong => "HTTP-request-URI-too-long",
+        ErrorCode::HttpRequestHeaderSectionSize(_) => "HTTP-request-header-section-size",
+        ErrorCode::HttpRequestHeaderSize(_) => "HTTP-request-header-size",
+        ErrorCode::HttpRequestTrailerSectionSize(_) => "HTTP-request-trailer-section-size",
+        ErrorCode::HttpRequestTrailerSize(_) => "HTTP-request-trailer-size",
+        ErrorCode::HttpResponseIncomplete => "HTTP-response-incomplete",
+        ErrorCode::HttpResponseHeaderSectionSize(_) => "HTTP-response-header-section-size",
+        ErrorCode::HttpResponseHeaderSize(_) => "HTTP-response-header-size",
+        ErrorCode::HttpResponseBodySize(_) => "HTTP-response-body-size",
+        ErrorCode::HttpResponseTrailerSectionSize(_) => "HTTP-response-trailer-section-size",
+        ErrorCode::HttpResponseTrailerSize(_) => "HTTP-response-trailer-size",
+        ErrorCode::HttpResponseTransferCoding(_) => "HTTP-response-transfer-coding",
+        ErrorCode::HttpResponseContentCoding(_) => "HTTP-response-content-coding",
+        ErrorCode::HttpResponseTimeout => "HTTP-response-timeout",
+        ErrorCode::HttpUpgradeFailed => "HTTP-upgrade-failed",
+        ErrorCode::HttpProtocolError => "HTTP-protocol-error",
+        ErrorCode::LoopDetected => "loop-detected",
+        ErrorCode::ConfigurationError => "configuration-error",
+        ErrorCode::InternalError(_) => "internal-error",
+    }
+}
+
+/// A `wasi:http` header error's name as the WIT spells it.
+fn header_error(e: &HeaderError) -> &'static str {
+    match e {
+        HeaderError::InvalidSyntax => "invalid-syntax",
+        HeaderError::Forbidden => "forbidden",
+        HeaderError::Immutable => "immutable",
+    }
 }

@@ -135,7 +135,7 @@ fn parse_target(table: &str) -> Result<(Option<String>, String), Error> {
         Some((db, t)) if db.trim().is_empty() || t.trim().is_empty() => {
             Err(Error::invalid(format!(
                 "table '{}' must be 'table' or 'database.table' with both parts non-blank",
-                table.escape_debug()
+                crate::text::escaped(table)
             )))
         }
         Some((db, t)) => Ok((Some(db.to_string()), t.to_string())),
@@ -158,7 +158,7 @@ fn check_columns(columns: &[String]) -> Result<(), Error> {
         if !seen.insert(c.as_str()) {
             return Err(Error::invalid(format!(
                 "column '{}' is listed twice",
-                c.escape_debug()
+                crate::text::escaped(c)
             )));
         }
     }
@@ -185,8 +185,8 @@ fn check_exactness(options: &SinkOptions, endpoint: &Endpoint) -> Result<(), Err
         if value != "throw" {
             return Err(Error::invalid(format!(
                 "{name} = '{}' in {source}: the sink stores values exactly or refuses them, and '{}' lets ClickHouse store another date than the one sent (leave it out, or set it to throw)",
-                value.escape_debug(),
-                value.escape_debug()
+                crate::text::escaped(value),
+                crate::text::escaped(value)
             )));
         }
     }

@@ -157,37 +157,30 @@ impl<T: Transport, P: Platform> Sink<T, P> {
         if let Some(db) = &self.config.database {
             query = query.param("db", db);
         }
-        #[derive(serde::Deserialize)]
-        struct Row {
-            engine: String,
-            engine_full: String,
-            non_replicated_default: String,
-            replicated_default: String,
-        }
         let response = self.read(&query)?;
-        let rows: Vec<Row> = json_rows(&response.body, "the table engine query")?;
+        let rows = json_rows(&response.body, "the table engine query")?;
         let table = self.config.qualified_table();
-        let Some(row) = rows.into_iter().next() else {
+        let Some(mut row) = rows.into_iter().next() else {
             return Err(Error::new(
                 ErrorKind::Misconfigured,
                 format!(
                     "table {} does not exist (dedup checks that it deduplicates inserts)",
-                    table.escape_debug()
+                    crate::text::escaped(&table)
                 ),
             ));
         };
         match deduplication_refusal(
-            &row.engine,
-            &row.engine_full,
-            &row.non_replicated_default,
-            &row.replicated_default,
+            &row.text("engine")?,
+            &row.text("engine_full")?,
+            &row.text("non_replicated_default")?,
+            &row.text("replicated_default")?,
         ) {
             None => Ok(()),
             Some(why) => Err(Error::new(
                 ErrorKind::Misconfigured,
                 format!(
                     "dedup needs a table that deduplicates inserts, and {} does not: {why}",
-                    table.escape_debug()
+                    crate::text::escaped(&table)
                 ),
             )),
         }
@@ -611,7 +604,7 @@ pub fn deduplication_refusal(
         Ok(_) => None,
         Err(_) => Some(format!(
             "its {setting} could not be read ('{}')",
-            window.escape_debug()
+            crate::text::escaped(window)
         )),
     }
 }
@@ -647,27 +640,22 @@ impl<T: Transport, P: Platform> Sink<T, P> {
         if let Some(db) = &self.config.database {
             query = query.param("db", db);
         }
-        #[derive(serde::Deserialize)]
-        struct Column {
-            name: String,
-            #[serde(rename = "type")]
-            ty: String,
-        }
         let response = self.read(&query)?;
         // Comments and default expressions are free text, whose bytes ClickHouse writes
         // unchecked: read the answer lossily (the names and types read are the table's
         // identifiers; a name that is not UTF-8 is one no row of ours can name anyway).
         let body = String::from_utf8_lossy(&response.body);
-        let described: Vec<Column> = json_rows(body.as_bytes(), "DESCRIBE TABLE")?;
+        let described = json_rows(body.as_bytes(), "DESCRIBE TABLE")?;
         let mut columns = Vec::with_capacity(described.len());
-        for c in described {
-            let ty = Type::parse(&c.ty).map_err(|e| {
+        for mut c in described {
+            let name = c.text("name")?;
+            let ty = Type::parse(&c.text("type")?).map_err(|e| {
                 Error::new(
                     ErrorKind::Misconfigured,
-                    format!("column '{}': {e}", c.name.escape_debug()),
+                    format!("column '{}': {e}", crate::text::escaped(&name)),
                 )
             })?;
-            columns.push((c.name, ty));
+            columns.push((name, ty));
         }
         let zone = if TableColumns::needs_server_zone(&columns) {
             let answer = self.read(&Query::read("timezone", "SELECT timezone()"))?;
@@ -1331,7 +1319,7 @@ mod tests {
         assert_eq!(e.kind, ErrorKind::InvalidInput);
         assert!(
             e.message.starts_with(
-                "row index 1, column 'id': null is not allowed: the column is not Nullable"
+                "line 2, column 'id': null is not allowed: the column is not Nullable"
             ),
             "{}",
             e.message
@@ -1386,7 +1374,7 @@ mod tests {
             .unwrap_err();
         assert!(
             e.message
-                .starts_with("row index 0, column 'id': null is not allowed"),
+                .starts_with("line 1, column 'id': null is not allowed"),
             "{}",
             e.message
         );
@@ -1422,9 +1410,11 @@ mod tests {
 
     #[test]
     fn closed_sinks_and_bad_rows_send_nothing() {
-        let t = Scripted::new(vec![]);
+        // A bad row is found reading rows for the column types: one DESCRIBE, no INSERT.
+        let t = Scripted::new(vec![described(&[("a", "UInt8")])]);
         let mut s = sink(&t, 2, false);
-        assert!(s.send_json(b"{\"a\":1}\n[2]").is_err());
+        let e = s.send_json(b"{\"a\":1}\n[2]").unwrap_err();
+        assert_eq!(e.message, "line 2 is not a JSON object");
         s.close();
         s.close();
         let e = s.send_json(&ndjson(1)).unwrap_err();
@@ -1432,6 +1422,9 @@ mod tests {
             (e.kind, e.message.as_str()),
             (ErrorKind::InvalidInput, "the sink is closed")
         );
-        assert!(t.sent.borrow().is_empty());
+        let sent = t.sent.borrow();
+        assert_eq!(sent.len(), 1);
+        assert!(!String::from_utf8_lossy(&sent[0].body).contains("INSERT"));
+        assert!(!sent[0].path_and_query.contains("INSERT"));
     }
 }

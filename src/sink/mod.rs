@@ -9,15 +9,14 @@
 //! Rooms: [`config`] (options and their rules), [`types`] (the one model of column types),
 //! [`columns`] (the table's columns, read once), [`scalars`] (the texts read as numbers,
 //! dates, times, UUIDs, addresses), [`native`] (values read into columns; the Native block),
-//! [`encode`] (rows to JSON lines in column order; `row_scan` is its one-pass reader of flat
-//! JSON objects), [`driver`] (chunking, acknowledgement, failure semantics).
+//! [`encode`] (a send's rows found in its input: lines, array elements, typed rows),
+//! [`driver`] (chunking, acknowledgement, failure semantics).
 
 pub mod columns;
 pub mod config;
 pub mod driver;
 pub mod encode;
 pub mod native;
-mod row_scan;
 pub mod scalars;
 pub mod types;
 

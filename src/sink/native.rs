@@ -25,6 +25,8 @@ pub struct Refusal {
     pub reason: Why,
 }
 
+const TOO_DEEP: &str = "nested more than 1000 levels of arrays and objects deep, counting the row's own object (the server's input_format_json_max_depth)";
+
 const TUPLE_SIZE: &str = "not as many values as the tuple has elements";
 
 /// How much of a refused value a message shows.
@@ -40,6 +42,33 @@ fn refuse(text: &[u8], reason: impl Into<Why>) -> Refusal {
         value,
         reason: reason.into(),
     }
+}
+
+/// Whether `t` is a number as JSON writes one: `-?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?`.
+fn is_json_number(t: &[u8]) -> bool {
+    let digits = |t: &[u8]| t.iter().take_while(|b| b.is_ascii_digit()).count();
+    let t = t.strip_prefix(b"-").unwrap_or(t);
+    let int = digits(t);
+    if int == 0 || (int > 1 && t[0] == b'0') {
+        return false;
+    }
+    let mut t = &t[int..];
+    if let Some(rest) = t.strip_prefix(b".") {
+        let n = digits(rest);
+        if n == 0 {
+            return false;
+        }
+        t = &rest[n..];
+    }
+    if let Some(rest) = t.strip_prefix(b"e").or_else(|| t.strip_prefix(b"E")) {
+        let rest = rest
+            .strip_prefix(b"+")
+            .or_else(|| rest.strip_prefix(b"-"))
+            .unwrap_or(rest);
+        let n = digits(rest);
+        return n > 0 && n == rest.len();
+    }
+    t.is_empty()
 }
 
 /// One JSON value at a [`Cursor`].
@@ -58,12 +87,14 @@ enum Token<'a> {
 pub struct Cursor<'a> {
     s: &'a [u8],
     at: usize,
+    /// Arrays and objects open around the cursor (a row's own object counts).
+    depth: usize,
 }
 
 impl<'a> Cursor<'a> {
     /// A cursor at the start of `s`.
     pub fn new(s: &'a [u8]) -> Self {
-        Cursor { s, at: 0 }
+        Cursor { s, at: 0, depth: 0 }
     }
 
     fn space(&mut self) {
@@ -121,7 +152,11 @@ impl<'a> Cursor<'a> {
                 }) {
                     self.at += 1;
                 }
-                Ok(Token::Number(&self.s[start..self.at]))
+                let text = &self.s[start..self.at];
+                if !is_json_number(text) {
+                    return Err(refuse(text, "not a JSON number"));
+                }
+                Ok(Token::Number(text))
             }
             _ => Err(self.malformed()),
         }
@@ -250,31 +285,38 @@ impl<'a> Cursor<'a> {
     fn skip(&mut self) -> Result<&'a [u8], Refusal> {
         self.space();
         let start = self.at;
-        let mut depth = 0usize;
+        // The arrays and objects open inside the value: true for an object.
+        let mut open: Vec<bool> = Vec::new();
         loop {
             if let Token::Open = self.token()? {
+                let object = self.s[self.at] == b'{';
                 self.at += 1;
-                depth += 1;
-                // An empty one, or the first element or key.
-                if self.eat(b']') || self.eat(b'}') {
-                    depth -= 1;
-                } else {
+                if self.depth + open.len() + 1 > MAX_ROW_DEPTH {
+                    return Err(refuse(&self.s[start..], TOO_DEEP));
+                }
+                if !self.eat(if object { b'}' } else { b']' }) {
+                    open.push(object);
+                    if object {
+                        self.key()?;
+                    }
                     continue;
                 }
             }
-            // After a value: a key's colon, the next element, or the end of containers.
+            // After a value: the next member, or the end of containers.
             loop {
-                if depth == 0 {
+                let Some(&object) = open.last() else {
                     return Ok(&self.s[start..self.at]);
-                }
-                if self.eat(b':') || self.eat(b',') {
+                };
+                if self.eat(b',') {
+                    if object {
+                        self.key()?;
+                    }
                     break;
                 }
-                if self.eat(b']') || self.eat(b'}') {
-                    depth -= 1;
-                    continue;
+                if !self.eat(if object { b'}' } else { b']' }) {
+                    return Err(self.malformed());
                 }
-                return Err(self.malformed());
+                open.pop();
             }
         }
     }
@@ -522,6 +564,15 @@ impl Builder {
             c.token()?;
             return Err(null_refusal());
         }
+        // An array or object of a composite type opens a level (a String's or an unchecked
+        // type's is counted by `skip`).
+        c.depth += usize::from(composite);
+        let read = self.push_value(c);
+        c.depth -= usize::from(composite);
+        read
+    }
+
+    fn push_value(&mut self, c: &mut Cursor<'_>) -> Result<(), Refusal> {
         match self {
             Builder::Unchecked { takes_null, .. } => {
                 let text = c.skip()?;
@@ -817,15 +868,18 @@ fn in_range(moment: Moment, precision: Option<u8>) -> Result<i128, Why> {
             "out of the range of DateTime (1970-01-01 00:00:00 to 2106-02-07 06:28:15 UTC)".into(),
         ),
         Some(p) => {
-            let secs = ticks.div_euclid(10i128.pow(u32::from(p)));
-            if !(DATETIME64_RANGE.0..=DATETIME64_RANGE.1).contains(&secs)
-                || i64::try_from(ticks).is_err()
-            {
+            // (64-bit division: 128-bit division costs the component kilobytes.)
+            let secs = i64::try_from(ticks)
+                .map(|t| t.div_euclid(10i64.pow(u32::from(p))))
+                .unwrap_or(i64::MAX);
+            if !(DATETIME64_RANGE.0..=DATETIME64_RANGE.1).contains(&secs) {
                 Err(
                     "out of the range of DateTime64 (1900-01-01 00:00:00 to 2299-12-31 23:59:59)"
                         .into(),
                 )
-            } else if !(DATETIME64_RANGE.0 + margin..=DATETIME64_RANGE.1 - margin).contains(&secs) {
+            } else if !(DATETIME64_RANGE.0 + margin as i64..=DATETIME64_RANGE.1 - margin as i64)
+                .contains(&secs)
+            {
                 Err(near())
             } else {
                 Ok(ticks)
@@ -848,9 +902,12 @@ fn token_text<'t>(token: &'t Token<'_>) -> &'t [u8] {
 /// A moment as the text a zoned column is sent as: a wall-clock time as
 /// `YYYY-MM-DD hh:mm:ss[.f]`, an instant as a Unix time `[-]s[.f]`.
 fn write_moment_text(out: &mut String, moment: Moment, precision: u8) {
-    let scale = 10i128.pow(u32::from(precision));
+    // In range ([`in_range`]), so 64 bits hold it.
+    let scale = 10i64.pow(u32::from(precision));
+    let ticks64 = |t: i128| i64::try_from(t).unwrap_or_default();
     match moment {
         Moment::Instant(ticks) => {
+            let ticks = ticks64(ticks);
             let sign = if ticks < 0 { "-" } else { "" };
             let t = ticks.abs();
             let _ = write!(out, "{sign}{}", t / scale);
@@ -864,9 +921,10 @@ fn write_moment_text(out: &mut String, moment: Moment, precision: u8) {
             }
         }
         Moment::Local(ticks) => {
+            let ticks = ticks64(ticks);
             let secs = ticks.div_euclid(scale);
             let frac = ticks.rem_euclid(scale);
-            let days = secs.div_euclid(86_400) as i64;
+            let days = secs.div_euclid(86_400);
             let of_day = secs.rem_euclid(86_400);
             let (y, m, d) = scalars::civil_from_days(days);
             let _ = write!(
@@ -889,7 +947,7 @@ const DATE_RANGE: (i64, i64) = (0, 65_535);
 const DATE32_RANGE: (i64, i64) = (-25_567, 120_529);
 /// Seconds of the first and last instants `DateTime64` holds (1900-01-01 00:00:00 to
 /// 2299-12-31 23:59:59).
-const DATETIME64_RANGE: (i128, i128) = (-2_208_988_800, 10_413_791_999);
+const DATETIME64_RANGE: (i64, i64) = (-2_208_988_800, 10_413_791_999);
 
 impl Scalar {
     fn width(&self) -> usize {
@@ -1139,6 +1197,8 @@ pub fn wire_type(ty: &Type, encoding: Encoding<'_>) -> Type {
 pub struct Block {
     columns: Vec<BlockColumn>,
     rows: u64,
+    /// Which columns a row out of the columns' order has named so far.
+    seen: Vec<bool>,
 }
 
 #[derive(Clone, Debug)]
@@ -1150,13 +1210,83 @@ struct BlockColumn {
     builder: Builder,
 }
 
-/// Why a row was refused: the column and the refusal.
+/// Why a row was refused.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct RowRefusal {
-    /// The column's index in the block.
-    pub column: usize,
-    /// Why.
-    pub refusal: Refusal,
+pub enum RowRefusal {
+    /// A value refused: its column's index in the block, and why.
+    Value { column: usize, refusal: Refusal },
+    /// The row's keys are not the block's columns: every key of the row, in its order.
+    Keys(Vec<Vec<u8>>),
+    /// The row is not one JSON object.
+    Shape(Refusal),
+}
+
+/// Most levels of objects and arrays one row may nest, the row's own object included: the
+/// server's default `input_format_json_max_depth` (1000), past which it refuses the row anyway
+/// (onestep-clickhouse's Python rows cannot nest so deep either: Python's recursion limit is
+/// 1000 frames).
+pub const MAX_ROW_DEPTH: usize = 1000;
+
+/// The keys of a JSON object (a row): each key's bytes, in order.
+pub fn object_keys(row: &[u8]) -> Result<Vec<Vec<u8>>, Refusal> {
+    match object_keys_until(row) {
+        (keys, None) => Ok(keys),
+        (_, Some(refusal)) => Err(refusal),
+    }
+}
+
+/// The keys of a JSON object, up to where it stops being JSON (and why it does): the keys
+/// read so far include the one whose value is not JSON.
+pub fn object_keys_until(row: &[u8]) -> (Vec<Vec<u8>>, Option<Refusal>) {
+    let mut c = Cursor::new(row);
+    if !c.eat(b'{') {
+        return (Vec::new(), Some(refuse(row, "not a JSON object")));
+    }
+    c.depth = 1;
+    let mut keys = Vec::new();
+    let read = c.each(b'}', |c| {
+        keys.push(c.key()?.0.into_owned());
+        c.skip().map(drop)
+    });
+    let end = if read.is_ok() && !c.at_end() {
+        Err(c.malformed())
+    } else {
+        read
+    };
+    (keys, end.err())
+}
+
+/// Where each element of the JSON array `text` holds starts and ends (the array may hold
+/// anything; an element is read later, as a row).
+pub fn array_elements(text: &[u8]) -> Result<Vec<(usize, usize)>, Refusal> {
+    let mut c = Cursor::new(text);
+    if !c.eat(b'[') {
+        return Err(c.malformed());
+    }
+    c.depth = 1;
+    let mut spans = Vec::new();
+    c.each(b']', |c| {
+        c.space();
+        let start = c.at;
+        c.skip()?;
+        spans.push((start, c.at));
+        Ok(())
+    })?;
+    if !c.at_end() {
+        return Err(c.malformed());
+    }
+    Ok(spans)
+}
+
+/// The text of the one JSON value `text` holds (whitespace around it dropped), or why it
+/// is not one.
+pub fn json_value(text: &[u8]) -> Result<&[u8], Refusal> {
+    let mut c = Cursor::new(text);
+    let value = c.skip()?;
+    if !c.at_end() {
+        return Err(c.malformed());
+    }
+    Ok(value)
 }
 
 impl Block {
@@ -1181,6 +1311,7 @@ impl Block {
                 })
                 .collect(),
             rows: 0,
+            seen: Vec::new(),
         }
     }
 
@@ -1200,38 +1331,72 @@ impl Block {
         self.columns.iter_mut().for_each(|c| c.builder.clear());
     }
 
-    /// Reads one row: a JSON object whose keys are exactly the block's columns, in order (as
-    /// the sink's encoder writes rows). On a refusal the block is left part-read: clear it.
+    /// Reads one row, a JSON object whose keys are the block's columns (in any order; in the
+    /// columns' order is the quick case), each value into its column. On a refusal the block
+    /// is left part-read: clear it.
     pub fn push_row(&mut self, row: &[u8]) -> Result<(), RowRefusal> {
         let mut c = Cursor::new(row);
-        let at = |column: usize| move |refusal: Refusal| RowRefusal { column, refusal };
         if !c.eat(b'{') {
-            return Err(at(0)(c.malformed()));
+            return Err(RowRefusal::Shape(refuse(row, "not a JSON object")));
         }
-        for (n, column) in self.columns.iter_mut().enumerate() {
-            if n > 0 && !c.eat(b',') {
-                return Err(at(n)(c.malformed()));
-            }
-            c.space();
-            if c.rest().starts_with(&column.key) {
-                c.at += column.key.len();
-            } else {
-                let (key, _) = (c.peek() == Some(b'"'))
-                    .then(|| c.string())
-                    .transpose()
-                    .map_err(at(n))?
-                    .ok_or_else(|| at(n)(c.malformed()))?;
-                if key[..] != *column.name.as_bytes() {
-                    return Err(at(n)(refuse(&key, "a key out of the columns' order")));
+        c.depth = 1;
+        let count = self.columns.len();
+        // Keys read so far; while they are the columns in order, `seen` is not kept.
+        let mut read = 0;
+        let mut in_order = true;
+        let keys = |_| match object_keys(row) {
+            Ok(keys) => RowRefusal::Keys(keys),
+            Err(refusal) => RowRefusal::Shape(refusal),
+        };
+        let shape = RowRefusal::Shape;
+        if !c.eat(b'}') {
+            loop {
+                c.space();
+                let quick =
+                    in_order && read < count && c.rest().starts_with(&self.columns[read].key);
+                let n = if quick {
+                    c.at += self.columns[read].key.len();
+                    if !c.eat(b':') {
+                        return Err(shape(c.malformed()));
+                    }
+                    read
+                } else {
+                    let (key, _) = c.key().map_err(shape)?;
+                    let n = self
+                        .columns
+                        .iter()
+                        .position(|column| column.name.as_bytes() == &key[..])
+                        .ok_or(())
+                        .map_err(keys)?;
+                    if in_order {
+                        in_order = false;
+                        self.seen.clear();
+                        self.seen.resize(count, false);
+                        self.seen[..read].fill(true);
+                    }
+                    if std::mem::replace(&mut self.seen[n], true) {
+                        return Err(keys(()));
+                    }
+                    n
+                };
+                read += 1;
+                self.columns[n]
+                    .builder
+                    .push(&mut c)
+                    .map_err(|refusal| RowRefusal::Value { column: n, refusal })?;
+                if c.eat(b'}') {
+                    break;
+                }
+                if !c.eat(b',') {
+                    return Err(shape(c.malformed()));
                 }
             }
-            if !c.eat(b':') {
-                return Err(at(n)(c.malformed()));
-            }
-            column.builder.push(&mut c).map_err(at(n))?;
         }
-        if !c.eat(b'}') || !c.at_end() {
-            return Err(at(self.columns.len().saturating_sub(1))(c.malformed()));
+        if !c.at_end() {
+            return Err(shape(c.malformed()));
+        }
+        if read != count {
+            return Err(keys(()));
         }
         self.rows += 1;
         Ok(())
@@ -1288,7 +1453,8 @@ mod tests {
         let row = format!("{{\"v\":{value}}}");
         match b.push_row(row.as_bytes()) {
             Ok(()) => panic!("{ty} accepted {value}"),
-            Err(e) => e.refusal.reason.into_owned(),
+            Err(RowRefusal::Value { refusal, .. }) => refusal.reason.into_owned(),
+            Err(e) => panic!("{ty}: {value} refused as a row: {e:?}"),
         }
     }
 
@@ -1439,14 +1605,24 @@ mod tests {
     }
 
     #[test]
-    fn rows_must_name_the_columns_in_order() {
+    fn rows_name_the_columns_in_any_order() {
         let mut b = block(&[("a", "UInt8"), ("b", "String")]);
         b.push_row(br#"{"a":1,"b":"x"}"#).unwrap();
         b.push_row(b" { \"a\" : 2 , \"b\" : \"y\" } ").unwrap();
-        assert_eq!(b.push_row(br#"{"b":"x","a":1}"#).unwrap_err().column, 0);
+        b.push_row(br#"{"b":"z","a":3}"#).unwrap();
+        let mut out = Vec::new();
+        b.columns[0].builder.write(&mut out);
+        assert_eq!(out, [1, 2, 3]);
         let e = b.push_row(br#"{"a":1,"b":5"#).unwrap_err();
-        assert_eq!(e.column, 1);
-        assert_eq!(b.rows(), 2);
+        assert!(matches!(e, RowRefusal::Shape(_)), "{e:?}");
+        let e = b.push_row(br#"{"a":1,"b":"x","c":2}"#).unwrap_err();
+        assert_eq!(
+            e,
+            RowRefusal::Keys(vec![b"a".to_vec(), b"b".to_vec(), b"c".to_vec()])
+        );
+        let e = b.push_row(br#"{"b":"x","a":300}"#).unwrap_err();
+        assert!(matches!(e, RowRefusal::Value { column: 0, .. }), "{e:?}");
+        assert_eq!(b.rows(), 3);
     }
 
     #[test]

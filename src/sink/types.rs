@@ -314,21 +314,25 @@ impl Parser<'_> {
         {
             self.at += 1;
         }
-        std::str::from_utf8(&self.s[start..self.at]).expect("ASCII")
+        // ASCII letters, digits and `_` only.
+        std::str::from_utf8(&self.s[start..self.at]).unwrap_or_default()
     }
 
-    fn number<N: std::str::FromStr>(&mut self) -> Result<N, TypeError> {
+    /// An integer that fits `N` (one reader for every width: a `FromStr` per width costs
+    /// the component more).
+    fn number<N: TryFrom<i64>>(&mut self) -> Result<N, TypeError> {
         self.space();
+        let negative = self.eat(b'-');
         let start = self.at;
-        if self.s.get(self.at) == Some(&b'-') {
+        let mut n: i64 = 0;
+        while let Some(d) = self.s.get(self.at).filter(|b| b.is_ascii_digit()) {
+            n = n.saturating_mul(10).saturating_add(i64::from(d - b'0'));
             self.at += 1;
         }
-        while self.s.get(self.at).is_some_and(u8::is_ascii_digit) {
-            self.at += 1;
-        }
-        std::str::from_utf8(&self.s[start..self.at])
-            .ok()
-            .and_then(|t| t.parse().ok())
+        let n = if negative { -n } else { n };
+        (self.at > start)
+            .then(|| N::try_from(n).ok())
+            .flatten()
             .ok_or_else(|| self.error("a number expected"))
     }
 

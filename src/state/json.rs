@@ -177,8 +177,8 @@ impl<'de> Visitor<'de> for StrictVisitor {
             let value = map.next_value_seed(StrictValue)?;
             if out.contains_key(&key) {
                 return Err(de::Error::custom(format!(
-                    "duplicate key {:?}",
-                    key.chars().take(100).collect::<String>()
+                    "duplicate key \"{}\"",
+                    crate::text::escaped(&key.chars().take(100).collect::<String>())
                 )));
             }
             out.insert(key, value);

@@ -356,32 +356,21 @@ impl<T: Transport, P: Platform> StateStore<T, P> {
 
     /// [`Self::read_states`], with each state's parts as the server returned them.
     fn read_stored(&self, step: Step, query: Query) -> Result<Vec<(State, Stored)>, Error> {
-        /// One row as the store selects it; any other shape is an error, never a default.
-        #[derive(serde::Deserialize)]
-        #[serde(deny_unknown_fields)]
-        struct Row {
-            state_id: String,
-            partial_state: Option<String>,
-            completed_state: Option<String>,
-        }
         let response = self.session().execute(step, &query.format("JSONEachRow"))?;
-        let rows: Vec<Row> = json_rows(&response.body, "the state query")?;
+        // One row as the store selects it; any other shape is an error, never a default.
+        let rows = json_rows(&response.body, "the state query")?;
         rows.into_iter()
-            .map(|row| {
+            .map(|mut row| {
+                let id = row.text("state_id")?;
+                let partial = row.optional_text("partial_state")?;
+                let completed = row.optional_text("completed_state")?;
+                row.all_taken()?;
                 let state = State {
-                    partial: stored_part(
-                        row.partial_state.as_deref(),
-                        "partial state",
-                        &row.state_id,
-                    )?,
-                    completed: stored_part(
-                        row.completed_state.as_deref(),
-                        "completed state",
-                        &row.state_id,
-                    )?,
-                    id: row.state_id,
+                    partial: stored_part(partial.as_deref(), "partial state", &id)?,
+                    completed: stored_part(completed.as_deref(), "completed state", &id)?,
+                    id,
                 };
-                Ok((state, Some([row.partial_state, row.completed_state])))
+                Ok((state, Some([partial, completed])))
             })
             .collect()
     }

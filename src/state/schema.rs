@@ -115,7 +115,7 @@ impl Create<'_> {
         }
         let message = format!(
             "the schema could not be created ON CLUSTER '{}': {} (the cluster must be in the servers' remote_servers, with distributed DDL configured; or create the tables yourself and open with create-schema off)",
-            cluster.escape_debug(),
+            crate::text::escaped(cluster),
             e.message
         );
         e.reclassify(ErrorKind::Misconfigured, message)
@@ -261,10 +261,6 @@ fn lock_table_engine<T: Transport, P: Platform>(
     s: &Session<'_, T, P>,
     tables: &Tables,
 ) -> Result<Option<String>, Error> {
-    #[derive(serde::Deserialize)]
-    struct Row {
-        engine_full: String,
-    }
     let response = s.execute(
         Step::VerifySchema,
         &Step::VerifySchema.query(
@@ -274,8 +270,11 @@ fn lock_table_engine<T: Transport, P: Platform>(
         .param("t", &tables.lock)
         .format("JSONEachRow"),
     )?;
-    let rows: Vec<Row> = json_rows(&response.body, "the lock table query")?;
-    Ok(rows.into_iter().next().map(|r| r.engine_full))
+    let rows = json_rows(&response.body, "the lock table query")?;
+    rows.into_iter()
+        .next()
+        .map(|mut r| r.text("engine_full"))
+        .transpose()
 }
 
 /// Which of the store's two tables.

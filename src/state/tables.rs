@@ -89,7 +89,7 @@ impl std::str::FromStr for LockEngineChoice {
             "keeper-map" => Ok(LockEngineChoice::KeeperMap),
             other => Err(Error::invalid(format!(
                 "lock engine '{}' is not one of auto, keeper-map, merge-tree",
-                other.escape_debug()
+                crate::text::escaped(other)
             ))),
         }
     }

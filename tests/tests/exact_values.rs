@@ -513,7 +513,7 @@ fn the_cli_refuses_what_the_library_refuses() {
         "{stderr}"
     );
     assert!(
-        stderr.contains("row index 1") && stderr.contains("column 'v'") && stderr.contains("300"),
+        stderr.contains("line 2, column 'v'") && stderr.contains("300"),
         "{stderr}"
     );
     assert_eq!(count(), 0);
@@ -576,7 +576,7 @@ fn a_file_is_checked_whole_before_anything_is_sent() {
         Some(ErrorKind::InvalidInput.exit_code()),
         "{stderr}"
     );
-    assert!(stderr.contains("row index 23"), "{stderr}");
+    assert!(stderr.contains("line 24, column 'v'"), "{stderr}");
     assert_eq!(
         count(),
         0,
@@ -595,7 +595,7 @@ fn a_file_is_checked_whole_before_anything_is_sent() {
             Some(ErrorKind::Uncertain.exit_code()),
             "{what}: {stderr}"
         );
-        assert!(stderr.contains("row index 23"), "{what}: {stderr}");
+        assert!(stderr.contains("line 24, column 'v'"), "{what}: {stderr}");
         assert_eq!(count(), 20, "{what}");
     }
     // A good file goes through whole.

@@ -598,7 +598,7 @@ fn quick_start_runs_unattended() {
     }
     // The bad row's refusal names it, its column and its type.
     assert!(
-        stderr.contains("row index 0, column 'occurred_at': \"yesterday\" is not a date and time")
+        stderr.contains("line 1, column 'occurred_at': \"yesterday\" is not a date and time")
             && stderr.contains("DateTime64(3)"),
         "{stderr}"
     );

@@ -355,7 +355,7 @@ fn a_row_over_the_limit_is_refused_before_it_is_sent_in_bounded_memory() {
     run.report("long line");
     assert_eq!(run.code, INVALID_INPUT, "{}", run.output());
     assert!(
-        run.stderr.contains("input line 2 is over 64 MiB"),
+        run.stderr.contains("line 2 is over 64 MiB"),
         "{}",
         run.output()
     );

@@ -159,32 +159,32 @@ async fn row_rules_are_checked_before_any_request() {
     let cases: Vec<(SinkHandle, &[u8], &str)> = vec![
         (s, b"", "at least one row"),
         (s, b"[]", "at least one row"),
-        (s, b"{}", "row index 0 is empty"),
-        (s, b"[1]", "row index 0 is not a JSON object"),
+        (s, b"{}", "line 1 is empty"),
+        (s, b"[1]", "element 1 is not a JSON object"),
         (
             s,
             b"{\"a\":1,\"b\":\"x\"}\n[2]",
-            "row index 1 is not a JSON object",
+            "line 2 is not a JSON object",
         ),
         (
             s,
             b"{\"a\":1,\"b\":\"x\"}\n{\"a\":2}",
-            "row index 1: missing 'b' (every row must have the same keys as the first row)",
+            "line 2: missing 'b' (every row must have the same keys as the first row)",
         ),
         (
             s,
             b"{\"a\":1,\"b\":\"x\"}\n{\"a\":2,\"b\":\"y\",\"c\":3}",
-            "row index 1: extra 'c'",
+            "line 2: extra 'c'",
         ),
         (
             configured,
             b"{\"a\":1}",
-            "row index 0: missing 'b' (every row must have exactly the configured columns)",
+            "line 1: missing 'b' (every row must have exactly the configured columns)",
         ),
         (
             configured,
             b"{\"a\":1,\"b\":\"x\"}\n{\"a\":1,\"c\":\"x\"}",
-            "row index 1: missing 'b'; extra 'c'",
+            "line 2: missing 'b'; extra 'c'",
         ),
         (s, b"{\"a\":1,\"a\":2}", "appears twice"),
         (s, b"{\"a\":1,", "not valid JSON"),
@@ -214,11 +214,7 @@ async fn row_rules_are_checked_before_any_request() {
         vec![("a".to_string(), Value::Int(2))],
     ];
     let e = i.sink_send(s, &rows).await.unwrap_err().into_component();
-    assert!(
-        e.message.contains("row index 1: missing 'b'"),
-        "{}",
-        e.message
-    );
+    assert!(e.message.contains("row 2: missing 'b'"), "{}", e.message);
     let e = i
         .sink_send(
             s,
@@ -379,8 +375,7 @@ async fn nulls_never_become_defaults_and_unknown_keys_are_never_dropped() {
             .into_component();
         assert_eq!(e.kind, ErrorKind::InvalidInput, "{e}");
         assert!(
-            e.message
-                .starts_with(&format!("row index 1, column {column}")),
+            e.message.starts_with(&format!("line 2, column {column}")),
             "{column}: {}",
             e.message
         );
@@ -611,7 +606,7 @@ async fn a_rejected_chunk_after_committed_ones_is_uncertain() {
     assert_eq!((e.kind, e.committed_rows), (ErrorKind::InvalidInput, 0));
     assert!(
         e.message
-            .starts_with("row index 2400, column 'at': \"not a date\" is not a date and time"),
+            .starts_with("line 2401, column 'at': \"not a date\" is not a date and time"),
         "{}",
         e.message
     );
@@ -828,17 +823,30 @@ fn cli_reports_kind_committed_rows_and_exit_code_on_failure() {
     assert!(stderr.contains("committed rows: 2000"), "{stderr}");
     assert_eq!(count(&t), 2000);
 
+    let t2 = table("n UInt32, m UInt32", "");
     let out = output_with_stdin(
-        cli(clickhouse()).args(["--json", "sink", "--table", &t, "--columns", "n,missing"]),
+        cli(clickhouse()).args(["--json", "sink", "--table", &t2, "--columns", "n,m"]),
         b"{\"n\":1}\n",
     );
     assert_eq!(out.status.code(), Some(2));
     let v: Json = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(v["error"]["kind"], "invalid-input");
+    assert_eq!(
+        v["error"]["message"],
+        "line 1: missing 'm' (every row must have exactly the configured columns)"
+    );
+    // A configured column the table lacks is the configuration's fault, whatever the rows.
+    let out = output_with_stdin(
+        cli(clickhouse()).args(["--json", "sink", "--table", &t, "--columns", "n,missing"]),
+        b"{\"n\":1}\n",
+    );
+    assert_eq!(out.status.code(), Some(3));
+    let v: Json = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["error"]["kind"], "misconfigured");
     assert!(v["error"]["message"]
         .as_str()
         .unwrap()
-        .contains("missing 'missing'"));
+        .contains("has no column 'missing'"));
 }
 
 #[test]

@@ -4,9 +4,11 @@
 
 use std::time::Duration;
 
+use crate::client::error::tenths;
+
 use serde_json::Value;
 
-use crate::client::response::json_text;
+use crate::client::response::json_rows;
 use crate::client::{Error, ErrorKind, Query, Transport};
 use crate::platform::Platform;
 use crate::state::ids::shorten;
@@ -262,22 +264,22 @@ pub(crate) fn holder_and<T: Transport, P: Platform>(
             query = query.param(name, value.clone());
         }
     }
-    /// The answer's one row; any other shape is an error, never a default.
-    #[derive(serde::Deserialize)]
-    #[serde(deny_unknown_fields)]
-    struct Row {
-        holder: Option<String>,
-        also: Value,
-    }
     let response = s.execute(Step::Holder, &query)?;
-    let row: Row = json_text(&response.body).map_err(|e| {
-        Error::new(
+    // The answer's one row; any other shape is an error, never a default.
+    let mut rows = json_rows(&response.body, "the lock query")?;
+    let (Some(mut row), None) = (rows.pop(), rows.pop()) else {
+        return Err(Error::new(
             ErrorKind::Permanent,
-            format!("unexpected answer to the lock query: {e}"),
-        )
-    })?;
-    let token = row.holder.unwrap_or_default();
-    Ok(((!token.is_empty()).then_some(token), also.map(|_| row.also)))
+            "unexpected answer to the lock query: not one row",
+        ));
+    };
+    let token = row.optional_text("holder")?.unwrap_or_default();
+    let also_value = row.value("also")?;
+    row.all_taken()?;
+    Ok((
+        (!token.is_empty()).then_some(token),
+        also.map(|_| also_value),
+    ))
 }
 
 /// An error met while acquiring, after this contender withdrew whatever it may have written:
@@ -348,12 +350,6 @@ pub(super) mod testing {
             replication: crate::state::tables::Replication::None,
         }
     }
-}
-
-/// Seconds to one decimal (`1.5`).
-fn tenths(d: Duration) -> String {
-    let tenths = (d.as_millis() + 50) / 100;
-    format!("{}.{}", tenths / 10, tenths % 10)
 }
 
 #[cfg(test)]

@@ -188,7 +188,10 @@ fn row_and_holder<T: Transport, P: Platform>(
         other => {
             return Err(Error::new(
                 ErrorKind::Permanent,
-                format!("unexpected answer to the lock query: {other:?}"),
+                format!(
+                    "unexpected answer to the lock query: {}",
+                    other.map_or("no row".to_string(), |v| v.to_string())
+                ),
             ))
         }
     };
