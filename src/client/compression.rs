@@ -44,16 +44,24 @@ pub fn decode_answer(mut answer: HttpResponse) -> Result<HttpResponse, Transport
             ),
         ));
     }
-    // The decoder takes input that stops at a block boundary as the frame's end: an answer
-    // cut there would lose its last rows silently. A whole frame ends with its end mark, which
-    // is checked before anything is decoded.
-    if success && !ends_with_end_mark(&answer.body) {
-        return Err(TransportError::new(
-            TransportFailure::Other,
-            "the lz4 answer is cut short (its frame has no end mark)",
-        ));
+    // The answer is whole (the transport read it to its end): one that does not decode will
+    // not decode the next time either, so it is not ClickHouse's answer as sent (something in
+    // between altered it), never retried. The message says which way it is broken.
+    let broken = |how: &str| {
+        TransportError::new(
+            TransportFailure::NotClickHouse,
+            format!("the lz4 answer {how}; the answer was whole, so something between the component and ClickHouse altered it (not retried)"),
+        )
+    };
+    if success && answer.body != [0, 0, 0, 0] && !answer.body.starts_with(&LZ4_MAGIC) {
+        return Err(broken("is not an lz4 frame (it does not start with the lz4 magic number)"));
     }
     match decode_bounded(&answer.body, MAX_DECODED_ANSWER) {
+        // A frame that decodes but stops at a block boundary would lose its last rows
+        // silently; checked after decoding, so garbage is named as such.
+        Ok(_) if success && !ends_with_end_mark(&answer.body) => {
+            Err(broken("is cut short (its frame has no end mark)"))
+        }
         Ok(decoded) => {
             answer.body = decoded;
             answer
@@ -70,15 +78,12 @@ pub fn decode_answer(mut answer: HttpResponse) -> Result<HttpResponse, Transport
             Ok(answer)
         }
         Err(Bounded::TooLarge(what)) => Err(TransportError::new(TransportFailure::TooLarge, what)),
-        Err(Bounded::Failed(decoded)) => Err(TransportError::new(
-            TransportFailure::Other,
-            // The decoder's own words are its error's `Debug` form (kilobytes in the
-            // component): where it stopped says enough.
-            format!(
-                "the lz4 answer does not decode (its frame is broken after {} decoded bytes)",
-                decoded.len()
-            ),
-        )),
+        // The decoder's own words are its error's `Debug` form (kilobytes in the component):
+        // where it stopped says enough.
+        Err(Bounded::Failed(decoded)) => Err(broken(&format!(
+            "does not decode (its frame is broken after {} decoded bytes)",
+            decoded.len()
+        ))),
     }
 }
 
@@ -213,6 +218,9 @@ impl Compression {
     }
 }
 
+/// The lz4 frame format's magic number, as the frame starts.
+const LZ4_MAGIC: [u8; 4] = [0x04, 0x22, 0x4d, 0x18];
+
 /// Whether the answer is whole LZ4 frames: walked block by block (each block's size read from
 /// its header, never its data), every frame ends with its end mark (a zero block size) and its
 /// content checksum when its header says there is one, and nothing follows the last. Looking
@@ -223,14 +231,13 @@ fn ends_with_end_mark(answer: &[u8]) -> bool {
     if answer == [0, 0, 0, 0] {
         return true;
     }
-    const MAGIC: [u8; 4] = [0x04, 0x22, 0x4d, 0x18];
     let u32_at = |at: usize| -> Option<usize> {
         let b = answer.get(at..at.checked_add(4)?)?;
         Some(u32::from_le_bytes([b[0], b[1], b[2], b[3]]) as usize)
     };
     let mut at = 0;
     while at < answer.len() {
-        if answer.get(at..at + 4) != Some(&MAGIC[..]) {
+        if answer.get(at..at + 4) != Some(&LZ4_MAGIC[..]) {
             return false;
         }
         let Some(&flags) = answer.get(at + 4) else {
@@ -363,10 +370,20 @@ mod tests {
                 text
             );
         }
-        // A successful answer that does not decode, or in a method not asked for, is an error.
+        // A successful answer that does not decode, or in a method not asked for, is an error:
+        // not ClickHouse's answer as sent (never retried), saying how it is broken.
         let err =
             decode_answer(answer(200, Some("lz4"), wire[..wire.len() / 2].to_vec())).unwrap_err();
-        assert_eq!(err.failure, TransportFailure::Other);
+        assert_eq!(err.failure, TransportFailure::NotClickHouse);
+        let mut garbage = wire[..4].to_vec();
+        garbage.extend_from_slice(b"not lz4 at all, but whole");
+        garbage.extend_from_slice(&[0, 0, 0, 0]);
+        let err = decode_answer(answer(200, Some("lz4"), garbage)).unwrap_err();
+        assert_eq!(err.failure, TransportFailure::NotClickHouse);
+        assert!(err.detail.contains("does not decode"), "{}", err.detail);
+        let err = decode_answer(answer(200, Some("lz4"), b"plain text".to_vec())).unwrap_err();
+        assert_eq!(err.failure, TransportFailure::NotClickHouse);
+        assert!(err.detail.contains("not an lz4 frame"), "{}", err.detail);
         // Cut at a block boundary (here: without its end mark), it is refused, not a prefix.
         let err =
             decode_answer(answer(200, Some("lz4"), wire[..wire.len() - 4].to_vec())).unwrap_err();

@@ -204,10 +204,40 @@ fn an_lz4_bomb_is_a_clean_permanent_error_at_any_memory_limit() {
 
 #[test]
 fn an_lz4_frame_without_its_end_mark_is_refused_not_taken_in_part() {
-    let (run, _) = list_answered_with(lz4_reply(8 << 20, true), &[]);
-    assert_eq!(run.code, TRANSIENT, "{}", run.output());
+    // A whole answer that is cut short fails the same way every time: misconfigured (not
+    // ClickHouse's answer as sent), one request, not retried.
+    let (run, hits) = list_answered_with(lz4_reply(8 << 20, true), &[]);
+    assert_eq!(run.code, MISCONFIGURED, "{}", run.output());
     assert!(run.stderr.contains("cut short"), "{}", run.output());
+    assert_eq!(hits, 1, "not retried");
     run.assert_no_frames();
+}
+
+#[test]
+fn a_whole_lz4_answer_that_does_not_decode_is_named_and_not_retried() {
+    let reply = |body: &[u8]| {
+        let mut reply = format!(
+            "HTTP/1.1 200 OK\r\nContent-Encoding: lz4\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+            body.len()
+        )
+        .into_bytes();
+        reply.extend_from_slice(body);
+        reply
+    };
+    // The lz4 magic number, then garbage; and no lz4 at all.
+    let mut garbage = vec![0x04, 0x22, 0x4d, 0x18];
+    garbage.extend(std::iter::repeat_n(0xa5u8, 4096));
+    for (body, want) in [
+        (garbage, "does not decode"),
+        (b"plain text, labelled lz4".to_vec(), "not an lz4 frame"),
+    ] {
+        let (run, hits) = list_answered_with(reply(&body), &[]);
+        assert_eq!(run.code, MISCONFIGURED, "{}", run.output());
+        assert!(run.stderr.contains(want), "{}", run.output());
+        assert!(!run.stderr.contains("cut short"), "{}", run.output());
+        assert_eq!(hits, 1, "not retried");
+        run.assert_no_frames();
+    }
 }
 
 #[test]
