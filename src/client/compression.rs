@@ -54,7 +54,9 @@ pub fn decode_answer(mut answer: HttpResponse) -> Result<HttpResponse, Transport
         )
     };
     if success && answer.body != [0, 0, 0, 0] && !answer.body.starts_with(&LZ4_MAGIC) {
-        return Err(broken("is not an lz4 frame (it does not start with the lz4 magic number)"));
+        return Err(broken(
+            "is not an lz4 frame (it does not start with the lz4 magic number)",
+        ));
     }
     match decode_bounded(&answer.body, MAX_DECODED_ANSWER) {
         // A frame that decodes but stops at a block boundary would lose its last rows

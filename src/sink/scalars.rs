@@ -18,6 +18,13 @@ fn magnitude(digits: &[u8]) -> Option<Wide> {
     if digits.is_empty() || !digits.iter().all(u8::is_ascii_digit) {
         return None;
     }
+    // Up to 19 digits fit 64 bits: the common case, without 128-bit steps per digit.
+    if digits.len() <= 19 {
+        let n = digits
+            .iter()
+            .fold(0u64, |n, d| n * 10 + u64::from(d - b'0'));
+        return Some([n, 0, 0, 0]);
+    }
     let mut n: Wide = [0; 4];
     for &d in digits {
         // n = n * 10 + d
