@@ -165,13 +165,15 @@ clean:
 	rm -rf $(VENV)
 	rm -rf $(PY_VENV) $(PLUGIN_VENV)
 
-# BENCH: the sections to run (state, python, serve, load, sink, link); all of them by default.
+# BENCH: the sections to run (state, python, serve, load, sink, typed, link); all of them by
+# default. `typed`: the typed sink against raw JSONEachRow and Native POSTs and onestep, two
+# tables, with server CPU (docs/benchmarks.md, "The typed sink").
 # `python` (and the Python rows of `sink`) use the wheel, built and installed into
 # $(PLUGIN_VENV) first. `serve` runs the composed example under wasmtime serve (installs
 # wasmtime-cli, wac and wasm-tools). `link` runs the sink benchmark inside a network namespace
 # whose loopback is shaped to 100 Mbit/s (scripts/shaped-link; skipped where namespaces are not
 # permitted, or when CLICKHOUSE_URL names another server).
-BENCH ?= state python serve load sink link
+BENCH ?= state python serve load sink typed link
 bench: setup wasmtime-cli wac-cli wasm-tools $(BENCH_DEPS) $(PLUGIN_DEPS)
 	cargo build -p clickhouse-component-host -p clickhouse-component-bench
 	$(MAKE) plugin-wheel

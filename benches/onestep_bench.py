@@ -12,18 +12,27 @@ Usage (CLICKHOUSE_URL / _USER / _PASSWORD set):
   (`clickhouse_component.onestep`, the wheel; the sink's default compression, lz4);
 - `send-json`: the wheel's `Sink.send_json` of the NDJSON file's bytes, in one call.
 
+BENCH_SHAPE=mixed sends the typed section's 6-column rows (id, at, kind, amount Decimal(18, 2),
+tags Array(String), note) instead of the events (docs/benchmarks.md, "The typed sink").
+
 Prints one JSON line: {"rows": N, "seconds": S, "path": P}. Building the rows and reading the file
 are not timed.
 """
 
 import asyncio
 import datetime
+import decimal
 import json
 import os
 import sys
 import time
 
-COLUMNS = ["event_id", "seq", "occurred_at", "kind", "payload"]
+SHAPE = os.environ.get("BENCH_SHAPE", "events")
+COLUMNS = (
+    ["id", "at", "kind", "amount", "tags", "note"]
+    if SHAPE == "mixed"
+    else ["event_id", "seq", "occurred_at", "kind", "payload"]
+)
 
 
 def dsn() -> str:
@@ -39,6 +48,24 @@ def documents(rows: int, as_datetime: bool) -> list[dict]:
     base = datetime.datetime(2026, 11, 29, 10, 0, 0)
     payload = "p" * 64
     out = []
+    if SHAPE == "mixed":
+        # As benches/src/typed.rs writes them: onestep-clickhouse takes Python values
+        # (datetime, Decimal), ours the JSON text ClickHouse reads (a decimal as a string).
+        note = "n" * 40
+        for n in range(rows):
+            at = base + datetime.timedelta(milliseconds=n)
+            amount = f"{n % 100000}.{n % 100:02d}"
+            out.append(
+                {
+                    "id": 1_000_000_000_000 + n,
+                    "at": at if as_datetime else at.strftime("%Y-%m-%d %H:%M:%S.%f")[:-3],
+                    "kind": f"k{n % 7}",
+                    "amount": decimal.Decimal(amount) if as_datetime else amount,
+                    "tags": [f"t{(n + t) % 10}" for t in range(n % 4)],
+                    "note": f"note {n} {note}",
+                }
+            )
+        return out
     for n in range(rows):
         at = base + datetime.timedelta(milliseconds=n)
         out.append(
@@ -53,7 +80,9 @@ def documents(rows: int, as_datetime: bool) -> list[dict]:
     return out
 
 
-async def onestep_send(connector, table: str, rows: int, batch_size: int, as_datetime: bool) -> float:
+async def onestep_send(
+    connector, table: str, rows: int, batch_size: int, as_datetime: bool
+) -> float:
     from onestep import Envelope
 
     sink = connector.table_sink(table=table, columns=COLUMNS, batch_size=batch_size)
@@ -81,7 +110,9 @@ def main() -> None:
         from clickhouse_component.onestep import ClickHouseConnector
 
         rows = int(what)
-        seconds = asyncio.run(onestep_send(ClickHouseConnector(dsn()), table, rows, batch_size, False))
+        seconds = asyncio.run(
+            onestep_send(ClickHouseConnector(dsn()), table, rows, batch_size, False)
+        )
         path = "our onestep plugin (`clickhouse_table_sink`, the wheel), the same dicts, lz4"
     elif mode == "send-json":
         import clickhouse_component as cc

@@ -2,10 +2,14 @@
 //! CLICKHOUSE_URL is set). Sections: `state` (state store latencies against a raw HTTP round
 //! trip of the same query), `load` (cold and warm start of the full and the library
 //! component), `sink` (1,000,000 rows through the component's CLI and embedded, the same bytes
-//! POSTed natively, and onestep-clickhouse 0.1.1, at batch 10,000 and 100,000) and `link` (the
+//! POSTed natively, and onestep-clickhouse 0.1.1, at batch 10,000 and 100,000), `typed` (the
+//! typed sink against raw JSONEachRow and Native POSTs and onestep, two tables, with server
+//! CPU: `typed.rs`) and `link` (the
 //! sink over a 100 Mbit/s link; run inside scripts/shaped-link) and `serve` (`GET /state/{id}` of
 //! the composed example under stock `wasmtime serve`, against the same call through the host
 //! embedding); select with `bench state` etc.
+
+mod typed;
 
 use std::time::{Duration, Instant};
 
@@ -1011,6 +1015,9 @@ fn main() {
         let rows = rows_or(1_000_000);
         rt.block_on(bench_sink("Table sink, localhost", rows, 10_000, true));
         rt.block_on(bench_sink("Table sink, localhost", rows, 100_000, false));
+    }
+    if all || which.iter().any(|w| w == "typed") {
+        typed::bench_typed(rows_or(1_000_000));
     }
     // Run by `make bench` inside a network namespace whose loopback is shaped to 100 Mbit/s
     // (scripts/shaped-link); not part of a plain run.

@@ -1,0 +1,469 @@
+//! Section `typed` (docs/benchmarks.md, "The typed sink"): the sink that reads every value for
+//! its column's type and sends Native blocks, against raw per-batch POSTs of the same rows as
+//! JSONEachRow and as Native (encoded before timing), onestep-clickhouse 0.1.1 and our onestep
+//! plugin; two tables (the 5-column events, and 6 columns with a decimal and an array), batch
+//! 10,000 and 100,000. Each path reports its wall time, rows/s and the server's CPU (the local
+//! ClickHouse's process, read from /proc around the path; `n/a` for a server elsewhere); the
+//! CLI also its own CPU (the guest's work, nearly all of it) and peak memory, with and without
+//! the whole-file pass (`--stream` skips it), so the pass's share is measured, not guessed.
+
+use std::path::Path;
+use std::process::Command;
+use std::time::Instant;
+
+use clickhouse_component::client::sql::quote_identifier;
+use clickhouse_component::client::{Compression, HttpRequest, Query};
+use clickhouse_component::sink::columns::TableColumns;
+use clickhouse_component::sink::encode::encode_json;
+use clickhouse_component::sink::types::Type;
+use clickhouse_component_tests::native::Sql;
+use clickhouse_component_tests::{clickhouse, repo_root, unique_name, Server};
+
+/// A table shape: its columns (name, type) and its rows as NDJSON lines.
+struct Shape {
+    name: &'static str,
+    columns: &'static [(&'static str, &'static str)],
+    line: fn(usize) -> String,
+}
+
+const SHAPES: [Shape; 2] = [
+    Shape {
+        name: "events",
+        columns: &[
+            ("event_id", "String"),
+            ("seq", "UInt64"),
+            ("occurred_at", "DateTime64(3)"),
+            ("kind", "LowCardinality(String)"),
+            ("payload", "String"),
+        ],
+        line: event_line,
+    },
+    Shape {
+        name: "mixed",
+        columns: &[
+            ("id", "UInt64"),
+            ("at", "DateTime64(3)"),
+            ("kind", "LowCardinality(String)"),
+            ("amount", "Decimal(18, 2)"),
+            ("tags", "Array(String)"),
+            ("note", "String"),
+        ],
+        line: mixed_line,
+    },
+];
+
+/// `2026-11-29 hh:mm:ss.mmm`, `n` milliseconds after 10:00 (as benches/onestep_bench.py).
+fn moment(n: usize) -> String {
+    let ms = n as u64;
+    format!(
+        "2026-11-29 {:02}:{:02}:{:02}.{:03}",
+        10 + ms / 3_600_000,
+        (ms / 60_000) % 60,
+        (ms / 1000) % 60,
+        ms % 1000
+    )
+}
+
+fn event_line(n: usize) -> String {
+    format!(
+        "{{\"event_id\":\"ev-{n:07}\",\"seq\":{},\"occurred_at\":\"{}\",\"kind\":\"k{}\",\"payload\":\"{}\"}}",
+        1_000_000_000_000u64 + n as u64,
+        moment(n),
+        n % 7,
+        "p".repeat(64)
+    )
+}
+
+fn mixed_line(n: usize) -> String {
+    let tags: Vec<String> = (0..n % 4)
+        .map(|t| format!("\"t{}\"", (n + t) % 10))
+        .collect();
+    format!(
+        "{{\"id\":{},\"at\":\"{}\",\"kind\":\"k{}\",\"amount\":\"{}.{:02}\",\"tags\":[{}],\"note\":\"note {n} {}\"}}",
+        1_000_000_000_000u64 + n as u64,
+        moment(n),
+        n % 7,
+        n % 100_000,
+        n % 100,
+        tags.join(","),
+        "n".repeat(40)
+    )
+}
+
+/// A fresh table of `shape`, in a database of its own; returns `db.t`.
+fn table(sql: &Sql, shape: &Shape, name: &str) -> String {
+    let db = unique_name("bench_typed");
+    sql.exec(
+        "CREATE DATABASE IF NOT EXISTS {db:Identifier}",
+        &[("db", &db)],
+    );
+    let columns: Vec<String> = shape
+        .columns
+        .iter()
+        .map(|(n, t)| format!("{} {t}", quote_identifier(n)))
+        .collect();
+    sql.exec(
+        &format!(
+            "CREATE TABLE {{db:Identifier}}.{{t:Identifier}} ({}) ENGINE = MergeTree ORDER BY tuple()",
+            columns.join(", ")
+        ),
+        &[("db", &db), ("t", name)],
+    );
+    format!("{db}.{name}")
+}
+
+fn count(sql: &Sql, table: &str) -> u64 {
+    let (db, t) = table.split_once('.').unwrap();
+    sql.count(
+        "SELECT count() FROM {db:Identifier}.{t:Identifier}",
+        &[("db", db), ("t", t)],
+    )
+}
+
+/// CPU seconds (user + system) the local ClickHouse's process has used so far: the process
+/// listening on the server URL's port on this machine (`ss`), read from /proc; `None` for a
+/// server elsewhere.
+struct ServerCpu(Option<u32>);
+
+impl ServerCpu {
+    fn find(server: &Server) -> Self {
+        let port = server
+            .url
+            .rsplit(':')
+            .next()
+            .unwrap_or("")
+            .trim_end_matches('/');
+        let local = server.url.contains("127.0.0.1") || server.url.contains("localhost");
+        let pid = local
+            .then(|| {
+                let out = Command::new("ss")
+                    .args(["-Hltnp", &format!("sport = :{port}")])
+                    .output()
+                    .ok()?;
+                let text = String::from_utf8_lossy(&out.stdout);
+                let at = text.find("pid=")? + 4;
+                text[at..]
+                    .split(|c: char| !c.is_ascii_digit())
+                    .next()?
+                    .parse()
+                    .ok()
+            })
+            .flatten();
+        ServerCpu(pid)
+    }
+
+    fn seconds(&self) -> Option<f64> {
+        let stat = std::fs::read_to_string(format!("/proc/{}/stat", self.0?)).ok()?;
+        // Fields after the command's closing parenthesis: utime and stime are the 12th and 13th.
+        let fields: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
+        let ticks: f64 =
+            fields.get(11)?.parse::<f64>().ok()? + fields.get(12)?.parse::<f64>().ok()?;
+        Some(ticks / 100.0)
+    }
+}
+
+/// One measured path.
+struct Measured {
+    path: String,
+    seconds: f64,
+    server_cpu: Option<f64>,
+    /// The CLI's own CPU seconds and peak RSS (KiB).
+    client: Option<(f64, u64)>,
+}
+
+/// Runs `f` and measures its wall time and the server's CPU around it.
+fn measure<T>(cpu: &ServerCpu, f: impl FnOnce() -> T) -> (T, f64, Option<f64>) {
+    let before = cpu.seconds();
+    let started = Instant::now();
+    let out = f();
+    let seconds = started.elapsed().as_secs_f64();
+    let used = before.zip(cpu.seconds()).map(|(a, b)| b - a);
+    (out, seconds, used)
+}
+
+/// The CLI's `sink` of `input` into `table`, through GNU time: its CPU and peak RSS.
+fn cli_run(server: &Server, table: &str, batch: usize, input: &Path, extra: &[&str]) -> (f64, u64) {
+    let cli = std::env::current_exe()
+        .unwrap()
+        .parent()
+        .unwrap()
+        .join("clickhouse-component");
+    let times = std::env::temp_dir().join(format!("bench-typed-time-{}", std::process::id()));
+    let mut command = Command::new("/usr/bin/time");
+    command.args(["-f", "%U %S %M", "-o"]).arg(&times).arg(&cli);
+    let out = server
+        .export_to(&mut command)
+        .args(["sink", "--table", table, "--batch-size", &batch.to_string()])
+        .args(extra)
+        .arg(input)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = std::fs::read_to_string(&times).unwrap();
+    let _ = std::fs::remove_file(&times);
+    let v: Vec<&str> = text.split_whitespace().collect();
+    let n = v.len();
+    let user: f64 = v[n - 3].parse().unwrap();
+    let system: f64 = v[n - 2].parse().unwrap();
+    (user + system, v[n - 1].parse().unwrap())
+}
+
+/// The INSERT of one prebuilt batch body in `format`, with the sink's statement and settings.
+fn insert(sql: &Sql, table: &str, shape: &Shape, format: &str, body: Vec<u8>) -> HttpRequest {
+    let (db, t) = table.split_once('.').unwrap();
+    let column_list: Vec<String> = shape
+        .columns
+        .iter()
+        .map(|(c, _)| quote_identifier(c))
+        .collect();
+    let q = Query::write(
+        "bench",
+        format!(
+            "INSERT INTO {{db:Identifier}}.{{t:Identifier}} ({}) FORMAT {format}",
+            column_list.join(", ")
+        ),
+    )
+    .param("db", db)
+    .param("t", t)
+    .setting("input_format_null_as_default", "0")
+    .setting("input_format_skip_unknown_fields", "0")
+    .data(body)
+    .compress(Compression::None);
+    sql.client().prepare(q).unwrap()
+}
+
+/// Each batch as one Native block, made by the sink's own reader and encoder (natively,
+/// before timing): the bytes a client that encodes Native sends.
+fn native_bodies(shape: &Shape, batches: &[Vec<u8>], zone: &str) -> Vec<Vec<u8>> {
+    let table = TableColumns::new(
+        shape
+            .columns
+            .iter()
+            .map(|(n, t)| (n.to_string(), Type::parse(t).unwrap()))
+            .collect(),
+        zone.to_string(),
+    );
+    batches
+        .iter()
+        .map(|batch| {
+            let rows = encode_json(batch, None).unwrap();
+            let mut block = table.block(&rows.columns, "t").unwrap();
+            table.read(&rows, 0, rows.len(), &mut block).unwrap();
+            let mut body = Vec::new();
+            block.write(&mut body);
+            body
+        })
+        .collect()
+}
+
+/// benches/onestep_bench.py MODE for `shape` in `venv` (skipped when the venv is not there):
+/// the path's name and the seconds of its send (the script times it; building the rows is
+/// not timed).
+fn python(
+    server: &Server,
+    venv: &str,
+    mode: &str,
+    shape: &Shape,
+    table: &str,
+    rows: usize,
+    batch: usize,
+) -> Option<(String, f64)> {
+    let python = repo_root().join(venv).join("bin/python");
+    if !python.exists() {
+        eprintln!("(no {}: `make bench` makes it)", python.display());
+        return None;
+    }
+    let out = server
+        .export_to(&mut Command::new(&python))
+        .env("BENCH_SHAPE", shape.name)
+        .arg(repo_root().join("benches/onestep_bench.py"))
+        .args([mode, table, &rows.to_string(), &batch.to_string()])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "onestep_bench.py {mode}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    Some((
+        v["path"].as_str().unwrap().to_string(),
+        v["seconds"].as_f64().unwrap(),
+    ))
+}
+
+/// The section: both shapes at both batch sizes.
+pub fn bench_typed(rows: usize) {
+    let server = clickhouse();
+    let conn = server.connection();
+    let sql = Sql::new(&conn);
+    let cpu = ServerCpu::find(server);
+    let zone = sql.rows("SELECT timezone() AS z", &[])[0]["z"]
+        .as_str()
+        .unwrap_or("UTC")
+        .to_string();
+    for shape in &SHAPES {
+        let text: Vec<String> = (0..rows).map(shape.line).collect();
+        for batch in [10_000, 100_000] {
+            let batches: Vec<Vec<u8>> = text
+                .chunks(batch)
+                .map(|c| {
+                    let mut b = c.join("\n").into_bytes();
+                    b.push(b'\n');
+                    b
+                })
+                .collect();
+            let input =
+                std::env::temp_dir().join(format!("bench-typed-{}.ndjson", std::process::id()));
+            std::fs::write(&input, batches.concat()).unwrap();
+            let mb = batches.iter().map(Vec::len).sum::<usize>() as f64 / 1e6;
+            println!(
+                "\nTyped sink, {} table ({} columns), {rows} rows ({mb:.1} MB of NDJSON), batch {batch}, {}:\n",
+                shape.name,
+                shape.columns.len(),
+                server.url
+            );
+            let mut results: Vec<Measured> = Vec::new();
+            for (path, extra) in [
+                (
+                    "component CLI, defaults (whole-file pass, Native, lz4)",
+                    &[][..],
+                ),
+                (
+                    "component CLI `--stream` (no whole-file pass)",
+                    &["--stream"][..],
+                ),
+            ] {
+                let t = table(&sql, shape, "cli");
+                let (client, seconds, server_cpu) =
+                    measure(&cpu, || cli_run(server, &t, batch, &input, extra));
+                assert_eq!(count(&sql, &t), rows as u64);
+                results.push(Measured {
+                    path: path.into(),
+                    seconds,
+                    server_cpu,
+                    client: Some(client),
+                });
+            }
+            let natives = native_bodies(shape, &batches, &zone);
+            for (path, format, bodies) in [
+                (
+                    "raw POST per batch, JSONEachRow, uncompressed",
+                    "JSONEachRow",
+                    &batches,
+                ),
+                (
+                    "raw POST per batch, Native (encoded before timing), uncompressed",
+                    "Native",
+                    &natives,
+                ),
+            ] {
+                let t = table(&sql, shape, "raw");
+                let requests: Vec<HttpRequest> = bodies
+                    .iter()
+                    .map(|b| insert(&sql, &t, shape, format, b.clone()))
+                    .collect();
+                let ((), seconds, server_cpu) = measure(&cpu, || {
+                    for r in &requests {
+                        sql.client().send(r).unwrap();
+                    }
+                });
+                assert_eq!(count(&sql, &t), rows as u64);
+                results.push(Measured {
+                    path: path.into(),
+                    seconds,
+                    server_cpu,
+                    client: None,
+                });
+            }
+            for (venv, mode) in [
+                (".venv-bench", "onestep-clickhouse"),
+                (".venv-plugin", "plugin"),
+            ] {
+                let t = table(&sql, shape, "py");
+                // The server's CPU around the whole script (it only inserts).
+                let (timed, _, server_cpu) =
+                    measure(&cpu, || python(server, venv, mode, shape, &t, rows, batch));
+                let Some((path, seconds)) = timed else {
+                    continue;
+                };
+                assert_eq!(count(&sql, &t), rows as u64);
+                results.push(Measured {
+                    path,
+                    seconds,
+                    server_cpu,
+                    client: None,
+                });
+            }
+            let _ = std::fs::remove_file(&input);
+            print_table(&results, rows);
+        }
+    }
+}
+
+fn print_table(results: &[Measured], rows: usize) {
+    let f = |v: Option<f64>| v.map_or("n/a".to_string(), |v| format!("{v:.2}"));
+    println!("| path | seconds | rows/s | server CPU (s) | CLI CPU (s) | CLI peak RSS (MiB) |");
+    println!("|---|---:|---:|---:|---:|---:|");
+    for m in results {
+        let (cpu, rss) = m.client.map_or(("".into(), "".into()), |(c, r)| {
+            (format!("{c:.2}"), format!("{}", r / 1024))
+        });
+        println!(
+            "| {} | {:.2} | {:.0} | {} | {cpu} | {rss} |",
+            m.path,
+            m.seconds,
+            rows as f64 / m.seconds,
+            f(m.server_cpu)
+        );
+    }
+    let rate = |prefix: &str| {
+        results
+            .iter()
+            .find(|m| m.path.starts_with(prefix))
+            .map(|m| rows as f64 / m.seconds)
+    };
+    let cli = rate("component CLI, defaults").unwrap();
+    println!();
+    for (name, prefix, goal) in [
+        (
+            "raw JSONEachRow POST",
+            "raw POST per batch, JSONEachRow",
+            1.5,
+        ),
+        ("raw Native POST", "raw POST per batch, Native", 0.9),
+    ] {
+        if let Some(other) = rate(prefix) {
+            println!(
+                "- CLI (defaults) / {name}: **{:.2}x** (goal >= {goal}x)",
+                cli / other
+            );
+        }
+    }
+    if let (Some(plugin), Some(onestep)) = (rate("our onestep plugin"), rate("onestep-clickhouse"))
+    {
+        println!(
+            "- our onestep plugin / onestep-clickhouse 0.1.1: **{:.2}x** (goal >= 3x)",
+            plugin / onestep
+        );
+    }
+    let pass = |prefix: &str| results.iter().find(|m| m.path.starts_with(prefix));
+    if let (Some(whole), Some(stream)) = (
+        pass("component CLI, defaults"),
+        pass("component CLI `--stream`"),
+    ) {
+        let (cpu_whole, cpu_stream) = (whole.client.unwrap().0, stream.client.unwrap().0);
+        println!(
+            "- whole-file pass: {:.2} s of the default CLI's {:.2} s wall (**{:.0}%**, goal <= 30%); guest CPU per pass: whole-file pass {:.2} s, sending pass {:.2} s",
+            (whole.seconds - stream.seconds).max(0.0),
+            whole.seconds,
+            100.0 * (whole.seconds - stream.seconds).max(0.0) / whole.seconds,
+            (cpu_whole - cpu_stream).max(0.0),
+            cpu_stream
+        );
+    }
+}
