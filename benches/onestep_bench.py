@@ -117,7 +117,8 @@ def main() -> None:
     elif mode == "send-json":
         import clickhouse_component as cc
 
-        data = open(what, "rb").read()
+        with open(what, "rb") as f:
+            data = f.read()
         rows = data.count(b"\n")
         sink = cc.Sink(cc.connect(dsn()), table, columns=COLUMNS, batch_size=batch_size)
         started = time.perf_counter()
