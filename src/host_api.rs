@@ -6,7 +6,9 @@
 
 pub use crate::client::request::OPERATION_HEADER;
 pub use crate::client::retry::backoff;
-pub use crate::client::{ConnectionOptions, Endpoint, Error, ErrorKind, Redactor, ServerError};
+pub use crate::client::{
+    Compression, ConnectionOptions, Endpoint, Error, ErrorKind, Redactor, ServerError,
+};
 pub use crate::hex::hex;
 pub use crate::state::{check_new_id, escape_id, LockEngineChoice, State};
 

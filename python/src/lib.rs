@@ -19,6 +19,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
 use clickhouse_component::client::{ConnectionOptions, Endpoint, Error, ErrorKind, Redactor};
+use clickhouse_component::host_api::{Compression as CoreCompression, LockEngineChoice};
 use clickhouse_component::sink::encode::{self, Value as JsonValue};
 use clickhouse_component_host::config::HostArgs;
 use clickhouse_component_host::runtime::runner_message;
@@ -348,21 +349,11 @@ impl NativeStore {
         retries: Option<u32>,
         cluster: Option<String>,
     ) -> PyResult<NativeStore> {
-        let lock_engine = match lock_engine.as_deref() {
-            None => None,
-            Some("auto") => Some(LockEngine::Auto),
-            Some("keeper-map") => Some(LockEngine::KeeperMap),
-            Some("merge-tree") => Some(LockEngine::MergeTree),
-            Some(other) => {
-                return Err(invalid(
-                    py,
-                    format!(
-                        "lock_engine must be auto, keeper-map or merge-tree, not '{}'",
-                        other.escape_debug()
-                    ),
-                ))
-            }
-        };
+        // The component's own parser: one spelling rule for the CLI, Python and the host.
+        let lock_engine = lock_engine
+            .map(|e| e.parse::<LockEngineChoice>().map(LockEngine::from))
+            .transpose()
+            .map_err(|e| invalid(py, format!("lock_engine: {}", e.message)))?;
         let options = StoreOptions {
             database,
             table,
@@ -699,7 +690,7 @@ fn each_value(
     let iter = rows
         .try_iter()
         .map_err(|_| "rows must be a list of dicts".to_string())?;
-    for (index, row) in iter.enumerate() {
+    for (index, row) in (1..).zip(iter) {
         let row = row.map_err(|e| e.to_string())?;
         let Ok(dict) = row.cast::<PyDict>() else {
             return Err(format!("row {index} is not a dict"));
@@ -766,6 +757,20 @@ fn to_rows(py: Python<'_>, rows: &Bound<'_, PyAny>) -> Result<Rows, String> {
     Ok(Rows::Typed(out))
 }
 
+/// A refused row of a `send` as the caller gave it: the component names a `send-json` line
+/// `line N` (from 1); the rows of a list are `row N`, as the typed path names them.
+fn as_rows(e: CallError) -> CallError {
+    match e {
+        CallError::Component(mut e) => {
+            if let Some(rest) = e.message.strip_prefix("line ") {
+                e.message = format!("row {rest}");
+            }
+            CallError::Component(e)
+        }
+        other => other,
+    }
+}
+
 /// An open table sink (`sink` resource) in an instance of its own.
 #[pyclass(frozen, module = "clickhouse_component._native")]
 struct NativeSink {
@@ -790,22 +795,10 @@ impl NativeSink {
         retries: Option<u32>,
         compression: Option<String>,
     ) -> PyResult<NativeSink> {
-        let compression = match compression.as_deref() {
-            None => None,
-            Some("none") => Some(Compression::None),
-            Some("lz4") => Some(Compression::Lz4),
-            Some("zstd") => Some(Compression::Zstd),
-            Some("gzip") => Some(Compression::Gzip),
-            Some(other) => {
-                return Err(invalid(
-                    py,
-                    format!(
-                        "compression must be none, lz4, zstd or gzip, not '{}'",
-                        other.escape_debug()
-                    ),
-                ))
-            }
-        };
+        let compression = compression
+            .map(|c| c.parse::<CoreCompression>().map(Compression::from))
+            .transpose()
+            .map_err(|e| invalid(py, format!("compression: {}", e.message)))?;
         let options = SinkOptions {
             table,
             columns,
@@ -834,7 +827,7 @@ impl NativeSink {
         call(py, &self.session, &self.redactor, move |i| {
             Box::pin(async move {
                 Ok(receipt(match &rows {
-                    Rows::Json(json) => i.sink_send_json(s, json).await?,
+                    Rows::Json(json) => i.sink_send_json(s, json).await.map_err(as_rows)?,
                     Rows::Typed(rows) => i.sink_send(s, rows).await?,
                 }))
             })

@@ -147,6 +147,14 @@ pub enum Compression {
     Gzip,
 }
 
+impl std::str::FromStr for Compression {
+    type Err = Error;
+    /// [`Compression::parse`].
+    fn from_str(s: &str) -> Result<Self, Error> {
+        Compression::parse(s)
+    }
+}
+
 impl Compression {
     /// Every method, in the order the option lists them.
     pub const ALL: [Compression; 4] = [

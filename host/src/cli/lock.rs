@@ -28,7 +28,6 @@ use clickhouse_component::host_api::backoff;
 use clickhouse_component::host_api::cli::sanitize;
 use clickhouse_component::host_api::cli::LockArgs;
 use clickhouse_component::host_api::cli::{GlobalArgs, StoreArgs};
-use clickhouse_component::host_api::LockEngineChoice;
 use clickhouse_component::host_api::{Error, ErrorKind};
 use clickhouse_component_host::config::{withheld_credentials, HostArgs};
 use clickhouse_component_host::{
@@ -63,11 +62,7 @@ fn store_options(store: &StoreArgs) -> Result<StoreOptions, CallError> {
         lock_timeout_ms: ms(o.lock.timeout),
         lock_retry_ms: ms(o.lock.retry),
         stale_after_ms: ms(o.lock.stale_after),
-        lock_engine: Some(match o.lock_engine {
-            LockEngineChoice::Auto => LockEngine::Auto,
-            LockEngineChoice::KeeperMap => LockEngine::KeeperMap,
-            LockEngineChoice::MergeTree => LockEngine::MergeTree,
-        }),
+        lock_engine: Some(LockEngine::from(o.lock_engine)),
         retries: Some(o.retries),
         cluster: o.cluster,
     })
