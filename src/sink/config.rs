@@ -89,7 +89,8 @@ impl SinkConfig {
                 "0".to_string(),
             ),
             // A date or time out of its column's range is an error, not clamped or wrapped
-            // (in the column's time zone, which only the server knows): see `super::native`'s `in_range`.
+            // (in the column's time zone, which only the server knows): see
+            // `super::native`'s `in_range`.
             (
                 "date_time_overflow_behavior".to_string(),
                 "throw".to_string(),
