@@ -53,7 +53,11 @@ pub fn decode_answer(mut answer: HttpResponse) -> Result<HttpResponse, Transport
             format!("the lz4 answer {how}; the answer was whole, so something between the component and ClickHouse altered it (not retried)"),
         )
     };
-    if success && answer.body != [0, 0, 0, 0] && !answer.body.starts_with(&LZ4_MAGIC) {
+    if success
+        && !answer.body.is_empty()
+        && answer.body != [0, 0, 0, 0]
+        && !answer.body.starts_with(&LZ4_MAGIC)
+    {
         return Err(broken(
             "is not an lz4 frame (it does not start with the lz4 magic number)",
         ));
@@ -407,6 +411,9 @@ mod tests {
         // ... and ClickHouse's LZ4 writer's empty answer: the end mark alone.
         let bare = decode_answer(answer(200, Some("lz4"), vec![0, 0, 0, 0])).unwrap();
         assert!(bare.body.is_empty());
+        // ... and no body at all.
+        let none = decode_answer(answer(200, Some("lz4"), Vec::new())).unwrap();
+        assert!(none.body.is_empty());
         let err = decode_answer(answer(200, Some("gzip"), wire.clone())).unwrap_err();
         assert!(err.detail.contains("'gzip'"), "{}", err.detail);
         // An error answer keeps what decodes (its body is read only in part), or says it does

@@ -257,13 +257,16 @@ impl<'a> Cursor<'a> {
         Err(refuse(&self.s[start..], "an unterminated string"))
     }
 
+    /// Four hex digits, exactly (no sign: `u32::from_str_radix` would take `+041`).
     fn hex4(&mut self) -> Result<u32, Refusal> {
         let digits = self
             .s
             .get(self.at..self.at + 4)
+            .filter(|d| d.iter().all(u8::is_ascii_hexdigit))
             .ok_or_else(|| self.malformed())?;
-        let text = std::str::from_utf8(digits).map_err(|_| self.malformed())?;
-        let v = u32::from_str_radix(text, 16).map_err(|_| self.malformed())?;
+        let v = digits
+            .iter()
+            .fold(0, |v, d| v << 4 | (*d as char).to_digit(16).unwrap_or(0));
         self.at += 4;
         Ok(v)
     }
@@ -1311,9 +1314,10 @@ impl Block {
             columns: columns
                 .into_iter()
                 .map(|(name, ty)| {
-                    let mut key = b"\"".to_vec();
-                    key.extend_from_slice(name.as_bytes());
-                    key.push(b'"');
+                    // The key as JSON writes it (escaped), so the quick compare of a row's
+                    // key text never takes a quote or backslash of the name as the key's end.
+                    let mut key = Vec::new();
+                    super::encode::write_json_string(&mut key, name.as_bytes());
                     BlockColumn {
                         name: name.to_string(),
                         key,
@@ -1641,6 +1645,27 @@ mod tests {
                 !has_string_special(u64::from_le_bytes([fill; 8])),
                 "{fill:#x}"
             );
+        }
+    }
+
+    #[test]
+    fn keys_and_escapes_are_read_as_json_writes_them() {
+        // A column name with a quote or a backslash: its key matches only as JSON escapes it.
+        let mut b = block(&[("a\"b", "UInt8"), ("c\\", "UInt8")]);
+        b.push_row(br#"{"a\"b":1,"c\\":2}"#).unwrap();
+        b.push_row(br#"{"c\\":2,"a\u0022b":1}"#).unwrap();
+        for bad in [&br#"{"a"b":1,"c\\":2}"#[..], br#"{"a\"b":1,"c\":2}"#] {
+            assert!(b.push_row(bad).is_err(), "{}", String::from_utf8_lossy(bad));
+        }
+        // \u takes four hex digits, no sign.
+        let mut b = block(&[("s", "String")]);
+        assert!(b.push_row(br#"{"s":"\u0041"}"#).is_ok());
+        for bad in [
+            r#"{"s":"\u+041"}"#,
+            r#"{"s":"\u-041"}"#,
+            r#"{"s":"\u 041"}"#,
+        ] {
+            assert!(b.push_row(bad.as_bytes()).is_err(), "{bad}");
         }
     }
 
