@@ -1,8 +1,8 @@
 """Benchmark helper: the benchmark's events into ClickHouse from Python, three ways.
 
 Usage (CLICKHOUSE_URL / _USER / _PASSWORD set):
-    python onestep_bench.py onestep-clickhouse TABLE ROWS BATCH_SIZE   # in .venv-bench
-    python onestep_bench.py plugin TABLE ROWS BATCH_SIZE               # in .venv-plugin
+    python onestep_bench.py onestep-clickhouse TABLE ROWS BATCH_SIZE [SHAPE]   # in .venv-bench
+    python onestep_bench.py plugin TABLE ROWS BATCH_SIZE [SHAPE]               # in .venv-plugin
     python onestep_bench.py send-json TABLE FILE BATCH_SIZE            # in .venv-plugin
 
 - `onestep-clickhouse`: onestep-clickhouse 0.1.1's table sink, one `send` of every row as dicts
@@ -12,8 +12,9 @@ Usage (CLICKHOUSE_URL / _USER / _PASSWORD set):
   (`clickhouse_component.onestep`, the wheel; the sink's default compression, lz4);
 - `send-json`: the wheel's `Sink.send_json` of the NDJSON file's bytes, in one call.
 
-BENCH_SHAPE=mixed sends the typed section's 6-column rows (id, at, kind, amount Decimal(18, 2),
-tags Array(String), note) instead of the events (docs/benchmarks.md, "The typed sink").
+A fifth argument `mixed` sends the typed section's 6-column rows (id, at, kind, amount
+Decimal(18, 2), tags Array(String), note) instead of the events (`events`, the default;
+docs/benchmarks.md, "The typed sink").
 
 Prints one JSON line: {"rows": N, "seconds": S, "path": P}. Building the rows and reading the file
 are not timed.
@@ -27,7 +28,7 @@ import os
 import sys
 import time
 
-SHAPE = os.environ.get("BENCH_SHAPE", "events")
+SHAPE = sys.argv[5] if len(sys.argv) > 5 else "events"
 COLUMNS = (
     ["id", "at", "kind", "amount", "tags", "note"]
     if SHAPE == "mixed"

@@ -303,25 +303,13 @@ fn events_table(sql: &Sql, name: &str) -> String {
     format!("{db}.{name}")
 }
 
-/// `rows` events as NDJSON, cut into batches of `batch` rows.
+/// `rows` events as NDJSON ([`typed::event_line`]), cut into batches of `batch` rows.
 fn event_batches(rows: usize, batch: usize) -> Vec<Vec<u8>> {
-    let payload = "p".repeat(64);
     let mut batches = Vec::new();
     let mut current = Vec::new();
     for n in 0..rows {
-        let ms = n as u64;
-        current.extend_from_slice(
-            format!(
-                "{{\"event_id\":\"ev-{n:07}\",\"seq\":{},\"occurred_at\":\"2026-11-29 {:02}:{:02}:{:02}.{:03}\",\"kind\":\"k{}\",\"payload\":\"{payload}\"}}\n",
-                1_000_000_000_000u64 + n as u64,
-                10 + ms / 3_600_000,
-                (ms / 60_000) % 60,
-                (ms / 1000) % 60,
-                ms % 1000,
-                n % 7
-            )
-            .as_bytes(),
-        );
+        current.extend_from_slice(typed::event_line(n).as_bytes());
+        current.push(b'\n');
         if (n + 1) % batch == 0 {
             batches.push(std::mem::take(&mut current));
         }
@@ -347,14 +335,22 @@ struct Measured {
     wire_bytes: Option<usize>,
 }
 
-/// The native client's INSERT of `body` (the statement the sink sends, the sink's settings),
-/// built before timing: compression (when asked) is not part of the measured time.
-fn native_insert(sql: &Sql, table: &str, body: Vec<u8>, compression: Compression) -> HttpRequest {
+/// The native client's INSERT of `body` into `columns` in `format` (the statement the sink
+/// sends, the sink's settings), built before timing: compression (when asked) is not part of
+/// the measured time.
+fn native_insert(
+    sql: &Sql,
+    table: &str,
+    columns: &[&str],
+    format: &str,
+    body: Vec<u8>,
+    compression: Compression,
+) -> HttpRequest {
     let (db, t) = table.split_once('.').unwrap();
     // The same statement the sink sends: the column list backquoted (no parameters there).
-    let column_list: Vec<String> = EVENT_COLUMNS.iter().map(|c| quote_identifier(c)).collect();
+    let column_list: Vec<String> = columns.iter().map(|c| quote_identifier(c)).collect();
     let insert = format!(
-        "INSERT INTO {{db:Identifier}}.{{t:Identifier}} ({}) FORMAT JSONEachRow",
+        "INSERT INTO {{db:Identifier}}.{{t:Identifier}} ({}) FORMAT {format}",
         column_list.join(", ")
     );
     let q = Query::write("bench", insert)
@@ -525,7 +521,16 @@ async fn bench_sink(title: &str, rows: usize, batch: usize, embedded: bool) {
         let table = events_table(&sql, &format!("native_{}", method.name()));
         let requests: Vec<HttpRequest> = batches
             .iter()
-            .map(|b| native_insert(&sql, &table, b.clone(), method))
+            .map(|b| {
+                native_insert(
+                    &sql,
+                    &table,
+                    &EVENT_COLUMNS,
+                    "JSONEachRow",
+                    b.clone(),
+                    method,
+                )
+            })
             .collect();
         let bytes = requests.iter().map(|r| r.body.len()).sum();
         let seconds = native_posts(&sql, &requests);
@@ -540,7 +545,14 @@ async fn bench_sink(title: &str, rows: usize, batch: usize, embedded: bool) {
         });
     }
     let table = events_table(&sql, "native_whole");
-    let whole = [native_insert(&sql, &table, all.clone(), Compression::None)];
+    let whole = [native_insert(
+        &sql,
+        &table,
+        &EVENT_COLUMNS,
+        "JSONEachRow",
+        all.clone(),
+        Compression::None,
+    )];
     let seconds = native_posts(&sql, &whole);
     assert_eq!(count_rows(&sql, &table), rows as u64);
     results.push(Measured {
@@ -565,7 +577,9 @@ async fn bench_sink(title: &str, rows: usize, batch: usize, embedded: bool) {
     ];
     for (venv, mode, name, what) in python_paths {
         let table = events_table(&sql, name);
-        if let Some((seconds, path)) = python_bench(server, venv, mode, &table, &what, batch) {
+        if let Some((seconds, path)) =
+            python_bench(server, venv, mode, &table, &what, batch, "events")
+        {
             assert_eq!(count_rows(&sql, &table), rows as u64);
             results.push(Measured {
                 path,
@@ -627,8 +641,10 @@ async fn bench_sink(title: &str, rows: usize, batch: usize, embedded: bool) {
     }
 }
 
-/// Runs benches/onestep_bench.py MODE in `venv` (skipped, with a note, when that venv is not
-/// there: `make bench` makes both); returns its seconds and the path's name.
+/// Runs benches/onestep_bench.py MODE in `venv` with the rows of `shape` (`events`, or the
+/// typed section's `mixed`), skipped with a note when that venv is not there (`make bench`
+/// makes both); returns the seconds of its send (building the rows is not timed) and the
+/// path's name.
 fn python_bench(
     server: &clickhouse_component_tests::Server,
     venv: &str,
@@ -636,6 +652,7 @@ fn python_bench(
     table: &str,
     what: &str,
     batch: usize,
+    shape: &str,
 ) -> Option<(f64, String)> {
     let root = clickhouse_component_tests::repo_root();
     let python = root.join(venv).join("bin/python");
@@ -647,7 +664,7 @@ fn python_bench(
         server,
         &python,
         "benches/onestep_bench.py",
-        &[mode, table, what, &batch.to_string()],
+        &[mode, table, what, &batch.to_string(), shape],
     );
     Some((
         v["seconds"].as_f64().unwrap(),

@@ -12,12 +12,14 @@ use std::process::Command;
 use std::time::Instant;
 
 use clickhouse_component::client::sql::quote_identifier;
-use clickhouse_component::client::{Compression, HttpRequest, Query};
+use clickhouse_component::client::{Compression, HttpRequest};
 use clickhouse_component::sink::columns::TableColumns;
 use clickhouse_component::sink::encode::encode_json;
 use clickhouse_component::sink::types::Type;
 use clickhouse_component_tests::native::Sql;
-use clickhouse_component_tests::{clickhouse, repo_root, unique_name, Server};
+use clickhouse_component_tests::{clickhouse, unique_name, Server};
+
+use super::{count_rows, native_insert, python_bench};
 
 /// A table shape: its columns (name, type) and its rows as NDJSON lines.
 struct Shape {
@@ -64,7 +66,8 @@ fn moment(n: usize) -> String {
     )
 }
 
-fn event_line(n: usize) -> String {
+/// Event `n` as one NDJSON line (also the `sink` section's rows).
+pub(crate) fn event_line(n: usize) -> String {
     format!(
         "{{\"event_id\":\"ev-{n:07}\",\"seq\":{},\"occurred_at\":\"{}\",\"kind\":\"k{}\",\"payload\":\"{}\"}}",
         1_000_000_000_000u64 + n as u64,
@@ -110,14 +113,6 @@ fn table(sql: &Sql, shape: &Shape, name: &str) -> String {
         &[("db", &db), ("t", name)],
     );
     format!("{db}.{name}")
-}
-
-fn count(sql: &Sql, table: &str) -> u64 {
-    let (db, t) = table.split_once('.').unwrap();
-    sql.count(
-        "SELECT count() FROM {db:Identifier}.{t:Identifier}",
-        &[("db", db), ("t", t)],
-    )
 }
 
 /// CPU seconds (user + system) the local ClickHouse's process has used so far: the process
@@ -212,30 +207,6 @@ fn cli_run(server: &Server, table: &str, batch: usize, input: &Path, extra: &[&s
     (user + system, v[n - 1].parse().unwrap())
 }
 
-/// The INSERT of one prebuilt batch body in `format`, with the sink's statement and settings.
-fn insert(sql: &Sql, table: &str, shape: &Shape, format: &str, body: Vec<u8>) -> HttpRequest {
-    let (db, t) = table.split_once('.').unwrap();
-    let column_list: Vec<String> = shape
-        .columns
-        .iter()
-        .map(|(c, _)| quote_identifier(c))
-        .collect();
-    let q = Query::write(
-        "bench",
-        format!(
-            "INSERT INTO {{db:Identifier}}.{{t:Identifier}} ({}) FORMAT {format}",
-            column_list.join(", ")
-        ),
-    )
-    .param("db", db)
-    .param("t", t)
-    .setting("input_format_null_as_default", "0")
-    .setting("input_format_skip_unknown_fields", "0")
-    .data(body)
-    .compress(Compression::None);
-    sql.client().prepare(q).unwrap()
-}
-
 /// Each batch as one Native block, made by the sink's own reader and encoder (natively,
 /// before timing): the bytes a client that encodes Native sends.
 fn native_bodies(shape: &Shape, batches: &[Vec<u8>], zone: &str) -> Vec<Vec<u8>> {
@@ -260,42 +231,6 @@ fn native_bodies(shape: &Shape, batches: &[Vec<u8>], zone: &str) -> Vec<Vec<u8>>
         .collect()
 }
 
-/// benches/onestep_bench.py MODE for `shape` in `venv` (skipped when the venv is not there):
-/// the path's name and the seconds of its send (the script times it; building the rows is
-/// not timed).
-fn python(
-    server: &Server,
-    venv: &str,
-    mode: &str,
-    shape: &Shape,
-    table: &str,
-    rows: usize,
-    batch: usize,
-) -> Option<(String, f64)> {
-    let python = repo_root().join(venv).join("bin/python");
-    if !python.exists() {
-        eprintln!("(no {}: `make bench` makes it)", python.display());
-        return None;
-    }
-    let out = server
-        .export_to(&mut Command::new(&python))
-        .env("BENCH_SHAPE", shape.name)
-        .arg(repo_root().join("benches/onestep_bench.py"))
-        .args([mode, table, &rows.to_string(), &batch.to_string()])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "onestep_bench.py {mode}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    Some((
-        v["path"].as_str().unwrap().to_string(),
-        v["seconds"].as_f64().unwrap(),
-    ))
-}
-
 /// The section: both shapes at both batch sizes.
 pub fn bench_typed(rows: usize) {
     let server = clickhouse();
@@ -307,6 +242,7 @@ pub fn bench_typed(rows: usize) {
         .unwrap_or("UTC")
         .to_string();
     for shape in &SHAPES {
+        let names: Vec<&str> = shape.columns.iter().map(|(n, _)| *n).collect();
         let text: Vec<String> = (0..rows).map(shape.line).collect();
         for batch in [10_000, 100_000] {
             let batches: Vec<Vec<u8>> = text
@@ -341,7 +277,7 @@ pub fn bench_typed(rows: usize) {
                 let t = table(&sql, shape, "cli");
                 let (client, seconds, server_cpu) =
                     measure(&cpu, || cli_run(server, &t, batch, &input, extra));
-                assert_eq!(count(&sql, &t), rows as u64);
+                assert_eq!(count_rows(&sql, &t), rows as u64);
                 results.push(Measured {
                     path: path.into(),
                     seconds,
@@ -365,14 +301,14 @@ pub fn bench_typed(rows: usize) {
                 let t = table(&sql, shape, "raw");
                 let requests: Vec<HttpRequest> = bodies
                     .iter()
-                    .map(|b| insert(&sql, &t, shape, format, b.clone()))
+                    .map(|b| native_insert(&sql, &t, &names, format, b.clone(), Compression::None))
                     .collect();
                 let ((), seconds, server_cpu) = measure(&cpu, || {
                     for r in &requests {
                         sql.client().send(r).unwrap();
                     }
                 });
-                assert_eq!(count(&sql, &t), rows as u64);
+                assert_eq!(count_rows(&sql, &t), rows as u64);
                 results.push(Measured {
                     path: path.into(),
                     seconds,
@@ -386,12 +322,13 @@ pub fn bench_typed(rows: usize) {
             ] {
                 let t = table(&sql, shape, "py");
                 // The server's CPU around the whole script (it only inserts).
-                let (timed, _, server_cpu) =
-                    measure(&cpu, || python(server, venv, mode, shape, &t, rows, batch));
-                let Some((path, seconds)) = timed else {
+                let (timed, _, server_cpu) = measure(&cpu, || {
+                    python_bench(server, venv, mode, &t, &rows.to_string(), batch, shape.name)
+                });
+                let Some((seconds, path)) = timed else {
                     continue;
                 };
-                assert_eq!(count(&sql, &t), rows as u64);
+                assert_eq!(count_rows(&sql, &t), rows as u64);
                 results.push(Measured {
                     path,
                     seconds,
