@@ -14,7 +14,7 @@ use clap::Args;
 use serde::de::{DeserializeSeed, SeqAccess, Visitor};
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
-use serde_json::{json, Map, Value};
+use serde_json::{json, Map};
 use sha2::{Digest, Sha256};
 
 use crate::client::retry::DEFAULT_RETRIES;
@@ -22,6 +22,7 @@ use crate::client::{Client, Compression, Error, ErrorKind, Query, Transport};
 use crate::hex::hex;
 use crate::platform::Platform;
 use crate::sink::encode::MAX_ROW_BYTES;
+use crate::sink::native::{array_elements, object_keys_until};
 use crate::sink::{Receipt, Sink, SinkOptions, StartedSend};
 use crate::state::{State, StateStore};
 
@@ -71,19 +72,27 @@ fn parse_compression(text: &str) -> Result<Compression, String> {
     Compression::parse(text).map_err(|e| e.message)
 }
 
-/// The first row's keys, in order (for `--columns` left out).
+/// The first row's keys, in order (for `--columns` left out), read by the sink's own reader;
+/// `None` when the first row is not an object of distinct keys (the sink then says why).
 fn first_row_keys(batch: &[u8]) -> Option<Vec<String>> {
-    let text = std::str::from_utf8(batch).ok()?;
-    let first = if text.starts_with('[') {
-        let items: Vec<&RawValue> = serde_json::from_str(text).ok()?;
-        items.first()?.get().to_string()
+    let first = if batch.first() == Some(&b'[') {
+        let (a, b) = *array_elements(batch).ok()?.first()?;
+        &batch[a..b]
     } else {
-        text.lines().find(|l| !l.trim().is_empty())?.to_string()
+        batch
+            .split(|b| *b == b'\n')
+            .find(|line| !line.iter().all(u8::is_ascii_whitespace))?
     };
-    match serde_json::from_str::<Value>(&first).ok()? {
-        Value::Object(map) if !map.is_empty() => Some(map.keys().cloned().collect()),
-        _ => None,
-    }
+    let (keys, None) = object_keys_until(first) else {
+        return None;
+    };
+    let keys: Vec<String> = keys
+        .into_iter()
+        .map(String::from_utf8)
+        .collect::<Result<_, _>>()
+        .ok()?;
+    let distinct = keys.iter().enumerate().all(|(n, k)| !keys[..n].contains(k));
+    (!keys.is_empty() && distinct).then_some(keys)
 }
 
 /// The key of a checkpoint in its state's completed part.
@@ -1183,6 +1192,18 @@ mod tests {
         let mut input = Endless(std::io::Cursor::new(b"{\"a\":1}\n{".to_vec()));
         let e = read_ndjson_from(&mut input, 5, None, |_, _, _| Ok(())).unwrap_err();
         assert!(e.message.starts_with("line 2 is over"), "{}", e.message);
+    }
+
+    #[test]
+    fn the_first_rows_keys_name_the_columns() {
+        let keys = |b: &str| first_row_keys(b.as_bytes());
+        let ab = Some(vec!["a".to_string(), "b".to_string()]);
+        assert_eq!(keys("\n  \n{\"a\":1,\"b\":[2]}\n{\"c\":3}\n"), ab);
+        assert_eq!(keys("[{\"a\":1,\"b\":{}},{\"c\":3}]"), ab);
+        // Not an object of distinct keys: left to the sink, which says why.
+        for bad in ["{}", "{\"a\":1,\"a\":2}", "[1]", "{\"a\":", "[]"] {
+            assert_eq!(keys(bad), None, "{bad}");
+        }
     }
 
     #[test]
