@@ -148,14 +148,29 @@ export class Sink {
     };
     return new Sink(call(() => tableSink.Sink.open(conn, options)));
   }
-  /** Sends plain objects; returns the receipt { rows, chunks, writtenRows, ... } (numbers). */
-  send(rows) {
-    return this.sendJson(rows.map(rowJson).join('\n'));
+  /**
+   * Makes the sink resumable (needs dedup): its progress is kept in the state store
+   * (store: { database, table, cluster, ... } as for StateStore.open) under the state id
+   * `checkpoint`. Returns the position of the last acknowledged send (undefined before the
+   * first): continue the source from there and give every send the position its rows end at.
+   * A send in flight when a process stopped must be sent again first (docs/sink.md).
+   */
+  resume(checkpoint, store = {}) {
+    return call(() => this.#sink.resume(checkpoint, store));
   }
-  /** Sends NDJSON or a JSON array (string or bytes). */
-  sendJson(data) {
+  /**
+   * Sends plain objects; returns the receipt { rows, chunks, writtenRows, ... } (numbers).
+   * A resumable sink needs { position }: where the rows end in the caller's source.
+   */
+  send(rows, { position } = {}) {
+    return this.sendJson(rows.map(rowJson).join('\n'), { position });
+  }
+  /** Sends NDJSON or a JSON array (string or bytes); { position } as for send. */
+  sendJson(data, { position } = {}) {
     const bytes = typeof data === 'string' ? new TextEncoder().encode(data) : data;
-    const r = call(() => this.#sink.sendJson(bytes));
+    const r = call(() =>
+      position === undefined ? this.#sink.sendJson(bytes) : this.#sink.sendJsonAt(bytes, position),
+    );
     return {
       rows: Number(r.rows),
       chunks: r.chunks,

@@ -78,6 +78,8 @@ impl SinkGuest for Component {
 /// The `sink` resource.
 struct SinkResource {
     sink: RefCell<Sink<WasiHttpTransport, WasiPlatform>>,
+    /// For the checkpoint's store ([`GuestSink::resume`]).
+    connection: Connection,
 }
 
 impl GuestSink for SinkResource {
@@ -94,21 +96,15 @@ impl GuestSink for SinkResource {
                 .map(Compression::from)
                 .unwrap_or_default(),
         };
-        let sink = Sink::open(client(connection)?, WasiPlatform, &options)?;
+        let sink = Sink::open(client(connection.clone())?, WasiPlatform, &options)?;
         Ok(wit_sink::Sink::new(SinkResource {
             sink: RefCell::new(sink),
+            connection,
         }))
     }
 
     fn send(&self, rows: Vec<Vec<(String, WitValue)>>) -> Result<WitReceipt, WitError> {
-        let rows: Vec<sink::Row> = rows
-            .into_iter()
-            .map(|row| {
-                row.into_iter()
-                    .map(|(k, v)| (k, from_wit_value(v)))
-                    .collect()
-            })
-            .collect();
+        let rows = from_wit_rows(rows);
         self.sink
             .borrow()
             .send(&rows)
@@ -124,9 +120,49 @@ impl GuestSink for SinkResource {
             .map_err(WitError::from)
     }
 
-    fn close(&self) {
-        self.sink.borrow_mut().close();
+    fn resume(
+        &self,
+        checkpoint: String,
+        store: WitStoreOptions,
+    ) -> Result<Option<String>, WitError> {
+        let sink = self.sink.borrow();
+        let store = StateStore::open(
+            client(self.connection.clone())?,
+            WasiPlatform,
+            &store_options(store),
+        )?;
+        Ok(sink.resume(store, &checkpoint)?)
     }
+
+    fn send_at(
+        &self,
+        rows: Vec<Vec<(String, WitValue)>>,
+        position: String,
+    ) -> Result<WitReceipt, WitError> {
+        let rows = from_wit_rows(rows);
+        let receipt = self.sink.borrow().send_at(&rows, &position)?;
+        Ok(to_wit_receipt(receipt))
+    }
+
+    fn send_json_at(&self, data: Vec<u8>, position: String) -> Result<WitReceipt, WitError> {
+        let receipt = self.sink.borrow().send_json_at(&data, &position)?;
+        Ok(to_wit_receipt(receipt))
+    }
+
+    fn close(&self) {
+        // Best effort (see the WIT): a failed last write costs a resend, which tokens absorb.
+        let _ = self.sink.borrow_mut().close();
+    }
+}
+
+fn from_wit_rows(rows: Vec<Vec<(String, WitValue)>>) -> Vec<sink::Row> {
+    rows.into_iter()
+        .map(|row| {
+            row.into_iter()
+                .map(|(k, v)| (k, from_wit_value(v)))
+                .collect()
+        })
+        .collect()
 }
 
 fn from_wit_value(v: WitValue) -> sink::Value {
@@ -157,6 +193,31 @@ fn to_wit_receipt(r: sink::Receipt) -> WitReceipt {
     }
 }
 
+/// The core's store options for the WIT's (defaults for what is left out).
+fn store_options(options: WitStoreOptions) -> StoreOptions {
+    let defaults = StoreOptions::default();
+    let ms =
+        |v: Option<u32>, d: Duration| v.map(|ms| Duration::from_millis(ms.into())).unwrap_or(d);
+    StoreOptions {
+        database: options.database.unwrap_or(defaults.database),
+        table: options.table.unwrap_or(defaults.table),
+        lock_table: options.lock_table,
+        create_schema: options.create_schema.unwrap_or(defaults.create_schema),
+        lock_engine: match options.lock_engine {
+            None | Some(WitLockEngine::Auto) => LockEngineChoice::Auto,
+            Some(WitLockEngine::KeeperMap) => LockEngineChoice::KeeperMap,
+            Some(WitLockEngine::MergeTree) => LockEngineChoice::MergeTree,
+        },
+        lock: LockOptions {
+            timeout: ms(options.lock_timeout_ms, defaults.lock.timeout),
+            retry: ms(options.lock_retry_ms, defaults.lock.retry),
+            stale_after: ms(options.stale_after_ms, defaults.lock.stale_after),
+        },
+        cluster: options.cluster,
+        retries: options.retries.unwrap_or(defaults.retries),
+    }
+}
+
 type CoreStore = StateStore<WasiHttpTransport, WasiPlatform>;
 
 impl StateGuest for Component {
@@ -174,27 +235,7 @@ impl GuestStore for StoreResource {
         connection: Connection,
         options: WitStoreOptions,
     ) -> Result<wit_state::Store, WitError> {
-        let defaults = StoreOptions::default();
-        let ms =
-            |v: Option<u32>, d: Duration| v.map(|ms| Duration::from_millis(ms.into())).unwrap_or(d);
-        let options = StoreOptions {
-            database: options.database.unwrap_or(defaults.database),
-            table: options.table.unwrap_or(defaults.table),
-            lock_table: options.lock_table,
-            create_schema: options.create_schema.unwrap_or(defaults.create_schema),
-            lock_engine: match options.lock_engine {
-                None | Some(WitLockEngine::Auto) => LockEngineChoice::Auto,
-                Some(WitLockEngine::KeeperMap) => LockEngineChoice::KeeperMap,
-                Some(WitLockEngine::MergeTree) => LockEngineChoice::MergeTree,
-            },
-            lock: LockOptions {
-                timeout: ms(options.lock_timeout_ms, defaults.lock.timeout),
-                retry: ms(options.lock_retry_ms, defaults.lock.retry),
-                stale_after: ms(options.stale_after_ms, defaults.lock.stale_after),
-            },
-            cluster: options.cluster,
-            retries: options.retries.unwrap_or(defaults.retries),
-        };
+        let options = store_options(options);
         let store = StateStore::open(client(connection)?, WasiPlatform, &options)?;
         Ok(wit_state::Store::new(StoreResource {
             store: Rc::new(store),

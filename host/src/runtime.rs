@@ -738,6 +738,55 @@ impl Instance {
         )
     }
 
+    /// `sink.resume`: the checkpoint under `checkpoint` in the store `store` opens; returns
+    /// the position of the last acknowledged send.
+    pub async fn sink_resume(
+        &mut self,
+        sink: SinkHandle,
+        checkpoint: &str,
+        store: &StoreOptions,
+    ) -> Result<Option<String>, CallError> {
+        self.begin_call();
+        let r = self.connector.clickhouse_connector_table_sink().sink();
+        flatten(
+            r.call_resume(&mut self.store, sink.0, checkpoint, store)
+                .await
+                .map_err(|e| self.runner(e))?,
+        )
+    }
+
+    /// `sink.send-at`.
+    pub async fn sink_send_at(
+        &mut self,
+        sink: SinkHandle,
+        rows: &[Vec<(String, Value)>],
+        position: &str,
+    ) -> Result<Receipt, CallError> {
+        self.begin_call();
+        let r = self.connector.clickhouse_connector_table_sink().sink();
+        flatten(
+            r.call_send_at(&mut self.store, sink.0, rows, position)
+                .await
+                .map_err(|e| self.runner(e))?,
+        )
+    }
+
+    /// `sink.send-json-at`.
+    pub async fn sink_send_json_at(
+        &mut self,
+        sink: SinkHandle,
+        data: &[u8],
+        position: &str,
+    ) -> Result<Receipt, CallError> {
+        self.begin_call();
+        let r = self.connector.clickhouse_connector_table_sink().sink();
+        flatten(
+            r.call_send_json_at(&mut self.store, sink.0, data, position)
+                .await
+                .map_err(|e| self.runner(e))?,
+        )
+    }
+
     /// `sink.close` (idempotent); the handle stays valid until [`Instance::drop_sink`].
     pub async fn sink_close(&mut self, sink: SinkHandle) -> Result<(), CallError> {
         self.begin_call();

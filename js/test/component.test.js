@@ -65,6 +65,26 @@ test('sink sends rows and they arrive exactly', async () => {
   sink.close();
 });
 
+test('a resumable sink continues where its checkpoint ends', async () => {
+  await sql(`CREATE DATABASE IF NOT EXISTS ${database}`);
+  await sql(`CREATE TABLE ${database}.resumed (id UInt64) ENGINE = MergeTree ORDER BY id
+    SETTINGS non_replicated_deduplication_window = 100`);
+  const options = { table: `${database}.resumed`, batchSize: 2, dedup: true };
+  const store = { database: `${database}_state` };
+  const first = Sink.open(conn, options);
+  assert.equal(first.resume('job', store), undefined);
+  assert.equal(first.send([{ id: 1 }, { id: 2 }, { id: 3 }], { position: 'after 3' }).rows, 3);
+  assert.throws(() => first.send([{ id: 4 }]),
+    (e) => e.kind === 'invalid-input' && /keeps a checkpoint/.test(e.message));
+  first.close();
+  const next = Sink.open(conn, options);
+  assert.equal(next.resume('job', store), 'after 3');
+  next.send([{ id: 4 }], { position: 'after 4' });
+  next.close();
+  assert.equal(await sql(`SELECT count() FROM ${database}.resumed`), '4\n');
+  await sql(`DROP DATABASE IF EXISTS ${database}_state`);
+});
+
 test('sink compresses with the method asked for', async () => {
   await sql(`CREATE DATABASE IF NOT EXISTS ${database}`);
   await sql(`CREATE TABLE ${database}.packed (id UInt64, name String) ENGINE = MergeTree ORDER BY id`);

@@ -529,23 +529,49 @@ class Sink:
             _str("compression", compression, optional=True),
         )
 
-    def send(self, rows: Iterable[Mapping[str, Any]]) -> Receipt:
+    def resume(
+        self,
+        checkpoint: str,
+        *,
+        database: str | None = None,
+        table: str | None = None,
+        cluster: str | None = None,
+    ) -> str | None:
+        """Makes the sink resumable: its progress is kept in the state store (``database``,
+        ``table``, ``cluster`` as for `StateStore`) under the state id ``checkpoint``.
+        Returns the position of the last acknowledged send (None before the first): continue
+        your source from there, and give every send the position its rows end at
+        (``send(rows, position=...)``). If a send was in flight when a process stopped, the
+        first send must be that one again (same rows, same order), or it is refused. Needs
+        ``dedup=True``. See docs/sink.md, "Resumable sends"."""
+        return self._native.resume(
+            _str("checkpoint", checkpoint),
+            _str("database", database, optional=True),
+            _str("table", table, optional=True),
+            _str("cluster", cluster, optional=True),
+        )
+
+    def send(self, rows: Iterable[Mapping[str, Any]], *, position: str | None = None) -> Receipt:
         """Sends rows, each a dict of column name to value: None, bool, int, float, str,
-        bytes, or a dict/list (sent as JSON). Values are never coerced."""
+        bytes, or a dict/list (sent as JSON). Values are never coerced. A resumable sink
+        (`resume`) needs the ``position`` the rows end at."""
         if isinstance(rows, Mapping):
             raise InvalidInputError("send takes a list of rows (dicts), not one row")
-        return Receipt(*self._native.send(rows))
+        return Receipt(*self._native.send(rows, _str("position", position, optional=True)))
 
-    def send_json(self, data: bytes | bytearray | memoryview) -> Receipt:
+    def send_json(
+        self, data: bytes | bytearray | memoryview, *, position: str | None = None
+    ) -> Receipt:
         """Sends NDJSON (one object per line) or one JSON array of objects, as UTF-8 bytes;
-        each value keeps its exact text."""
+        each value keeps its exact text. A resumable sink (`resume`) needs the ``position``
+        the rows end at."""
         if isinstance(data, str):
             raise InvalidInputError("send_json takes bytes; encode the text as UTF-8")
         if isinstance(data, memoryview):
             data = data.tobytes()
         if not isinstance(data, (bytes, bytearray)):
             raise InvalidInputError(f"send_json takes bytes, not {type(data).__name__}")
-        return Receipt(*self._native.send_json(data))
+        return Receipt(*self._native.send_json(data, _str("position", position, optional=True)))
 
     def close(self) -> None:
         """Closes the sink (later sends raise `InvalidInputError`); idempotent."""

@@ -820,28 +820,76 @@ impl NativeSink {
         })
     }
 
-    /// Sends rows (a list of dicts): validated, chunked, each chunk acknowledged.
-    fn send(&self, py: Python<'_>, rows: &Bound<'_, PyAny>) -> PyResult<ReceiptTuple> {
+    /// Makes the sink resumable (WIT `resume`): its checkpoint under `checkpoint` in the
+    /// state store at `database`.`table` (the store's defaults otherwise); returns the
+    /// position of the last acknowledged send.
+    #[pyo3(signature = (checkpoint, database=None, table=None, cluster=None))]
+    fn resume(
+        &self,
+        py: Python<'_>,
+        checkpoint: String,
+        database: Option<String>,
+        table: Option<String>,
+        cluster: Option<String>,
+    ) -> PyResult<Option<String>> {
+        let s = self.sink;
+        let store = StoreOptions {
+            database,
+            table,
+            cluster,
+            ..Default::default()
+        };
+        call(py, &self.session, &self.redactor, move |i| {
+            Box::pin(async move { i.sink_resume(s, &checkpoint, &store).await })
+        })
+    }
+
+    /// Sends rows (a list of dicts): validated, chunked, each chunk acknowledged; with a
+    /// position, through the checkpoint (`send-at`).
+    #[pyo3(signature = (rows, position=None))]
+    fn send(
+        &self,
+        py: Python<'_>,
+        rows: &Bound<'_, PyAny>,
+        position: Option<String>,
+    ) -> PyResult<ReceiptTuple> {
         let rows = to_rows(py, rows).map_err(|m| invalid(py, m))?;
         let s = self.sink;
         call(py, &self.session, &self.redactor, move |i| {
             Box::pin(async move {
-                Ok(receipt(match &rows {
-                    Rows::Json(json) => i.sink_send_json(s, json).await.map_err(as_rows)?,
-                    Rows::Typed(rows) => i.sink_send(s, rows).await?,
+                let at = position.as_deref();
+                Ok(receipt(match (&rows, at) {
+                    (Rows::Json(json), None) => i.sink_send_json(s, json).await.map_err(as_rows)?,
+                    (Rows::Json(json), Some(at)) => {
+                        i.sink_send_json_at(s, json, at).await.map_err(as_rows)?
+                    }
+                    (Rows::Typed(rows), None) => i.sink_send(s, rows).await?,
+                    (Rows::Typed(rows), Some(at)) => i.sink_send_at(s, rows, at).await?,
                 }))
             })
         })
     }
 
-    /// Sends NDJSON or a JSON array of objects, as bytes.
-    fn send_json(&self, py: Python<'_>, data: &Bound<'_, PyAny>) -> PyResult<ReceiptTuple> {
+    /// Sends NDJSON or a JSON array of objects, as bytes; with a position, through the
+    /// checkpoint (`send-json-at`).
+    #[pyo3(signature = (data, position=None))]
+    fn send_json(
+        &self,
+        py: Python<'_>,
+        data: &Bound<'_, PyAny>,
+        position: Option<String>,
+    ) -> PyResult<ReceiptTuple> {
         let s = self.sink;
         if let Ok(bytes) = data.cast::<PyBytes>() {
             // Immutable and kept alive by the caller for the whole call: no copy.
             let data: &[u8] = bytes.as_bytes();
             return call_with(py, &self.session, &self.redactor, data, move |i, data| {
-                Box::pin(async move { Ok(receipt(i.sink_send_json(s, data).await?)) })
+                Box::pin(async move {
+                    Ok(receipt(match position.as_deref() {
+                        None => i.sink_send_json(s, data).await?,
+                        Some(at) => i.sink_send_json_at(s, data, at).await?,
+                    }))
+                })
             });
         }
         let data: Vec<u8> = if let Ok(b) = data.cast::<PyByteArray>() {
@@ -855,7 +903,12 @@ impl NativeSink {
             ));
         };
         call(py, &self.session, &self.redactor, move |i| {
-            Box::pin(async move { Ok(receipt(i.sink_send_json(s, &data).await?)) })
+            Box::pin(async move {
+                Ok(receipt(match position.as_deref() {
+                    None => i.sink_send_json(s, &data).await?,
+                    Some(at) => i.sink_send_json_at(s, &data, at).await?,
+                }))
+            })
         })
     }
 

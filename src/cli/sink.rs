@@ -12,19 +12,18 @@ use std::path::PathBuf;
 
 use clap::Args;
 use serde::de::{DeserializeSeed, SeqAccess, Visitor};
-use serde::{Deserialize, Serialize};
+use serde_json::json;
 use serde_json::value::RawValue;
-use serde_json::{json, Map};
 use sha2::{Digest, Sha256};
 
 use crate::client::retry::DEFAULT_RETRIES;
-use crate::client::{Client, Compression, Error, ErrorKind, Query, Transport};
+use crate::client::{Client, Compression, Error, ErrorKind, Transport};
 use crate::hex::hex;
 use crate::platform::Platform;
 use crate::sink::encode::MAX_ROW_BYTES;
 use crate::sink::native::{array_elements, object_keys_until};
 use crate::sink::{Receipt, Sink, SinkOptions, StartedSend};
-use crate::state::{State, StateStore};
+use crate::state::StateStore;
 
 use super::{GlobalArgs, Output, Runner, StoreArgs};
 
@@ -95,147 +94,40 @@ fn first_row_keys(batch: &[u8]) -> Option<Vec<String>> {
     (!keys.is_empty() && distinct).then_some(keys)
 }
 
-/// The key of a checkpoint in its state's completed part.
-pub const CHECKPOINT_KEY: &str = "clickhouse_sink_checkpoint";
-
-/// A sink's progress as recorded in the state store: what it was writing, and how far it got.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct Checkpoint {
-    /// The target table, `database.table` (an unqualified `--table` is qualified with the
-    /// connection's current database, so the same table is recognised however it is named).
-    pub table: String,
-    /// The columns of every row (given, or the input's first row's keys).
-    pub columns: Vec<String>,
-    /// Rows per INSERT (the chunks, and so their tokens, depend on it).
-    pub batch_size: u32,
-    /// Input bytes through the last committed batch.
-    pub input_bytes: u64,
-    /// SHA-256 (hex) of those bytes: a rerun on another input is refused.
-    pub input_sha256: String,
-    /// Rows committed, over all runs.
-    pub rows: u64,
-    /// Batches committed, over all runs.
-    pub batches: u64,
-    /// The end (input bytes) of a batch shorter than the batch size that was being sent
-    /// (recorded before sending it): a rerun sends exactly that batch again, whatever was
-    /// appended to the input since, so its token matches.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub in_flight_until: Option<u64>,
+/// The position a `--checkpoint` run gives each batch: the input bytes through the batch and
+/// their SHA-256, as JSON (`{"input_bytes":N,"input_sha256":"..."}`).
+fn position_text(position: &Position) -> String {
+    json!({"input_bytes": position.bytes, "input_sha256": position.sha256}).to_string()
 }
 
-/// `database.table` for a `--table`: as given when qualified, else with the connection's
-/// current database (one read).
-fn qualified_target<T: Transport, P: Platform>(
-    client: &Client<T>,
-    platform: &P,
-    table: &str,
-) -> Result<String, Error> {
-    if table.contains('.') {
-        return Ok(table.to_string());
-    }
-    let query = Query::read("current-database", "SELECT currentDatabase()").format("TabSeparated");
-    let response = crate::client::retry::run(
-        &crate::client::retry::RetryPolicy::default(),
-        platform,
-        None,
-        || client.execute(&query),
-        |e| crate::client::retry::is_worth_retrying(e.kind),
-    )?
-    .value;
-    let database = String::from_utf8_lossy(&response.body)
-        .trim_end_matches('\n')
-        .to_string();
-    Ok(format!("{database}.{table}"))
-}
-
-/// Reads and writes one checkpoint in the state store.
-struct Checkpoints<T: Transport, P: Platform> {
-    store: StateStore<T, P>,
-    id: String,
-}
-
-impl<T: Transport, P: Platform> Checkpoints<T, P> {
-    /// The recorded checkpoint, if any; a state under the id that is not a checkpoint is
-    /// refused (it is never overwritten).
-    fn load(&self) -> Result<Option<Checkpoint>, Error> {
-        let Some(state) = self.store.get(&self.id)? else {
-            return Ok(None);
-        };
-        let not_ours = || {
-            Error::invalid(format!(
-                "state '{}' exists and is not a sink checkpoint: choose another --checkpoint id",
-                crate::state::escape_id(&self.id)
-            ))
-        };
-        if !state.partial.is_empty() || state.completed.len() != 1 {
-            return Err(not_ours());
+/// Where a `--checkpoint` run continues: the committed position, and the end of the batch
+/// that was in flight (sent again exactly); `invalid-input` for a position this command did
+/// not write.
+fn resume_from(committed: Option<&str>, in_flight: Option<&str>) -> Result<Resume, Error> {
+    let read = |text: &str| -> Result<(u64, String), Error> {
+        let value: serde_json::Value = serde_json::from_str(text).unwrap_or_default();
+        match (value["input_bytes"].as_u64(), value["input_sha256"].as_str()) {
+            (Some(bytes), Some(sha)) => Ok((bytes, sha.to_string())),
+            _ => Err(Error::invalid(
+                "the checkpoint was written by another kind of sender (its position is not one of `sink`'s): use another --checkpoint id",
+            )),
         }
-        let value = state.completed.get(CHECKPOINT_KEY).ok_or_else(not_ours)?;
-        serde_json::from_value(value.clone())
-            .map(Some)
-            .map_err(|e| {
-                Error::invalid(format!(
-                    "state '{}' is not a checkpoint this version can read: {e}",
-                    crate::state::escape_id(&self.id)
-                ))
-            })
-    }
-
-    fn save(&self, checkpoint: &Checkpoint) -> Result<(), Error> {
-        let mut completed = Map::new();
-        completed.insert(
-            CHECKPOINT_KEY.to_string(),
-            serde_json::to_value(checkpoint).expect("a checkpoint serializes"),
-        );
-        let state = State {
-            id: self.id.clone(),
-            partial: Map::new(),
-            completed,
-        };
-        // This run is the checkpoint's only writer, and writes it forward.
-        self.store.set_own(&state)
-    }
-}
-
-/// Checks that a recorded checkpoint was written by the same command: same table (`target`,
-/// qualified), batch size and (when given) columns; `invalid-input` naming the difference
-/// otherwise.
-fn check_same_target(
-    saved: &Checkpoint,
-    target: &str,
-    args: &SinkArgs,
-    id: &str,
-) -> Result<(), Error> {
-    let differs = |what: &str, saved: String, now: String| {
-        Err(Error::invalid(format!(
-            "checkpoint '{}' was written for {what} {saved}, not {now}: use another --checkpoint id (or the same {what})",
-            crate::state::escape_id(id)
-        )))
     };
-    if saved.table != target {
-        return differs("table", saved.table.clone(), target.to_string());
-    }
-    if saved.batch_size != args.batch_size {
-        return differs(
-            "batch size",
-            saved.batch_size.to_string(),
-            args.batch_size.to_string(),
-        );
-    }
-    if let Some(columns) = &args.columns {
-        if *columns != saved.columns {
-            return differs("columns", saved.columns.join(","), columns.join(","));
-        }
-    }
-    Ok(())
+    let (bytes, sha256) = match committed {
+        Some(text) => read(text)?,
+        None => (0, hex(&Sha256::new().finalize())),
+    };
+    let cut_at = in_flight.map(read).transpose()?.map(|(bytes, _)| bytes);
+    Ok(Resume {
+        bytes,
+        sha256,
+        cut_at,
+    })
 }
 
 /// Sends batches as they are read; keeps the totals.
 struct Stream<'r, 'a, T: Transport + Clone, P: Platform + Clone> {
     args: &'r SinkArgs,
-    /// The qualified target (for checkpoints).
-    target: String,
     retries: u32,
     client: Option<Client<T>>,
     sink: Option<Sink<T, P>>,
@@ -243,30 +135,15 @@ struct Stream<'r, 'a, T: Transport + Clone, P: Platform + Clone> {
     runner: &'r mut Runner<'a, T, P>,
     started: std::time::Duration,
     last_progress: std::time::Duration,
-    checkpoints: Option<Checkpoints<T, P>>,
-    /// The checkpoint as last written (or read).
-    checkpoint: Option<Checkpoint>,
-    /// The batch on the wire, and where it ends in the input.
-    in_flight: Option<(StartedSend, Option<Position>)>,
+    /// The batch on the wire.
+    in_flight: Option<StartedSend>,
+    /// Batches read (sent or checked).
+    batches: u64,
     /// The first pass over a file: batches are checked, not sent.
     checking: bool,
 }
 
 impl<T: Transport + Clone, P: Platform + Clone> Stream<'_, '_, T, P> {
-    /// The checkpoint of a run that has committed nothing yet.
-    fn empty_checkpoint(&self, sink: &Sink<T, P>) -> Checkpoint {
-        Checkpoint {
-            table: self.target.clone(),
-            columns: sink.config().columns.clone().unwrap_or_default(),
-            batch_size: self.args.batch_size,
-            input_bytes: 0,
-            input_sha256: hex(&Sha256::new().finalize()),
-            rows: 0,
-            batches: 0,
-            in_flight_until: None,
-        }
-    }
-
     /// Sends (or checks) `batch`, which starts after `before` lines (NDJSON) or elements (a
     /// JSON array) of the input: a refused row is named by its place in the input.
     fn send(
@@ -275,24 +152,19 @@ impl<T: Transport + Clone, P: Platform + Clone> Stream<'_, '_, T, P> {
         before: u64,
         position: Option<&Position>,
     ) -> Result<(), Error> {
+        self.batches += 1;
         if self.sink.is_none() {
-            // The first row fixes the columns for the whole stream (and a checkpoint, for
-            // every run that continues it), not per batch.
-            let columns = match &self.checkpoint {
-                Some(saved) => Some(saved.columns.clone()),
-                None => self.args.columns.clone().or_else(|| first_row_keys(batch)),
-            };
-            let options = SinkOptions {
-                table: self.args.table.clone(),
-                columns,
-                batch_size: Some(self.args.batch_size),
-                settings: vec![],
-                dedup: self.args.dedup,
-                retries: self.retries,
-                compression: self.args.compression,
-            };
+            // The first row fixes the columns for the whole stream, not per batch (with
+            // --checkpoint the sink is open already, and its checkpoint fixes them).
+            let columns = self.args.columns.clone().or_else(|| first_row_keys(batch));
             let client = self.client.take().expect("a client until the sink opens");
-            self.sink = Some(Sink::open(client, self.runner.platform.clone(), &options)?);
+            self.sink = Some(open_sink(
+                self.args,
+                self.retries,
+                columns,
+                client,
+                self.runner,
+            )?);
         }
         let sink = self.sink.as_ref().expect("opened");
         if self.checking {
@@ -311,21 +183,13 @@ impl<T: Transport + Clone, P: Platform + Clone> Stream<'_, '_, T, P> {
         };
         self.complete()?;
         let sink = self.sink.as_ref().expect("opened");
-        if let (Some(checkpoints), Some(position)) = (&self.checkpoints, position) {
-            if position.short {
-                // Its bounds depend on where the input ends now: record them first, so a
-                // rerun after a crash sends the same bytes (the same token) even if the input
-                // has grown meanwhile.
-                let mut pending = self
-                    .checkpoint
-                    .clone()
-                    .unwrap_or_else(|| self.empty_checkpoint(sink));
-                pending.in_flight_until = Some(position.bytes);
-                checkpoints.save(&pending)?;
-                self.checkpoint = Some(pending);
-            }
-        }
-        self.in_flight = Some((sink.start(prepared), position.cloned()));
+        // With --checkpoint the checkpoint is written first: this batch in flight (its end in
+        // the input, so a rerun sends the same bytes, the same tokens, even if the input has
+        // grown meanwhile), every batch before it committed.
+        self.in_flight = Some(match position {
+            Some(position) => sink.start_at(prepared, &position_text(position))?,
+            None => sink.start(prepared)?,
+        });
         Ok(())
     }
 
@@ -346,41 +210,12 @@ impl<T: Transport + Clone, P: Platform + Clone> Stream<'_, '_, T, P> {
 
     /// Waits for the batch in flight, if any: its receipt, its checkpoint, the progress line.
     fn complete(&mut self) -> Result<(), Error> {
-        let Some((started, position)) = self.in_flight.take() else {
+        let Some(started) = self.in_flight.take() else {
             return Ok(());
         };
-        let position = position.as_ref();
         let sink = self.sink.as_ref().expect("a batch in flight has a sink");
         let receipt = sink.finish(started)?;
         self.total.add(&receipt);
-        if let (Some(checkpoints), Some(position)) = (&self.checkpoints, position) {
-            let before = self
-                .checkpoint
-                .clone()
-                .unwrap_or_else(|| self.empty_checkpoint(sink));
-            let next = Checkpoint {
-                input_bytes: position.bytes,
-                input_sha256: position.sha256.clone(),
-                rows: before.rows + receipt.rows,
-                batches: before.batches + 1,
-                in_flight_until: None,
-                ..before
-            };
-            checkpoints.save(&next).map_err(|e| {
-                // The batch is committed; only its record is missing: a rerun resends it and
-                // the server deduplicates it.
-                let message = format!(
-                    "a batch was committed but recording the checkpoint failed (a rerun resends that batch, which dedup absorbs): {}",
-                    e.message
-                );
-                Error {
-                    // Already in the totals the caller reports (they include this batch).
-                    committed_rows: 0,
-                    ..e.reclassify(ErrorKind::Uncertain, message)
-                }
-            })?;
-            self.checkpoint = Some(next);
-        }
         let now = self.runner.platform.now();
         if self.runner.progress && now - self.last_progress >= std::time::Duration::from_millis(200)
         {
@@ -402,6 +237,26 @@ impl<T: Transport + Clone, P: Platform + Clone> Stream<'_, '_, T, P> {
     }
 }
 
+/// Opens the sink of a run, with these columns.
+fn open_sink<T: Transport + Clone, P: Platform + Clone>(
+    args: &SinkArgs,
+    retries: u32,
+    columns: Option<Vec<String>>,
+    client: Client<T>,
+    runner: &Runner<'_, T, P>,
+) -> Result<Sink<T, P>, Error> {
+    let options = SinkOptions {
+        table: args.table.clone(),
+        columns,
+        batch_size: Some(args.batch_size),
+        settings: vec![],
+        dedup: args.dedup,
+        retries,
+        compression: args.compression,
+    };
+    Sink::open(client, runner.platform.clone(), &options)
+}
+
 /// Runs `sink`.
 pub fn run<T: Transport + Clone, P: Platform + Clone>(
     global: &GlobalArgs,
@@ -412,10 +267,11 @@ pub fn run<T: Transport + Clone, P: Platform + Clone>(
     let connection = global.connection()?;
     let client = Client::new(&connection, runner.transport.clone())?;
     let (mut input, whole) = open_input(args, runner)?;
-    let (target, checkpoints, saved) = match &args.checkpoint {
-        None => (args.table.clone(), None, None),
+    // With --checkpoint the sink opens first: where the input continues is in its checkpoint.
+    let (client, sink, resume, resumed_rows) = match &args.checkpoint {
+        None => (Some(client), None, None, 0),
         Some(id) => {
-            let target = qualified_target(&client, &runner.platform, &args.table)?;
+            let sink = open_sink(args, retries, args.columns.clone(), client, runner)?;
             let mut options = args.store.options()?;
             options.retries = retries.max(DEFAULT_RETRIES);
             let store = StateStore::open(
@@ -423,35 +279,22 @@ pub fn run<T: Transport + Clone, P: Platform + Clone>(
                 runner.platform.clone(),
                 &options,
             )?;
-            let checkpoints = Checkpoints {
-                store,
-                id: id.clone(),
-            };
-            let saved = checkpoints.load()?;
-            if let Some(saved) = &saved {
-                check_same_target(saved, &target, args, id)?;
-            }
-            (target, Some(checkpoints), saved)
+            sink.resume(store, id)?;
+            let (committed, rows, in_flight) = sink.progress().expect("resumed");
+            let resume = resume_from(committed.as_deref(), in_flight.as_deref())?;
+            (None, Some(sink), Some(resume), rows)
         }
     };
-    let resume = saved.as_ref().map(|c| Resume {
-        bytes: c.input_bytes,
-        sha256: c.input_sha256.clone(),
-        cut_at: c.in_flight_until,
-    });
-    let resumed_rows = saved.as_ref().map_or(0, |c| c.rows);
     let started = runner.platform.now();
     let mut stream = Stream {
         args,
-        target,
         retries,
-        client: Some(client),
-        sink: None,
+        client,
+        sink,
+        batches: 0,
         total: Receipt::default(),
         started,
         last_progress: started,
-        checkpoints,
-        checkpoint: saved,
         in_flight: None,
         checking: whole.is_some(),
         runner,
@@ -469,16 +312,34 @@ pub fn run<T: Transport + Clone, P: Platform + Clone>(
         (_, Err(e)) => Err(e),
         (outcome, Ok(())) => outcome,
     };
+    // A checkpoint records the last batch's acknowledgement when the sink closes (if that
+    // fails, a rerun sends that batch again, which its tokens absorb).
+    let closed = match stream.sink.as_mut() {
+        Some(sink) if outcome.is_ok() => sink.close(),
+        _ => Ok(()),
+    };
     let total = stream.total;
     let progress = stream.runner.progress;
     let seconds = (stream.runner.platform.now() - started).as_secs_f64();
     if progress && total.rows > 0 {
         let _ = writeln!(stream.runner.stderr);
     }
+    let checkpoint_rows = stream
+        .sink
+        .as_ref()
+        .and_then(Sink::progress)
+        .map(|(_, rows, _)| rows);
     if let Err(e) = outcome {
-        return Err(failure(e, &total, args, stream.checkpoint.as_ref()));
+        return Err(failure(e, &total, args, checkpoint_rows));
     }
-    if stream.sink.is_none() && resumed_rows == 0 {
+    if let Err(e) = closed {
+        let _ = writeln!(
+            stream.runner.stderr,
+            "sink: every batch was committed, but recording the last one in the checkpoint failed (a rerun sends it again, which dedup absorbs): {}",
+            e.message
+        );
+    }
+    if stream.batches == 0 && resumed_rows == 0 {
         return Err(Error::invalid("the input has no rows"));
     }
     Ok(summary(args, &total, resumed_rows, seconds))
@@ -548,12 +409,12 @@ fn open_input<'r, T, P>(
 
 /// The error of a run that failed: `uncertain` once earlier batches were committed (with how
 /// many), and where its checkpoint stands.
-fn failure(e: Error, total: &Receipt, args: &SinkArgs, checkpoint: Option<&Checkpoint>) -> Error {
+fn failure(e: Error, total: &Receipt, args: &SinkArgs, checkpoint_rows: Option<u64>) -> Error {
     let record = match &args.checkpoint {
         Some(id) => format!(
             "; checkpoint '{}' records {} rows: run the same command again to continue",
             crate::state::escape_id(id),
-            checkpoint.map_or(0, |c| c.rows)
+            checkpoint_rows.unwrap_or(0)
         ),
         None => String::new(),
     };
@@ -657,10 +518,6 @@ pub struct Position {
     pub bytes: u64,
     /// SHA-256 of those bytes, hex.
     pub sha256: String,
-    /// Whether the batch ending here is shorter than the batch size (the input's end, or the
-    /// batch in flight when an earlier run stopped): its bounds depend on where the input
-    /// ended, so a run records them before sending it.
-    pub short: bool,
 }
 
 /// Where a run continues: after `bytes` input bytes whose SHA-256 is `sha256`, and, when the
@@ -718,10 +575,9 @@ pub fn read_ndjson_from(
     let mut before = line_no;
     let mut rows = 0usize;
     let mut seen_row = consumed > 0;
-    let position = |hash: &Sha256, bytes: u64, rows: usize| Position {
+    let position = |hash: &Sha256, bytes: u64| Position {
         bytes,
         sha256: hex(&hash.clone().finalize()),
-        short: rows < batch_size,
     };
     loop {
         line.clear();
@@ -740,7 +596,7 @@ pub fn read_ndjson_from(
         if line.iter().all(u8::is_ascii_whitespace) {
             batch.push(b'\n');
             if at_cut && rows > 0 {
-                send(&batch, before, &position(&hash, consumed, rows))?;
+                send(&batch, before, &position(&hash, consumed))?;
                 batch.clear();
                 before = line_no;
                 rows = 0;
@@ -762,7 +618,7 @@ pub fn read_ndjson_from(
         }
         rows += 1;
         if rows == batch_size || at_cut {
-            send(&batch, before, &position(&hash, consumed, rows))?;
+            send(&batch, before, &position(&hash, consumed))?;
             batch.clear();
             before = line_no;
             rows = 0;
@@ -775,7 +631,7 @@ pub fn read_ndjson_from(
         return Err(other_input());
     }
     if rows > 0 {
-        send(&batch, before, &position(&hash, consumed, rows))?;
+        send(&batch, before, &position(&hash, consumed))?;
     }
     Ok(())
 }
@@ -1054,13 +910,6 @@ mod tests {
         let first = "{\"a\":1}\n{\"a\":2}\n{\"a\":3}\n";
         // Batch size 2: [1,2] committed, then [3] (short) in flight when the run stopped.
         let all = positions(first, 2, None).unwrap();
-        let mut shorts = Vec::new();
-        read_ndjson_from(&mut first.as_bytes(), 2, None, |_, _, p| {
-            shorts.push(p.short);
-            Ok(())
-        })
-        .unwrap();
-        assert_eq!(shorts, [false, true]);
         let grown = format!("{first}{{\"a\":4}}\n{{\"a\":5}}\n");
         let resume = Resume {
             bytes: all[0].1,
@@ -1069,7 +918,7 @@ mod tests {
         };
         let mut sent = Vec::new();
         read_ndjson_from(&mut grown.as_bytes(), 2, Some(resume.clone()), |b, _, p| {
-            sent.push((String::from_utf8(b.to_vec()).unwrap(), p.short));
+            sent.push((String::from_utf8(b.to_vec()).unwrap(), p.bytes));
             Ok(())
         })
         .unwrap();
@@ -1077,8 +926,8 @@ mod tests {
         assert_eq!(
             sent,
             [
-                ("{\"a\":3}\n".to_string(), true),
-                ("{\"a\":4}\n{\"a\":5}\n".to_string(), false)
+                ("{\"a\":3}\n".to_string(), all[1].1),
+                ("{\"a\":4}\n{\"a\":5}\n".to_string(), grown.len() as u64)
             ]
         );
         // An input now shorter than the batch in flight is another input.
@@ -1097,45 +946,28 @@ mod tests {
     }
 
     #[test]
-    fn a_checkpoint_of_another_target_is_refused() {
-        let saved = Checkpoint {
-            table: "db.t".into(),
-            columns: vec!["a".into()],
-            batch_size: 100,
-            input_bytes: 10,
-            input_sha256: "x".into(),
-            rows: 100,
-            batches: 1,
-            in_flight_until: None,
+    fn positions_read_back_and_another_senders_are_refused() {
+        let position = Position {
+            bytes: 18,
+            sha256: "ab".into(),
         };
-        let args = |table: &str, batch: u32, columns: Option<Vec<String>>| SinkArgs {
-            table: table.into(),
-            columns,
-            batch_size: batch,
-            dedup: true,
-            compression: Compression::Lz4,
-            checkpoint: Some("c".into()),
-            stream: false,
-            store: StoreArgs::default(),
-            file: None,
-        };
-        assert!(check_same_target(&saved, "db.t", &args("db.t", 100, None), "c").is_ok());
-        assert!(check_same_target(
-            &saved,
-            "db.t",
-            &args("db.t", 100, Some(vec!["a".into()])),
-            "c"
-        )
-        .is_ok());
-        for (a, what) in [
-            (args("db.u", 100, None), "table"),
-            (args("db.t", 50, None), "batch size"),
-            (args("db.t", 100, Some(vec!["b".into()])), "columns"),
-        ] {
-            let e = check_same_target(&saved, &a.table.clone(), &a, "c").unwrap_err();
-            assert_eq!(e.kind, ErrorKind::InvalidInput);
+        let text = position_text(&position);
+        let resume = resume_from(Some(&text), Some(&text)).unwrap();
+        assert_eq!(
+            resume,
+            Resume {
+                bytes: 18,
+                sha256: "ab".into(),
+                cut_at: Some(18)
+            }
+        );
+        let fresh = resume_from(None, None).unwrap();
+        assert_eq!((fresh.bytes, fresh.cut_at), (0, None));
+        assert_eq!(fresh.sha256, hex(&Sha256::new().finalize()));
+        for other in ["7", "{\"offset\":3}", "not json"] {
+            let e = resume_from(Some(other), None).unwrap_err();
             assert!(
-                e.message.contains(&format!("written for {what}")),
+                e.message.contains("another kind of sender"),
                 "{}",
                 e.message
             );

@@ -7,7 +7,7 @@
 //! that failed in a way that may pass is resent with the same deduplication token, so a chunk
 //! that landed before its answer was lost is not written twice.
 
-use std::cell::OnceCell;
+use std::cell::{OnceCell, RefCell};
 use std::collections::VecDeque;
 
 use sha2::{Digest, Sha256};
@@ -18,11 +18,13 @@ use crate::client::retry::{self, RetryPolicy};
 use crate::client::sql::quote_identifier;
 use crate::client::{Client, Error, ErrorKind, HttpRequest, InFlight, Query, Transport};
 use crate::platform::Platform;
+use crate::state::StateStore;
 
 use super::columns::{Format, TableColumns};
 use super::config::{SinkConfig, SinkOptions};
 use super::encode::{encode_json, encode_rows, Encoded, Row};
 use super::native::Block;
+use super::resume::{Checkpoints, InFlightSend};
 use super::types::Type;
 
 /// What a successful send did.
@@ -57,10 +59,12 @@ impl Receipt {
     }
 }
 
-/// One chunk's INSERT request and its row count.
+/// One chunk's INSERT request, its row count and its deduplication token (empty without
+/// `dedup`).
 struct ChunkRequest {
     request: HttpRequest,
     rows: u64,
+    token: String,
 }
 
 /// Builds chunk `n`'s request of a send (its body encoded already).
@@ -77,6 +81,8 @@ pub struct StartedSend {
     chunks: VecDeque<ChunkRequest>,
     first: Option<InFlight>,
     format: Format,
+    /// Begun with a position ([`Sink::start_at`]): its acknowledgement advances the checkpoint.
+    resumable: bool,
 }
 
 /// A sink bound to one client and table.
@@ -90,6 +96,10 @@ pub struct Sink<T: Transport, P: Platform> {
     /// The server named `distributed_foreground_insert` unknown (before 23.x): INSERTs carry
     /// its old name, `insert_distributed_sync`, from then on.
     old_setting_name: std::cell::Cell<bool>,
+    /// `database.table`, the database read by the dedup check when the options leave it out.
+    qualified: String,
+    /// The checkpoint of a resumable sink ([`Sink::resume`]).
+    checkpoints: RefCell<Option<Checkpoints<T, P>>>,
 }
 
 /// The setting every INSERT carries so that a Distributed table answers once its shards have
@@ -103,16 +113,18 @@ impl<T: Transport, P: Platform> Sink<T, P> {
     /// sent.
     pub fn open(client: Client<T>, platform: P, options: &SinkOptions) -> Result<Self, Error> {
         let config = SinkConfig::new(options, client.endpoint())?;
-        let sink = Sink {
+        let mut sink = Sink {
             client,
             platform,
+            qualified: config.qualified_table(),
             config,
             closed: false,
             columns: OnceCell::new(),
             old_setting_name: std::cell::Cell::new(false),
+            checkpoints: RefCell::new(None),
         };
         if sink.config.dedup {
-            sink.check_deduplicates()?;
+            sink.qualified = sink.check_deduplicates()?;
         }
         Ok(sink)
     }
@@ -134,8 +146,9 @@ impl<T: Transport, P: Platform> Sink<T, P> {
         .map(|retried| retried.value)
     }
 
-    /// Checks that the target table deduplicates inserts (see [`deduplication_refusal`]).
-    fn check_deduplicates(&self) -> Result<(), Error> {
+    /// Checks that the target table deduplicates inserts (see [`deduplication_refusal`]);
+    /// returns it as `database.table`.
+    fn check_deduplicates(&self) -> Result<String, Error> {
         let database = if self.config.database.is_some() {
             "{db:String}"
         } else {
@@ -144,7 +157,7 @@ impl<T: Transport, P: Platform> Sink<T, P> {
         let mut query = Query::read(
             "check-dedup",
             format!(
-                "SELECT engine, engine_full,
+                "SELECT engine, engine_full, database,
                     (SELECT any(value) FROM system.merge_tree_settings
                      WHERE name = 'non_replicated_deduplication_window') AS non_replicated_default,
                     (SELECT any(value) FROM system.merge_tree_settings
@@ -175,7 +188,7 @@ impl<T: Transport, P: Platform> Sink<T, P> {
             &row.text("non_replicated_default")?,
             &row.text("replicated_default")?,
         ) {
-            None => Ok(()),
+            None => Ok(format!("{}.{}", row.text("database")?, self.config.table)),
             Some(why) => Err(Error::new(
                 ErrorKind::Misconfigured,
                 format!(
@@ -201,7 +214,7 @@ impl<T: Transport, P: Platform> Sink<T, P> {
 
     /// Sends typed rows. Every row is read for its columns' types before the first INSERT.
     pub fn send(&self, rows: &[Row]) -> Result<Receipt, Error> {
-        self.check_open()?;
+        self.check_plain()?;
         let encoded = encode_rows(rows, self.config.columns.as_deref())?;
         self.deliver(&encoded)
     }
@@ -209,7 +222,7 @@ impl<T: Transport, P: Platform> Sink<T, P> {
     /// Sends NDJSON or a JSON array of objects. Every row is read for its columns' types
     /// before the first INSERT.
     pub fn send_json(&self, data: &[u8]) -> Result<Receipt, Error> {
-        self.check_open()?;
+        self.check_plain()?;
         let encoded = encode_json(data, self.config.columns.as_deref())?;
         self.deliver(&encoded)
     }
@@ -238,9 +251,15 @@ impl<T: Transport, P: Platform> Sink<T, P> {
         Ok((format, block, single))
     }
 
-    /// Closes the sink; idempotent.
-    pub fn close(&mut self) {
+    /// Closes the sink; idempotent. A resumable sink writes its last acknowledged send down
+    /// first (if that fails, the sink is closed all the same, and a later resume sends that
+    /// send again, which its tokens absorb).
+    pub fn close(&mut self) -> Result<(), Error> {
         self.closed = true;
+        match self.checkpoints.get_mut() {
+            Some(checkpoints) => checkpoints.close(),
+            None => Ok(()),
+        }
     }
 
     /// The INSERT statement for these columns: the table (and database) as `Identifier`
@@ -280,14 +299,17 @@ impl<T: Transport, P: Platform> Sink<T, P> {
         rows: usize,
     ) -> Result<ChunkRequest, Error> {
         let mut query = base.clone();
+        let mut token = String::new();
         if self.config.dedup {
+            token = self.token(columns, &body);
             query = query
                 .setting("insert_deduplicate", "1")
-                .setting("insert_deduplication_token", self.token(columns, &body));
+                .setting("insert_deduplication_token", token.clone());
         }
         Ok(ChunkRequest {
             request: self.client.prepare(query.data(body))?,
             rows: rows as u64,
+            token,
         })
     }
 
@@ -347,8 +369,8 @@ impl<T: Transport, P: Platform> Sink<T, P> {
     }
 
     fn deliver(&self, encoded: &Encoded) -> Result<Receipt, Error> {
-        let (count, format, build) = self.chunk_builder(encoded)?;
-        let mut receipt = self.deliver_chunks(count, build, None)?;
+        let (count, format, mut build) = self.chunk_builder(encoded)?;
+        let mut receipt = self.deliver_chunks(count, &mut build, None)?;
         receipt.format = Some(format);
         Ok(receipt)
     }
@@ -359,7 +381,8 @@ impl<T: Transport, P: Platform> Sink<T, P> {
     fn deliver_chunks(
         &self,
         count: usize,
-        mut build: impl FnMut(usize) -> Result<ChunkRequest, Error>,
+        // `dyn`: one copy of this function for both callers (the library's size budget).
+        build: &mut dyn FnMut(usize) -> Result<ChunkRequest, Error>,
         first: Option<InFlight>,
     ) -> Result<Receipt, Error> {
         let policy = self.retry_policy();
@@ -367,7 +390,9 @@ impl<T: Transport, P: Platform> Sink<T, P> {
         let mut started = first;
         let mut current = if count > 0 { Some(build(0)?) } else { None };
         for chunk in 0..count {
-            let ChunkRequest { mut request, rows } = current.take().expect("built before its turn");
+            let ChunkRequest {
+                mut request, rows, ..
+            } = current.take().expect("built before its turn");
             self.for_server(&mut request);
             let in_flight = started
                 .take()
@@ -464,24 +489,73 @@ impl<T: Transport, P: Platform> Sink<T, P> {
     /// acknowledged. Holds every chunk's request in memory.
     pub fn prepare_json(&self, data: &[u8]) -> Result<PreparedSend, Error> {
         self.check_open()?;
-        let encoded = encode_json(data, self.config.columns.as_deref())?;
-        let (count, format, mut build) = self.chunk_builder(&encoded)?;
+        self.prepare(&encode_json(data, self.columns().as_deref())?)
+    }
+
+    /// [`Sink::prepare_json`] for typed rows.
+    pub fn prepare_rows(&self, rows: &[Row]) -> Result<PreparedSend, Error> {
+        self.check_open()?;
+        self.prepare(&encode_rows(rows, self.columns().as_deref())?)
+    }
+
+    fn prepare(&self, encoded: &Encoded) -> Result<PreparedSend, Error> {
+        self.fix_columns(encoded);
+        let (count, format, mut build) = self.chunk_builder(encoded)?;
         let chunks = (0..count)
             .map(&mut build)
             .collect::<Result<VecDeque<_>, _>>()?;
         Ok(PreparedSend { chunks, format })
     }
 
+    /// The columns a send fills: the configured ones, else those a resumed checkpoint fixed.
+    fn columns(&self) -> Option<Vec<String>> {
+        self.config.columns.clone().or_else(|| {
+            let checkpoints = self.checkpoints.borrow();
+            let fixed = &checkpoints.as_ref()?.current.columns;
+            (!fixed.is_empty()).then(|| fixed.clone())
+        })
+    }
+
+    /// A resumable sink without configured columns: the first send's (or check's) columns,
+    /// its first row's keys, are every later send's, in this run and the ones that resume it.
+    fn fix_columns(&self, encoded: &Encoded) {
+        if let Some(checkpoints) = self.checkpoints.borrow_mut().as_mut() {
+            if checkpoints.current.columns.is_empty() {
+                checkpoints.current.columns = encoded.columns.clone();
+            }
+        }
+    }
+
     /// Checks every row of `data` as [`Sink::prepare_json`] does, and keeps nothing (no
     /// chunk bodies, no compression): the CLI's first pass over a file.
     pub fn check_json(&self, data: &[u8]) -> Result<(), Error> {
         self.check_open()?;
-        let encoded = encode_json(data, self.config.columns.as_deref())?;
+        let encoded = encode_json(data, self.columns().as_deref())?;
+        self.fix_columns(&encoded);
         self.read_rows(&encoded, false).map(|_| ())
     }
 
-    /// Sends the first chunk of a prepared send without waiting for its answer.
-    pub fn start(&self, mut prepared: PreparedSend) -> StartedSend {
+    /// Sends the first chunk of a prepared send without waiting for its answer. A resumable
+    /// sink ([`Sink::resume`]) refuses it: each of its sends needs a position
+    /// ([`Sink::start_at`]).
+    pub fn start(&self, prepared: PreparedSend) -> Result<StartedSend, Error> {
+        self.check_plain()?;
+        Ok(self.start_unchecked(prepared, false))
+    }
+
+    /// A send without a position: refused by a closed sink, and by a resumable one (its
+    /// checkpoint would not cover the rows).
+    fn check_plain(&self) -> Result<(), Error> {
+        self.check_open()?;
+        if self.checkpoints.borrow().is_some() {
+            return Err(Error::invalid(
+                "this sink keeps a checkpoint: each send needs the position its rows end at (send-at, send-json-at)",
+            ));
+        }
+        Ok(())
+    }
+
+    fn start_unchecked(&self, mut prepared: PreparedSend, resumable: bool) -> StartedSend {
         let first = prepared.chunks.front_mut().map(|chunk| {
             self.for_server(&mut chunk.request);
             self.client.start(&chunk.request)
@@ -490,7 +564,92 @@ impl<T: Transport, P: Platform> Sink<T, P> {
             chunks: prepared.chunks,
             first,
             format: prepared.format,
+            resumable,
         }
+    }
+
+    /// Keeps this sink's progress in the state store under `id` ([`super::resume`]): reads
+    /// the checkpoint there (a new one if none) and returns the position of the last
+    /// acknowledged send, where the caller's source continues. From then on every send
+    /// carries its position ([`Sink::start_at`], [`Sink::send_json_at`], [`Sink::send_at`]),
+    /// and the first must be the send that was in flight, if one was. Needs `dedup`; once
+    /// per sink.
+    pub fn resume(&self, store: StateStore<T, P>, id: &str) -> Result<Option<String>, Error> {
+        self.check_open()?;
+        if !self.config.dedup {
+            return Err(Error::invalid(
+                "a checkpoint needs dedup: a send in flight when a process stops is sent again by the next, and only its tokens keep it from being written twice",
+            ));
+        }
+        if self.checkpoints.borrow().is_some() {
+            return Err(Error::invalid("this sink already keeps a checkpoint"));
+        }
+        let checkpoints = Checkpoints::open(
+            store,
+            id,
+            self.qualified.clone(),
+            u32::try_from(self.config.batch_size).unwrap_or(u32::MAX),
+            self.config.columns.as_deref(),
+        )?;
+        let position = checkpoints.current.position.clone();
+        *self.checkpoints.borrow_mut() = Some(checkpoints);
+        Ok(position)
+    }
+
+    /// The checkpoint's committed position and rows, and the position of the send that was
+    /// in flight when it was written (which must be sent first); `None` without a checkpoint.
+    pub fn progress(&self) -> Option<(Option<String>, u64, Option<String>)> {
+        let checkpoints = self.checkpoints.borrow();
+        let current = &checkpoints.as_ref()?.current;
+        Some((
+            current.position.clone(),
+            current.rows,
+            current.in_flight.as_ref().map(|f| f.position.clone()),
+        ))
+    }
+
+    /// Starts a prepared send of a resumable sink whose rows end at the caller's `position`:
+    /// the checkpoint is written first (this send in flight, the ones before it acknowledged),
+    /// then the first chunk is sent.
+    pub fn start_at(&self, prepared: PreparedSend, position: &str) -> Result<StartedSend, Error> {
+        {
+            let mut checkpoints = self.checkpoints.borrow_mut();
+            let checkpoints = checkpoints.as_mut().ok_or_else(|| {
+                Error::invalid("a send with a position needs a checkpoint (resume first)")
+            })?;
+            let mut digest = Sha256::new();
+            for chunk in &prepared.chunks {
+                digest.update(chunk.token.as_bytes());
+            }
+            checkpoints
+                .begin(InFlightSend {
+                    position: position.to_string(),
+                    rows: prepared.chunks.iter().map(|c| c.rows).sum(),
+                    digest: crate::hex::hex(&digest.finalize()),
+                })
+                .map_err(|e| {
+                    let message = format!(
+                        "the checkpoint could not be written, so this send was not sent: {}",
+                        e.message
+                    );
+                    e.clone().reclassify(e.kind, message)
+                })?;
+        }
+        Ok(self.start_unchecked(prepared, true))
+    }
+
+    /// Sends NDJSON or a JSON array of objects through a resumable sink, its rows ending at
+    /// the caller's `position` (see [`Sink::resume`]). Holds every chunk in memory (their
+    /// tokens identify the send in the checkpoint).
+    pub fn send_json_at(&self, data: &[u8], position: &str) -> Result<Receipt, Error> {
+        let prepared = self.prepare_json(data)?;
+        self.finish(self.start_at(prepared, position)?)
+    }
+
+    /// [`Sink::send_json_at`] for typed rows.
+    pub fn send_at(&self, rows: &[Row], position: &str) -> Result<Receipt, Error> {
+        let prepared = self.prepare_rows(rows)?;
+        self.finish(self.start_at(prepared, position)?)
     }
 
     /// Completes a send [`Sink::start`] began, as [`Sink::send_json`] does from there on
@@ -500,14 +659,20 @@ impl<T: Transport, P: Platform> Sink<T, P> {
             mut chunks,
             first,
             format,
+            resumable,
         } = started;
         let count = chunks.len();
         let mut receipt = self.deliver_chunks(
             count,
-            |_| Ok(chunks.pop_front().expect("one request per chunk")),
+            &mut |_| Ok(chunks.pop_front().expect("one request per chunk")),
             first,
         )?;
         receipt.format = Some(format);
+        if resumable {
+            if let Some(checkpoints) = self.checkpoints.borrow_mut().as_mut() {
+                checkpoints.acknowledged(receipt.rows);
+            }
+        }
         Ok(receipt)
     }
 
@@ -735,6 +900,7 @@ mod tests {
         ok(&serde_json::json!({
             "engine": engine,
             "engine_full": engine_full,
+            "database": "db",
             "non_replicated_default": "0",
             "replicated_default": "10000",
         })
@@ -860,14 +1026,14 @@ mod tests {
         let sink = Sink::open(client, FakePlatform::default(), &options).unwrap();
         // Three rows: two chunks (28 and 20 bytes); the second is started only after the
         // first's answer.
-        let first = sink.start(sink.prepare_json(&ndjson(3)).unwrap());
+        let first = sink.start(sink.prepare_json(&ndjson(3)).unwrap()).unwrap();
         // Checking the next send (and a bad one) while the first is on the wire sends nothing.
         let next = sink.prepare_json(b"{\"id\":7}\n").unwrap();
         assert!(sink.prepare_json(b"{\"id\":").is_err());
         events.borrow_mut().push("prepared".into());
         let r = sink.finish(first).unwrap();
         assert_eq!((r.rows, r.chunks, r.written_rows), (3, 2, 3));
-        let r = sink.finish(sink.start(next)).unwrap();
+        let r = sink.finish(sink.start(next).unwrap()).unwrap();
         assert_eq!((r.rows, r.chunks), (1, 1));
         assert_eq!(
             *events.borrow(),
@@ -885,7 +1051,7 @@ mod tests {
         );
         // A started send whose first answer is a failure fails as send_json does.
         let err = sink
-            .finish(sink.start(sink.prepare_json(&ndjson(1)).unwrap()))
+            .finish(sink.start(sink.prepare_json(&ndjson(1)).unwrap()).unwrap())
             .unwrap_err();
         assert_eq!(err.kind, ErrorKind::Disconnected);
     }
@@ -944,7 +1110,7 @@ mod tests {
         let s = sink(&t, 2, false);
         s.send_json(&ndjson(1)).unwrap();
         let prepared = s.prepare_json(&ndjson(1)).unwrap();
-        s.finish(s.start(prepared)).unwrap();
+        s.finish(s.start(prepared).unwrap()).unwrap();
         let last = &t.sent.borrow()[3];
         assert!(
             last.path_and_query.contains(FOREGROUND_OLD),
@@ -1415,8 +1581,8 @@ mod tests {
         let mut s = sink(&t, 2, false);
         let e = s.send_json(b"{\"a\":1}\n[2]").unwrap_err();
         assert_eq!(e.message, "line 2 is not a JSON object");
-        s.close();
-        s.close();
+        s.close().unwrap();
+        s.close().unwrap();
         let e = s.send_json(&ndjson(1)).unwrap_err();
         assert_eq!(
             (e.kind, e.message.as_str()),

@@ -10,13 +10,15 @@
 //! [`columns`] (the table's columns, read once), [`scalars`] (the texts read as numbers,
 //! dates, times, UUIDs, addresses), [`native`] (values read into columns; the Native block),
 //! [`encode`] (a send's rows found in its input: lines, array elements, typed rows),
-//! [`driver`] (chunking, acknowledgement, failure semantics).
+//! [`driver`] (chunking, acknowledgement, failure semantics), [`resume`] (checkpoints in the
+//! state store, so a later process continues a stopped one's sends).
 
 pub mod columns;
 pub mod config;
 pub mod driver;
 pub mod encode;
 pub mod native;
+pub mod resume;
 pub mod scalars;
 pub mod types;
 
@@ -24,3 +26,4 @@ pub use columns::Format;
 pub use config::{SinkConfig, SinkOptions};
 pub use driver::{PreparedSend, Receipt, Sink, StartedSend};
 pub use encode::{Row, Value};
+pub use resume::{Checkpoint, InFlightSend, CHECKPOINT_KEY};

@@ -503,3 +503,45 @@ def test_a_child_forked_after_the_runtime_started_is_told_not_stuck(conn):
     _, status = os.waitpid(pid, 0)
     assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
     conn.ping()  # the parent is unaffected
+
+
+def test_a_resumable_sink_continues_from_its_checkpoint_and_refuses_another_send_first(
+    conn, database
+):
+    # A table that refuses n >= 1000 on the server: a send whose second chunk holds such a
+    # row commits its first chunk and fails (uncertain), leaving that send in flight.
+    sql(f"CREATE DATABASE `{database}`")
+    sql(
+        f"CREATE TABLE `{database}`.t (n UInt32, CONSTRAINT small CHECK n < 1000) "
+        "ENGINE = MergeTree ORDER BY n SETTINGS non_replicated_deduplication_window = 100"
+    )
+
+    def rows(ns):
+        return [{"n": n} for n in ns]
+
+    def count():
+        return int(sql(f"SELECT count() FROM `{database}`.t"))
+
+    state = f"{database}_state"
+    with cc.Sink(conn, f"{database}.t", batch_size=2, dedup=True) as sink:
+        with pytest.raises(errors.InvalidInputError, match="needs a checkpoint"):
+            sink.send(rows([1]), position="p")
+        assert sink.resume("job", database=state) is None
+        assert sink.send(rows([1, 2, 3]), position="after 3").rows == 3
+        with pytest.raises(errors.InvalidInputError, match="keeps a checkpoint"):
+            sink.send(rows([4]))
+        with pytest.raises(errors.UncertainError):
+            sink.send(rows([4, 5, 1000]), position="after 5")
+    assert count() == 5  # 1, 2, 3 and the committed chunk [4, 5]
+
+    # The next process: continues after 3, and the send in flight must come first.
+    with cc.Sink(conn, f"{database}.t", batch_size=2, dedup=True) as sink:
+        assert sink.resume("job", database=state) == "after 3"
+        with pytest.raises(errors.InvalidInputError, match="was in flight"):
+            sink.send(rows([4, 5]), position="after 5")
+        assert count() == 5
+    # Without dedup there is no checkpoint.
+    with cc.Sink(conn, f"{database}.t") as plain:
+        with pytest.raises(errors.InvalidInputError, match="needs dedup"):
+            plain.resume("job", database=state)
+    sql(f"DROP DATABASE IF EXISTS `{state}`")

@@ -496,15 +496,16 @@ fn exactly_once(checkpoint: bool, seed: u64, input: &Path, input_len: u64) -> Re
     let recorded_at_kill = checkpoint.then(|| {
         let recorded = checkpoint_of(&direct, &state_db);
         let rows = num(&recorded["rows"]);
-        // Written after each acknowledged batch: it may lag the table by the one batch
-        // committed just before the kill, never more, and never run ahead.
+        // Written before each batch, recording the batches before it as acknowledged: it may
+        // lag the table by the batch in flight at the kill (committed or not), never more,
+        // and never run ahead.
         assert!(
             rows > 0 && rows <= at_kill && at_kill <= rows + batch_size,
             "{what}: the checkpoint recorded {rows} rows, the table held {at_kill} at the kill: \
              {recorded}"
         );
         assert_eq!(
-            num(&recorded["batches"]) * batch_size,
+            num(&recorded["sends"]) * batch_size,
             rows,
             "{what}: {recorded}"
         );
@@ -596,10 +597,10 @@ fn exactly_once(checkpoint: bool, seed: u64, input: &Path, input_len: u64) -> Re
                 "table": table,
                 "columns": ["id", "v"],
                 "batch_size": batch_size,
-                "input_bytes": input_len,
-                "input_sha256": sha256_hex(input),
+                "position": json!({"input_bytes": input_len, "input_sha256": sha256_hex(input)})
+                    .to_string(),
                 "rows": ROWS,
-                "batches": ROWS.div_ceil(batch_size),
+                "sends": ROWS.div_ceil(batch_size),
             }),
             "{what}: the checkpoint after the rerun"
         );
@@ -907,7 +908,7 @@ fn a_checkpoint_from_another_target_or_batch_size_is_refused() {
     assert_eq!(count(&sql, &a), 1000);
     let recorded = checkpoint();
     assert_eq!(
-        (num(&recorded["rows"]), num(&recorded["batches"])),
+        (num(&recorded["rows"]), num(&recorded["sends"])),
         (1000, 10),
         "{recorded}"
     );

@@ -965,9 +965,10 @@ fn cli_prepares_the_next_batch_while_one_is_on_the_wire_and_sends_in_order() {
     assert_eq!(count(&t), 3 * BATCH as u64);
 }
 
-/// A batch that committed but whose checkpoint could not be recorded is reported `uncertain`
-/// with the rows committed counted once: every checkpoint write is refused by the proxy, so
-/// the first batch (1,000 rows) commits, its record fails, and nothing else is sent.
+/// A checkpoint that cannot be written stops the run before the batch it would record, with
+/// the rows committed counted once: the proxy lets the first checkpoint write through (batch
+/// 1 in flight) and refuses the rest, so batch 1 (1,000 rows) commits, the write before batch
+/// 2 fails, and nothing else is sent.
 #[test]
 fn cli_a_failed_checkpoint_write_counts_the_committed_rows_once() {
     let server = clickhouse();
@@ -979,13 +980,16 @@ fn cli_a_failed_checkpoint_write_counts_the_committed_rows_once() {
     );
     let state_db = unique_name("sink_ckpt_state");
     let needle = state_db.clone();
-    proxy.add(Rule::when(
-        move |r| {
-            let target = r.target_decoded();
-            target.contains("INSERT") && target.contains(&needle)
-        },
-        Fault::Refuse,
-    ));
+    proxy.add(
+        Rule::when(
+            move |r| {
+                let target = r.target_decoded();
+                target.contains("INSERT") && target.contains(&needle)
+            },
+            Fault::Refuse,
+        )
+        .after(1),
+    );
     let data = ndjson((0..2500).map(|n| json!({"n": n})));
     let out = output_with_stdin(
         cli(&proxied).args([
@@ -1007,7 +1011,7 @@ fn cli_a_failed_checkpoint_write_counts_the_committed_rows_once() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(8), "uncertain: {stderr}");
     assert!(
-        stderr.contains("recording the checkpoint failed"),
+        stderr.contains("the checkpoint could not be written"),
         "{stderr}"
     );
     assert!(stderr.contains("committed rows: 1000"), "{stderr}");
