@@ -20,5 +20,7 @@ pub mod cli {
     pub use crate::cli::state::{
         ask_to_continue, declined, python_json, GetFormat, StateCommand, OVERWRITE_PROMPT,
     };
+    pub use crate::cli::target::TargetArgs;
     pub use crate::cli::{usage_error, Cli, Command, GlobalArgs, StoreArgs};
+    pub use crate::target::config::TargetConfig;
 }

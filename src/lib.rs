@@ -14,6 +14,8 @@ pub mod platform;
 pub mod server;
 pub mod sink;
 pub mod state;
+#[cfg(feature = "command")]
+pub mod target;
 pub mod text;
 
 #[cfg(all(target_arch = "wasm32", feature = "command"))]

@@ -24,9 +24,10 @@ use clickhouse_component::sink::encode::{self, Value as JsonValue};
 use clickhouse_component_host::config::HostArgs;
 use clickhouse_component_host::runtime::runner_message;
 use clickhouse_component_host::{
-    default_allow_list, AllowList, CachePolicy, CallError, ComponentSource, Compression,
-    InsertFormat, Instance, Limits, LoadKind, LockEngine, LockHandle, Network, Receipt, Runtime,
-    SinkHandle, SinkOptions, State, StoreHandle, StoreOptions, TlsOptions, Value,
+    default_allow_list, AllowList, CachePolicy, CallError, CommandInput, ComponentSource,
+    Compression, InsertFormat, Instance, Limits, LoadKind, LockEngine, LockHandle, Network,
+    ReadableDir, Receipt, Runtime, SinkHandle, SinkOptions, State, StoreHandle, StoreOptions,
+    TlsOptions, Value,
 };
 use pyo3::prelude::*;
 use pyo3::types::{
@@ -959,8 +960,98 @@ fn _after_fork_in_child() {
     }
 }
 
+/// Runs the component's Singer target (`target ARGS...`: the console script
+/// `target-clickhouse-component`), stdin and stdout the process's own, with the allow-list of
+/// its config's connection (and `allowed_hosts`) and read access to the directories of its
+/// `--config` and `--input` files. Returns the exit code; the target prints its own errors.
+#[pyfunction]
+fn run_target(py: Python<'_>, args: Vec<String>) -> PyResult<i32> {
+    use clap::Parser;
+    use clickhouse_component::host_api::cli::{Cli, Command, TargetConfig};
+    let argv: Vec<String> = [
+        "target-clickhouse-component".to_string(),
+        "target".to_string(),
+    ]
+    .into_iter()
+    .chain(args)
+    .collect();
+    let fail = |message: String| -> PyResult<i32> {
+        eprintln!("error (invalid-input): {message}");
+        Ok(ErrorKind::InvalidInput.exit_code())
+    };
+    let cli = match Cli::try_parse_from(&argv) {
+        Ok(cli) => cli,
+        Err(e) => {
+            eprint!("{e}");
+            return Ok(if e.use_stderr() { 2 } else { 0 });
+        }
+    };
+    let Command::Target(target) = &cli.command else {
+        return fail("not a target command".into());
+    };
+    let mut allow = AllowList::parse(Vec::<String>::new()).expect("an empty list");
+    if let Some(path) = &target.config {
+        let config = match std::fs::read_to_string(path)
+            .map_err(|e| Error::invalid(format!("cannot read the config {}: {e}", path.display())))
+            .and_then(|text| TargetConfig::parse(&text))
+        {
+            Ok(config) => config,
+            Err(e) => return fail(e.message),
+        };
+        match default_allow_list(&config.connection) {
+            Ok(list) => allow.extend(list),
+            Err(e) => return fail(e.message),
+        }
+        match AllowList::parse(&config.allowed_hosts) {
+            Ok(list) => allow.extend(list),
+            Err(e) => return fail(e.to_string()),
+        }
+    }
+    let mut readable: Vec<ReadableDir> = Vec::new();
+    for file in [&target.config, &target.input].into_iter().flatten() {
+        if file.as_os_str() == "-" {
+            continue;
+        }
+        let parent = file
+            .parent()
+            .filter(|p| !p.as_os_str().is_empty())
+            .unwrap_or(std::path::Path::new("."));
+        let Some(guest) = parent.to_str() else {
+            return fail(format!(
+                "the file {} has a name that is not UTF-8",
+                file.display()
+            ));
+        };
+        if !readable.iter().any(|d| d.guest == guest) {
+            readable.push(ReadableDir {
+                host: parent.to_path_buf(),
+                guest: guest.to_string(),
+            });
+        }
+    }
+    let result = py.detach(move || -> Result<i32, String> {
+        let shared = shared().map_err(|f| f.message)?;
+        let runtime = shared.runtime.clone();
+        shared.tokio.block_on(async move {
+            let mut instance = runtime
+                .instantiate_command(allow, &argv, &[], CommandInput::Inherit, None, &readable)
+                .await
+                .map_err(|e| runner_message(&e))?;
+            instance.run_command().await.map_err(|e| e.to_string())
+        })
+    });
+    match result {
+        Ok(code) => Ok(code),
+        Err(message) => {
+            eprintln!("error (runner): {message}");
+            Ok(1)
+        }
+    }
+}
+
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_function(wrap_pyfunction!(run_target, m)?)?;
     m.add_class::<Connection>()?;
     m.add_class::<NativeStore>()?;
     m.add_class::<NativeLock>()?;

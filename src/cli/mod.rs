@@ -9,6 +9,7 @@ pub mod lock;
 pub mod output;
 pub mod sink;
 pub mod state;
+pub mod target;
 
 use std::io::{Read, Write};
 
@@ -56,6 +57,9 @@ pub enum Command {
     /// Stream NDJSON (or a JSON array) into a table: validated, chunked, each chunk one
     /// acknowledged INSERT.
     Sink(sink::SinkArgs),
+    /// Singer target (Meltano's loader): Singer messages on stdin into tables, exactly once;
+    /// STATE lines on stdout once the records before them are acknowledged.
+    Target(target::TargetArgs),
 }
 
 /// Options every command shares (each also read from the environment variable shown).
@@ -284,7 +288,12 @@ where
     T: Transport + Clone,
     P: Platform + Clone,
 {
+    if let Command::Target(args) = &cli.command {
+        // Its stdout is STATE lines only; its notes and errors go to stderr.
+        return target::run(args, runner, stdout);
+    }
     let result = match &cli.command {
+        Command::Target(_) => unreachable!("run above"),
         Command::Check => check::run(&cli.global, runner),
         Command::State { store, command } => state::run(&cli.global, store, command, runner),
         Command::Lock(args) => lock::run(&cli.global, args, runner),

@@ -100,6 +100,8 @@ pub struct Sink<T: Transport, P: Platform> {
     qualified: String,
     /// The checkpoint of a resumable sink ([`Sink::resume`]).
     checkpoints: RefCell<Option<Checkpoints<T, P>>>,
+    /// Bytes every token also covers ([`Sink::set_token_salt`]); none by default.
+    token_salt: RefCell<Vec<u8>>,
 }
 
 /// The setting every INSERT carries so that a Distributed table answers once its shards have
@@ -122,6 +124,7 @@ impl<T: Transport, P: Platform> Sink<T, P> {
             columns: OnceCell::new(),
             old_setting_name: std::cell::Cell::new(false),
             checkpoints: RefCell::new(None),
+            token_salt: RefCell::new(Vec::new()),
         };
         if sink.config.dedup {
             sink.qualified = sink.check_deduplicates()?;
@@ -596,6 +599,14 @@ impl<T: Transport, P: Platform> Sink<T, P> {
         Ok(position)
     }
 
+    /// Makes the tokens of the next sends also cover `salt`: a caller that can send the same
+    /// rows twice on purpose (the Singer target: the same records after two different STATE
+    /// messages) tells the sends apart, while a send repeated with the same salt still gets
+    /// the same tokens.
+    pub fn set_token_salt(&self, salt: &[u8]) {
+        *self.token_salt.borrow_mut() = salt.to_vec();
+    }
+
     /// The checkpoint's committed position and rows, and the position of the send that was
     /// in flight when it was written (which must be sent first); `None` without a checkpoint.
     pub fn progress(&self) -> Option<(Option<String>, u64, Option<String>)> {
@@ -688,6 +699,8 @@ impl<T: Transport, P: Platform> Sink<T, P> {
         }
         hash.update(b"\n");
         hash.update(body);
+        // Empty by default: the digest is then the one of the bytes alone.
+        hash.update(&*self.token_salt.borrow());
         crate::hex::hex(&hash.finalize())
     }
 }

@@ -352,3 +352,50 @@ fn an_lz4_bomb_is_a_clean_error_under_wasmtime() {
     );
     assert!(!w.stderr.contains("backtrace"), "{}", w.stderr);
 }
+
+/// The Singer target under stock wasmtime (`--dir` for its config) and under the reference
+/// host: the same STATE lines on stdout, the same rows (the second run's chunks carry the first
+/// run's tokens, so the table holds each record once), and `--about` alike.
+#[test]
+fn the_singer_target_is_the_same_under_wasmtime_and_the_host() {
+    let server = clickhouse();
+    let db = unique_name("rt_target");
+    let dir = std::env::temp_dir().join(unique_name("rt_target"));
+    std::fs::create_dir_all(&dir).unwrap();
+    let dir_text = dir.to_str().unwrap().to_string();
+    let config = format!("{dir_text}/config.json");
+    std::fs::write(
+        &config,
+        serde_json::json!({"uri": server.url, "username": server.user,
+            "password": server.password, "database": db, "engine_type": "MergeTree",
+            "batch_size_rows": 2})
+        .to_string(),
+    )
+    .unwrap();
+    let mut input = String::from(
+        "{\"type\":\"SCHEMA\",\"stream\":\"s\",\"key_properties\":[\"id\"],\"schema\":{\"properties\":{\"id\":{\"type\":\"integer\"}}}}\n",
+    );
+    for id in 1..=5 {
+        input.push_str(&format!(
+            "{{\"type\":\"RECORD\",\"stream\":\"s\",\"record\":{{\"id\":{id}}}}}\n{{\"type\":\"STATE\",\"value\":{{\"last\":{id}}}}}\n"
+        ));
+    }
+    let args = ["target", "--config", &config];
+    let w = under_wasmtime_with_dir(server, &dir_text, &args, input.as_bytes());
+    let h = under_host(server, &args, input.as_bytes());
+    assert_eq!((w.code, h.code), (0, 0), "{}{}", w.stderr, h.stderr);
+    assert_eq!(w.stdout, "{\"last\":2}\n{\"last\":4}\n{\"last\":5}\n");
+    assert_eq!(w.stdout, h.stdout);
+    let sql = Sql::new(&server.connection());
+    let rows = sql.count("SELECT count() FROM {db:Identifier}.s", &[("db", &db)]);
+    assert_eq!(rows, 5, "each record once after two runs");
+    let about = ["target", "--about", "--format", "json"];
+    let (w, h) = (
+        under_wasmtime(server, &about, b""),
+        under_host(server, &about, b""),
+    );
+    assert_eq!((w.code, h.code), (0, 0), "{}{}", w.stderr, h.stderr);
+    assert_eq!(w.stdout, h.stdout);
+    assert!(w.stdout.contains("\"batch_size_rows\""), "{}", w.stdout);
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -4,7 +4,7 @@
 //! MELTANO_STATE_BACKEND_* environment, asks for progress on a terminal, and gives the
 //! component read-only access to the directory of each file the command line names (the FILE
 //! of `sink` and `state import`, the --input-file of `state set` / `merge`), under the name
-//! the argument uses: the arguments reach the component unchanged, and it opens the file
+//! the argument uses (and the --config and --input of `target`): the arguments reach the component unchanged, and it opens the file
 //! itself (as under `wasmtime run --dir DIR`), as often as it needs.
 
 use std::path::{Component, Path, PathBuf};
@@ -35,6 +35,7 @@ pub async fn run(cli: &HostCli, raw_args: &[String]) -> Result<i32, CallError> {
 fn named_files(cli: &HostCli) -> Vec<&Path> {
     let files: Vec<Option<&PathBuf>> = match &cli.cli.command {
         Command::Sink(sink) => vec![sink.file.as_ref()],
+        Command::Target(target) => vec![target.config.as_ref(), target.input.as_ref()],
         Command::State { command, .. } => match command {
             StateCommand::Import { file } => vec![Some(file)],
             StateCommand::Set { input_file, .. } | StateCommand::Merge { input_file, .. } => {

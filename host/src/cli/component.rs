@@ -5,8 +5,12 @@
 
 use std::io::IsTerminal;
 
+use clickhouse_component::host_api::cli::{Command, TargetArgs, TargetConfig};
+use clickhouse_component::host_api::Error;
 use clickhouse_component_host::config::strip_host_flags;
-use clickhouse_component_host::{CallError, CapturedOutput, CommandInput, ReadableDir, Runtime};
+use clickhouse_component_host::{
+    AllowList, CallError, CapturedOutput, CommandInput, ReadableDir, Runtime,
+};
 
 use super::HostCli;
 
@@ -39,11 +43,38 @@ pub async fn run_component(
     stdout: Option<&CapturedOutput>,
     readable: &[ReadableDir],
 ) -> Result<i32, CallError> {
-    let connection = cli.cli.global.connection().map_err(CallError::Component)?;
-    let allow = cli
-        .host
-        .allow_list(&connection)
-        .map_err(CallError::Component)?;
+    let allow = match &cli.cli.command {
+        // The target's connection is in its config file: the host reads it for the
+        // allow-list (its hosts, and the config's allowed_hosts).
+        Command::Target(TargetArgs {
+            config: Some(path), ..
+        }) => {
+            let text = std::fs::read_to_string(path).map_err(|e| {
+                CallError::Component(Error::invalid(format!(
+                    "cannot read the config {}: {e}",
+                    path.display().to_string().escape_debug()
+                )))
+            })?;
+            let config = TargetConfig::parse(&text).map_err(CallError::Component)?;
+            let mut allow = cli
+                .host
+                .allow_list(&config.connection)
+                .map_err(CallError::Component)?;
+            let extra = AllowList::parse(&config.allowed_hosts)
+                .map_err(|e| CallError::Component(Error::invalid(e.to_string())))?;
+            allow.extend(extra);
+            allow
+        }
+        // `target --about`: no connection, nothing to reach.
+        Command::Target(TargetArgs { config: None, .. }) => AllowList::parse(Vec::<String>::new())
+            .map_err(|e| CallError::Component(Error::invalid(e.to_string())))?,
+        _ => {
+            let connection = cli.cli.global.connection().map_err(CallError::Component)?;
+            cli.host
+                .allow_list(&connection)
+                .map_err(CallError::Component)?
+        }
+    };
     let args = strip_host_flags(args);
     let runtime = Runtime::new(&cli.host.component_source(), &cli.host.cache_policy())?
         .with_limits(cli.host.limits().map_err(CallError::Component)?)

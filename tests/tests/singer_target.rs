@@ -1,0 +1,278 @@
+//! The Singer target (`clickhouse-component target`) through the reference host against the
+//! real engine: a target killed (SIGKILL) at a chosen point of its INSERTs, then run again on
+//! the messages after the last STATE it emitted (as Meltano reruns a tap from the last stored
+//! bookmark), leaves every record in the table exactly once. The point is chosen with the
+//! proxy, not with timing: the Nth INSERT is held before it reaches the server (`Pause`: not
+//! written) or after the server wrote it (`StallUntilReleased`: written, not acknowledged),
+//! and the target is killed while it waits. The table is a plain MergeTree, so a duplicate
+//! would stay visible (no merge collapses it).
+
+use std::io::{Read, Write};
+use std::process::{Child, Stdio};
+use std::time::Duration;
+
+use clickhouse_component_tests::native::sql;
+use clickhouse_component_tests::proxy::{Fault, Proxy, Rule};
+use clickhouse_component_tests::{cli, clickhouse, unique_name};
+use serde_json::json;
+
+/// Records per input, a STATE after every `STATE_EVERY`, `BATCH` rows a chunk: each flush (at
+/// a STATE with at least `BATCH` records waiting) sends two chunks (10 + 5 rows).
+const RECORDS: u64 = 60;
+const STATE_EVERY: u64 = 15;
+const BATCH: u64 = 10;
+
+/// The tap's messages: SCHEMA, then records with a STATE after every `STATE_EVERY`. `after`:
+/// only the records after that id (a tap resumed from that bookmark).
+fn messages(after: u64) -> String {
+    let mut out = String::new();
+    let schema = json!({"type": "SCHEMA", "stream": "rows", "key_properties": ["id"],
+        "schema": {"properties": {"id": {"type": "integer"}, "name": {"type": ["null", "string"]}}}});
+    out.push_str(&format!("{schema}\n"));
+    for id in after + 1..=RECORDS {
+        let record = json!({"type": "RECORD", "stream": "rows", "record": {"id": id, "name": format!("row {id}")}});
+        out.push_str(&format!("{record}\n"));
+        if id % STATE_EVERY == 0 {
+            let state = json!({"type": "STATE", "value": {"bookmarks": {"rows": {"last": id}}}});
+            out.push_str(&format!("{state}\n"));
+        }
+    }
+    out
+}
+
+struct Run {
+    dir: tempdir::Dir,
+    database: String,
+}
+
+mod tempdir {
+    /// A directory of the test's own, removed when dropped.
+    pub struct Dir(pub std::path::PathBuf);
+    impl Drop for Dir {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+}
+
+impl Run {
+    fn new(url: &str) -> Run {
+        let database = unique_name("target");
+        let dir = std::env::temp_dir().join(unique_name("target-test"));
+        std::fs::create_dir_all(&dir).unwrap();
+        let server = clickhouse();
+        let config = json!({"uri": url, "username": server.user, "password": server.password,
+            "database": database, "engine_type": "MergeTree", "batch_size_rows": BATCH});
+        std::fs::write(dir.join("config.json"), config.to_string()).unwrap();
+        Run {
+            dir: tempdir::Dir(dir),
+            database,
+        }
+    }
+
+    fn spawn(&self, input: &str) -> Child {
+        let config = self.dir.0.join("config.json");
+        let mut child = cli(clickhouse())
+            .args(["target", "--config", config.to_str().unwrap()])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut stdin = child.stdin.take().unwrap();
+        let input = input.to_string();
+        std::thread::spawn(move || {
+            let _ = stdin.write_all(input.as_bytes());
+        });
+        child
+    }
+
+    /// (count, distinct ids) of the table, without FINAL.
+    fn counts(&self) -> (u64, u64) {
+        let sql = sql();
+        let args = [("db", self.database.as_str())];
+        (
+            sql.count("SELECT count() FROM {db:Identifier}.rows", &args),
+            sql.count("SELECT uniqExact(id) FROM {db:Identifier}.rows", &args),
+        )
+    }
+}
+
+/// The bookmarks of the STATE lines a target printed.
+fn bookmarks(stdout: &str) -> Vec<u64> {
+    stdout
+        .lines()
+        .map(|l| {
+            let v: serde_json::Value = serde_json::from_str(l).unwrap();
+            v["bookmarks"]["rows"]["last"].as_u64().unwrap()
+        })
+        .collect()
+}
+
+fn finish(mut child: Child) -> (Option<i32>, String, String) {
+    let mut out = String::new();
+    let mut err = String::new();
+    child
+        .stdout
+        .take()
+        .unwrap()
+        .read_to_string(&mut out)
+        .unwrap();
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut err)
+        .unwrap();
+    (child.wait().unwrap().code(), out, err)
+}
+
+/// Kills the target while the `nth` INSERT into its table is held by `fault`; reruns it from
+/// the last STATE it printed (and, as if Meltano had not stored that one, from the one
+/// before); every record is in the table once.
+fn killed_at(nth: usize, fault: Fault, what: &str) {
+    let proxy = Proxy::start(&clickhouse().url);
+    let run = Run::new(&proxy.url());
+    let needle = run.database.clone();
+    proxy.add(
+        Rule::when(
+            move |r| {
+                let t = r.target_decoded();
+                t.contains("INSERT INTO") && t.contains(&needle)
+            },
+            fault,
+        )
+        .after(nth - 1)
+        .times(1),
+    );
+    let mut child = run.spawn(&messages(0));
+    proxy.wait_held(1, Duration::from_secs(60));
+    child.kill().unwrap();
+    let (_, out, _) = finish(child);
+    let printed = bookmarks(&out);
+    // Every STATE printed covers committed records only.
+    let (count, distinct) = run.counts();
+    assert_eq!(count, distinct, "{what}: duplicates before the rerun");
+    let last = printed.last().copied().unwrap_or(0);
+    assert!(
+        count >= last,
+        "{what}: STATE {last} printed with {count} rows committed"
+    );
+    proxy.release_all();
+    proxy.clear_rules();
+
+    // As if Meltano had stored only the STATE before the last one: rerun from there first,
+    // killed again at the same point... then from the last one. Both reruns complete.
+    let earlier = printed.iter().rev().nth(1).copied().unwrap_or(0);
+    for from in [earlier, last] {
+        let child = run.spawn(&messages(from));
+        let (code, out, err) = finish(child);
+        assert_eq!(code, Some(0), "{what}: rerun from {from}: {err}");
+        assert_eq!(
+            bookmarks(&out).last().copied(),
+            Some(RECORDS),
+            "{what}: rerun from {from} printed {out}"
+        );
+        assert_eq!(
+            run.counts(),
+            (RECORDS, RECORDS),
+            "{what}: after the rerun from {from} (printed before the kill: {printed:?})"
+        );
+    }
+}
+
+#[test]
+fn killed_mid_insert_before_the_server_wrote_it() {
+    // The 3rd INSERT: flush 2's first chunk; STATE 15 printed.
+    killed_at(3, Fault::Pause, "held before the server");
+}
+
+#[test]
+fn killed_after_the_server_wrote_an_insert_it_did_not_acknowledge() {
+    killed_at(3, Fault::StallUntilReleased, "written, unacknowledged");
+}
+
+#[test]
+fn killed_after_an_acknowledged_insert_before_its_state() {
+    // The 4th INSERT: flush 2's second chunk; its first (11-20... ) is acknowledged, STATE 30
+    // not printed.
+    killed_at(4, Fault::Pause, "acknowledged, no STATE");
+}
+
+#[test]
+fn killed_right_after_a_state() {
+    // The 5th INSERT: flush 3's first chunk, right after STATE 30 was printed.
+    killed_at(5, Fault::StallUntilReleased, "right after a STATE");
+}
+
+/// Bad input stops the target with `invalid-input` naming the line (and stream), and no STATE
+/// is printed for records that were not committed.
+#[test]
+fn bad_input_is_refused_by_line_and_no_state_passes_it() {
+    let run = Run::new(&clickhouse().url);
+    let good = messages(0);
+    let lines: Vec<&str> = good.lines().collect();
+    // SCHEMA, 15 records, STATE 15 (line 17): flushed and printed (15 >= BATCH).
+    let head = lines[..17].join("\n");
+    let cases = [
+        (
+            "{\"type\": \"RECORD\", \"stream\": \"rows\", \"record\": {\"id\": 99, \"name\"",
+            "line 18: not JSON",
+        ),
+        (
+            r#"{"type": "RECORD", "stream": "other", "record": {"id": 1}}"#,
+            "line 18: a RECORD of stream 'other' before its SCHEMA",
+        ),
+        (
+            r#"{"type": "RECORD", "stream": "rows", "record": {"id": 1, "name": "a", "x": 2}}"#,
+            "line 18 (stream 'rows'): property 'x' is not in the stream's SCHEMA",
+        ),
+        (
+            r#"{"type": "LOG", "stream": "rows"}"#,
+            "line 18: unknown message type 'LOG'",
+        ),
+        (
+            r#"{"type": "BATCH", "stream": "rows"}"#,
+            "line 18: BATCH messages are not supported",
+        ),
+        (
+            r#"{"type": "RECORD", "stream": "rows", "record": {"name": "no id"}}"#,
+            "line 18 (stream 'rows'): property 'id' is missing",
+        ),
+    ];
+    for (bad, says) in cases {
+        let input = format!("{head}\n{bad}\n{}\n", lines[18..].join("\n"));
+        let (code, out, err) = finish(run.spawn(&input));
+        assert_eq!(code, Some(2), "{bad}: {err}");
+        assert!(err.contains(says), "{bad}: {err}");
+        assert_eq!(
+            bookmarks(&out),
+            [15],
+            "{bad}: only the STATE before the bad line"
+        );
+    }
+    // A value its column refuses is found when the chunk is read: named by its input line.
+    let value = r#"{"type": "RECORD", "stream": "rows", "record": {"id": "abc", "name": "x"}}"#;
+    let input = format!("{head}\n{value}\n{}\n", lines[18..].join("\n"));
+    let (code, out, err) = finish(run.spawn(&input));
+    assert_eq!(code, Some(2), "{err}");
+    assert!(
+        err.contains("line 18 (stream 'rows')") && err.contains("'id'"),
+        "{err}"
+    );
+    assert_eq!(bookmarks(&out), [15]);
+    // Every run above committed records 1-15 only (the same tokens each time).
+    assert_eq!(run.counts(), (15, 15));
+    // Deeper than the server reads (input_format_json_max_depth).
+    let deep = format!(
+        "{{\"type\": \"RECORD\", \"stream\": \"rows\", \"record\": {{\"id\": 1, \"name\": {}{}}}}}",
+        "[".repeat(2000),
+        "]".repeat(2000)
+    );
+    let (code, _, err) = finish(run.spawn(&format!("{head}\n{deep}\n")));
+    assert_eq!(code, Some(2), "{err}");
+    assert!(
+        err.contains("line 18 (stream 'rows'): the record is nested more than 1000 levels"),
+        "{err}"
+    );
+}
