@@ -165,16 +165,17 @@ clean:
 	rm -rf $(VENV)
 	rm -rf $(PY_VENV) $(PLUGIN_VENV)
 
-# BENCH: the sections to run (state, python, serve, load, sink, typed, link); all of them by
-# default. `typed`: the typed sink against raw JSONEachRow and Native POSTs and onestep, two
+# BENCH: the sections to run (state, python, serve, load, sink, typed, loader, link); all of
+# them by default. `loader`: our Singer target against the sink CLI and shaped-target-clickhouse
+# 0.2.5 (in $(VENV)-shaped), docs/benchmarks.md "Meltano's loader". `typed`: the typed sink against raw JSONEachRow and Native POSTs and onestep, two
 # tables, with server CPU (docs/benchmarks.md, "The typed sink").
 # `python` (and the Python rows of `sink`) use the wheel, built and installed into
 # $(PLUGIN_VENV) first. `serve` runs the composed example under wasmtime serve (installs
 # wasmtime-cli, wac and wasm-tools). `link` runs the sink benchmark inside a network namespace
 # whose loopback is shaped to 100 Mbit/s (scripts/shaped-link; skipped where namespaces are not
 # permitted, or when CLICKHOUSE_URL names another server).
-BENCH ?= state python serve load sink typed link
-bench: setup wasmtime-cli wac-cli wasm-tools $(BENCH_DEPS) $(PLUGIN_DEPS)
+BENCH ?= state python serve load sink typed loader link
+bench: setup wasmtime-cli wac-cli wasm-tools $(BENCH_DEPS) $(PLUGIN_DEPS) $(SHAPED_DEPS)
 	cargo build -p clickhouse-component-host -p clickhouse-component-bench
 	$(MAKE) plugin-wheel
 	@if [ -n "$(filter-out link,$(BENCH))" ]; then \
@@ -203,6 +204,14 @@ meltano-diff: setup $(VENV)-meltano/.meltano-4.4.1
 
 $(VENV)-meltano/.meltano-4.4.1:
 	scripts/meltano-venv
+
+# shaped-target-clickhouse 0.2.5 (the Meltano Hub's target-clickhouse: the loader benchmark's
+# comparison), in a venv of its own.
+SHAPED_DEPS := $(VENV)-shaped/.shaped-target-clickhouse-0.2.5
+$(SHAPED_DEPS):
+	python3 -m venv $(VENV)-shaped
+	$(VENV)-shaped/bin/pip install --quiet --disable-pip-version-check "shaped-target-clickhouse==0.2.5"
+	touch $@
 
 # onestep-clickhouse 0.1.1 (the sink benchmark's Python comparison), in a venv of its own, on the
 # same onestep as the plugin's venv.

@@ -169,7 +169,7 @@ export class Sink {
   sendJson(data, { position } = {}) {
     const bytes = typeof data === 'string' ? new TextEncoder().encode(data) : data;
     const r = call(() =>
-      position === undefined ? this.#sink.sendJson(bytes) : this.#sink.sendJsonAt(bytes, position),
+      position == null ? this.#sink.sendJson(bytes) : this.#sink.sendJsonAt(bytes, position),
     );
     return {
       rows: Number(r.rows),

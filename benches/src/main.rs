@@ -9,6 +9,7 @@
 //! the composed example under stock `wasmtime serve`, against the same call through the host
 //! embedding); select with `bench state` etc.
 
+mod loader;
 mod typed;
 
 use std::time::{Duration, Instant};
@@ -1035,6 +1036,13 @@ fn main() {
     }
     if all || which.iter().any(|w| w == "typed") {
         typed::bench_typed(rows_or(1_000_000));
+    }
+    if all || which.iter().any(|w| w == "loader") {
+        let shaped = std::env::var("BENCH_SHAPED_ROWS")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(50_000);
+        loader::bench_loader(rows_or(1_000_000), shaped);
     }
     // Run by `make bench` inside a network namespace whose loopback is shaped to 100 Mbit/s
     // (scripts/shaped-link); not part of a plain run.

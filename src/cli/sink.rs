@@ -20,7 +20,7 @@ use crate::client::retry::DEFAULT_RETRIES;
 use crate::client::{Client, Compression, Error, ErrorKind, Transport};
 use crate::hex::hex;
 use crate::platform::Platform;
-use crate::sink::encode::MAX_ROW_BYTES;
+use crate::sink::encode::{read_line, MAX_ROW_BYTES};
 use crate::sink::native::{array_elements, object_keys_until};
 use crate::sink::{Receipt, Sink, SinkOptions, StartedSend};
 use crate::state::StateStore;
@@ -314,9 +314,10 @@ pub fn run<T: Transport + Clone, P: Platform + Clone>(
     };
     // A checkpoint records the last batch's acknowledgement when the sink closes (if that
     // fails, a rerun sends that batch again, which its tokens absorb).
+    // Also after a failure: the batches acknowledged before it are recorded.
     let closed = match stream.sink.as_mut() {
-        Some(sink) if outcome.is_ok() => sink.close(),
-        _ => Ok(()),
+        Some(sink) => sink.close(),
+        None => Ok(()),
     };
     let total = stream.total;
     let progress = stream.runner.progress;
@@ -324,11 +325,13 @@ pub fn run<T: Transport + Clone, P: Platform + Clone>(
     if progress && total.rows > 0 {
         let _ = writeln!(stream.runner.stderr);
     }
+    // What the checkpoint records, if its last write went through.
     let checkpoint_rows = stream
         .sink
         .as_ref()
         .and_then(Sink::progress)
-        .map(|(_, rows, _)| rows);
+        .map(|(_, rows, _)| rows)
+        .filter(|_| closed.is_ok());
     if let Err(e) = outcome {
         return Err(failure(e, &total, args, checkpoint_rows));
     }
@@ -411,11 +414,16 @@ fn open_input<'r, T, P>(
 /// many), and where its checkpoint stands.
 fn failure(e: Error, total: &Receipt, args: &SinkArgs, checkpoint_rows: Option<u64>) -> Error {
     let record = match &args.checkpoint {
-        Some(id) => format!(
-            "; checkpoint '{}' records {} rows: run the same command again to continue",
-            crate::state::escape_id(id),
-            checkpoint_rows.unwrap_or(0)
-        ),
+        Some(id) => match checkpoint_rows {
+            Some(rows) => format!(
+                "; checkpoint '{}' records {rows} rows: run the same command again to continue",
+                crate::state::escape_id(id)
+            ),
+            None => format!(
+                "; checkpoint '{}' could not be written last: run the same command again to continue from what it recorded before",
+                crate::state::escape_id(id)
+            ),
+        },
         None => String::new(),
     };
     // A failure after earlier batches committed leaves the stream partly written.
@@ -694,34 +702,6 @@ pub fn read_batches(
         send(&batch, before)?;
     }
     Ok(())
-}
-
-/// Reads one line onto `buf` (through its `\n`, or to the end of the input) as `read_until`
-/// does, but refuses a line over [`MAX_ROW_BYTES`] (plus its line end) having read no more of
-/// it than that: whatever the input, a line takes bounded memory. Returns the bytes read.
-fn read_line(reader: &mut impl BufRead, buf: &mut Vec<u8>, line_no: u64) -> Result<usize, Error> {
-    let start = buf.len();
-    loop {
-        let available = reader.fill_buf().map_err(read_error)?;
-        if available.is_empty() {
-            return Ok(buf.len() - start);
-        }
-        let (take, ends) = match memchr::memchr(b'\n', available) {
-            Some(at) => (at + 1, true),
-            None => (available.len(), false),
-        };
-        if buf.len() - start + take > MAX_ROW_BYTES + 2 {
-            return Err(Error::invalid(format!(
-                "line {line_no} is over {} MiB, the most one row may be (nothing of its batch was sent)",
-                MAX_ROW_BYTES >> 20
-            )));
-        }
-        buf.extend_from_slice(&available[..take]);
-        reader.consume(take);
-        if ends {
-            return Ok(buf.len() - start);
-        }
-    }
 }
 
 /// An input that could not be read.

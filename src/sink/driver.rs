@@ -502,11 +502,12 @@ impl<T: Transport, P: Platform> Sink<T, P> {
     }
 
     fn prepare(&self, encoded: &Encoded) -> Result<PreparedSend, Error> {
-        self.fix_columns(encoded);
         let (count, format, mut build) = self.chunk_builder(encoded)?;
         let chunks = (0..count)
             .map(&mut build)
             .collect::<Result<VecDeque<_>, _>>()?;
+        // Only rows that were all read fix a checkpoint's columns.
+        self.fix_columns(encoded);
         Ok(PreparedSend { chunks, format })
     }
 
@@ -534,8 +535,9 @@ impl<T: Transport, P: Platform> Sink<T, P> {
     pub fn check_json(&self, data: &[u8]) -> Result<(), Error> {
         self.check_open()?;
         let encoded = encode_json(data, self.columns().as_deref())?;
+        self.read_rows(&encoded, false)?;
         self.fix_columns(&encoded);
-        self.read_rows(&encoded, false).map(|_| ())
+        Ok(())
     }
 
     /// Sends the first chunk of a prepared send without waiting for its answer. A resumable
@@ -673,11 +675,22 @@ impl<T: Transport, P: Platform> Sink<T, P> {
             resumable,
         } = started;
         let count = chunks.len();
-        let mut receipt = self.deliver_chunks(
+        let delivered = self.deliver_chunks(
             count,
             &mut |_| Ok(chunks.pop_front().expect("one request per chunk")),
             first,
-        )?;
+        );
+        let mut receipt = match delivered {
+            // Refused with nothing committed (not `uncertain`): no chunk of it landed, so a
+            // later send need not repeat it, in this process or one that resumes.
+            Err(e) if resumable && e.committed_rows == 0 && e.kind != ErrorKind::Uncertain => {
+                if let Some(checkpoints) = self.checkpoints.borrow_mut().as_mut() {
+                    checkpoints.abandon_in_flight();
+                }
+                return Err(e);
+            }
+            delivered => delivered?,
+        };
         receipt.format = Some(format);
         if resumable {
             if let Some(checkpoints) = self.checkpoints.borrow_mut().as_mut() {
@@ -691,7 +704,9 @@ impl<T: Transport, P: Platform> Sink<T, P> {
     /// bytes, so the same rows sent again carry the same token.
     fn token(&self, columns: &[String], body: &[u8]) -> String {
         let mut hash = Sha256::new();
-        hash.update(self.config.qualified_table().as_bytes());
+        // `database.table` as the server names it (with dedup the database is read at open),
+        // so `t` and `db.t` make the same tokens, as they make the same checkpoint.
+        hash.update(self.qualified.as_bytes());
         hash.update(b"\n");
         for c in columns {
             hash.update(c.as_bytes());

@@ -6,6 +6,7 @@
 //! float text are never re-encoded).
 
 use std::borrow::Cow;
+use std::io::BufRead;
 use std::io::Write;
 
 use crate::client::Error;
@@ -328,6 +329,40 @@ pub fn encode_json<'a>(data: &'a [u8], columns: Option<&[String]>) -> Result<Enc
     }
     out.columns_from(columns)?;
     Ok(out)
+}
+
+/// Reads one line onto `buf` (through its `\n`, or to the end of the input) as `read_until`
+/// does, but refuses a line over [`MAX_ROW_BYTES`] (plus its line end) having read no more of
+/// it than that: whatever the input, a line takes bounded memory. Returns the bytes read.
+pub fn read_line(
+    reader: &mut impl BufRead,
+    buf: &mut Vec<u8>,
+    line_no: u64,
+) -> Result<usize, Error> {
+    let start = buf.len();
+    loop {
+        let available = reader
+            .fill_buf()
+            .map_err(|e| Error::invalid(format!("reading the input: {e}")))?;
+        if available.is_empty() {
+            return Ok(buf.len() - start);
+        }
+        let (take, ends) = match memchr::memchr(b'\n', available) {
+            Some(at) => (at + 1, true),
+            None => (available.len(), false),
+        };
+        if buf.len() - start + take > MAX_ROW_BYTES + 2 {
+            return Err(Error::invalid(format!(
+                "line {line_no} is over {} MiB, the most one row may be (nothing of its batch was sent)",
+                MAX_ROW_BYTES >> 20
+            )));
+        }
+        buf.extend_from_slice(&available[..take]);
+        reader.consume(take);
+        if ends {
+            return Ok(buf.len() - start);
+        }
+    }
 }
 
 #[cfg(test)]

@@ -1271,6 +1271,49 @@ pub fn object_keys_until(row: &[u8]) -> (Vec<Vec<u8>>, Option<Refusal>) {
     (keys, end.err())
 }
 
+/// An object's key, unescaped (borrowed from the text when it has no escape).
+pub type Key<'a> = Cow<'a, [u8]>;
+
+/// The fields of a JSON object: each key (unescaped) and its value's text, in order; the
+/// object must be the whole of `row` (surrounding space aside). One structural pass, no value
+/// parsed: for a caller that routes on a few fields (the Singer target's messages). With
+/// `inner`, the keys of the field named `inner.0`, when its value is an object, are collected
+/// into `inner.1` in the same pass (that object's depth counted from itself, as a row's).
+pub fn object_fields<'a>(
+    row: &'a [u8],
+    mut inner: Option<(&[u8], &mut Vec<Key<'a>>)>,
+) -> Result<Vec<(Key<'a>, &'a [u8])>, Refusal> {
+    let mut c = Cursor::new(row);
+    if !c.eat(b'{') {
+        return Err(refuse(row, "not a JSON object"));
+    }
+    c.depth = 1;
+    let mut fields = Vec::new();
+    c.each(b'}', |c| {
+        let key = c.key()?.0;
+        let value = match &mut inner {
+            Some((name, keys)) if key.as_ref() == *name && c.peek() == Some(b'{') => {
+                let start = c.at;
+                c.at += 1;
+                let outer = std::mem::replace(&mut c.depth, 1);
+                c.each(b'}', |c| {
+                    keys.push(c.key()?.0);
+                    c.skip().map(drop)
+                })?;
+                c.depth = outer;
+                &c.s[start..c.at]
+            }
+            _ => c.skip()?,
+        };
+        fields.push((key, value));
+        Ok(())
+    })?;
+    if !c.at_end() {
+        return Err(c.malformed());
+    }
+    Ok(fields)
+}
+
 /// Where each element of the JSON array `text` holds starts and ends (the array may hold
 /// anything; an element is read later, as a row).
 pub fn array_elements(text: &[u8]) -> Result<Vec<(usize, usize)>, Refusal> {

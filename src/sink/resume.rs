@@ -210,7 +210,7 @@ impl<T: Transport, P: Platform> Checkpoints<T, P> {
         if let Some(before) = &self.current.in_flight {
             if before.digest != send.digest {
                 return Err(Error::invalid(format!(
-                    "checkpoint '{}': a send of {} rows (ending at position {}) was in flight when it was written and may have committed in part; send exactly those rows again first (the same rows in the same order, so that the chunks that landed carry the same tokens), or use another checkpoint id",
+                    "checkpoint '{}': a send of {} rows (ending at position {}) was in flight when it was written and may have committed in part; send exactly those rows again first (the same rows in the same order, so that the chunks that landed carry the same tokens and are dropped)",
                     escape_id(&self.id),
                     before.rows,
                     crate::text::escaped(&before.position)
@@ -233,6 +233,16 @@ impl<T: Transport, P: Platform> Checkpoints<T, P> {
             self.current.rows += rows;
             self.current.sends += 1;
             self.unwritten = true;
+        }
+    }
+
+    /// The send in flight was refused with nothing of it committed: forgotten, and written
+    /// down at once (best effort), so no later send, in this process or one that resumes,
+    /// must repeat it.
+    pub(crate) fn abandon_in_flight(&mut self) {
+        if self.current.in_flight.take().is_some() {
+            let _ = self.save(&self.current.clone());
+            self.unwritten = false;
         }
     }
 

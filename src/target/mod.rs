@@ -19,36 +19,27 @@ pub mod schema;
 
 use std::io::{BufRead, Write};
 
-use serde::Deserialize;
 use serde_json::value::RawValue;
 
 use crate::client::retry::DEFAULT_RETRIES;
 use crate::client::{Client, Error, ErrorKind, Query, Transport};
 use crate::platform::Platform;
-use crate::sink::native::object_keys_until;
-use crate::sink::{Receipt, Sink, SinkOptions};
+use crate::sink::encode::read_line;
+use crate::sink::native::object_fields;
+use crate::sink::{Receipt, Sink, SinkOptions, StartedSend};
 
 use config::TargetConfig;
 use schema::Column;
 
-/// The longest message line read (as the sink's longest row).
-pub const MAX_LINE_BYTES: usize = crate::sink::encode::MAX_ROW_BYTES;
-
-/// One Singer message, as read (unknown fields are ignored, as Singer allows).
-#[derive(Deserialize)]
+/// One Singer message, as read (unknown fields are ignored, as Singer allows): the values
+/// the target routes on, and the texts of the record and the state.
 struct Message<'a> {
-    #[serde(rename = "type", borrow)]
     kind: std::borrow::Cow<'a, str>,
-    #[serde(borrow, default)]
     stream: Option<std::borrow::Cow<'a, str>>,
-    #[serde(borrow, default)]
-    record: Option<&'a RawValue>,
-    #[serde(default)]
+    record: Option<&'a [u8]>,
     schema: Option<serde_json::Value>,
-    #[serde(default)]
     key_properties: Option<Vec<String>>,
-    #[serde(borrow, default)]
-    value: Option<&'a RawValue>,
+    value: Option<&'a [u8]>,
 }
 
 /// A stream's table, sink and waiting records.
@@ -91,8 +82,12 @@ pub struct Target<'w, T: Transport + Clone, P: Platform + Clone> {
     streams: Vec<Stream<T, P>>,
     pending_rows: u64,
     pending_bytes: u64,
-    /// The last STATE read and not yet emitted (its `value`'s text).
+    /// The last STATE read and not yet flushed (its `value`'s text).
     state: Option<String>,
+    /// A STATE flushed, waiting for the chunk on the wire to be acknowledged.
+    deferred_state: Option<String>,
+    /// The chunk on the wire: its stream and its send.
+    in_flight: Option<(usize, StartedSend)>,
     /// Where STATE lines go (stdout) and what the target says (stderr).
     out: &'w mut dyn Write,
     log: &'w mut dyn Write,
@@ -123,6 +118,8 @@ impl<'w, T: Transport + Clone, P: Platform + Clone> Target<'w, T, P> {
             pending_rows: 0,
             pending_bytes: 0,
             state: None,
+            deferred_state: None,
+            in_flight: None,
             out,
             log,
             summary: Summary::default(),
@@ -142,17 +139,29 @@ impl<'w, T: Transport + Clone, P: Platform + Clone> Target<'w, T, P> {
         loop {
             line.clear();
             line_no += 1;
-            let n = read_line(input, &mut line, line_no)?;
+            let n = match read_line(&mut &mut *input, &mut line, line_no) {
+                Ok(n) => n,
+                Err(e) => {
+                    self.complete()?;
+                    return Err(e);
+                }
+            };
             if n == 0 {
                 break;
             }
             if line.iter().all(u8::is_ascii_whitespace) {
                 continue;
             }
-            self.message(&line, line_no)?;
+            if let Err(e) = self.message(&line, line_no) {
+                // The chunk on the wire decides what was committed: its failure comes first;
+                // once it is acknowledged, the STATE waiting for it is emitted.
+                self.complete()?;
+                return Err(e);
+            }
         }
-        self.flush()?;
-        self.emit_state()?;
+        let last = self.state.take();
+        self.flush(last)?;
+        self.complete()?;
         for s in &self.streams {
             let table = format!("{}.{}", self.config.database, s.table);
             self.summary.streams.push((s.name.clone(), table, s.rows));
@@ -161,16 +170,51 @@ impl<'w, T: Transport + Clone, P: Platform + Clone> Target<'w, T, P> {
     }
 
     fn message(&mut self, line: &[u8], line_no: u64) -> Result<(), Error> {
-        let message: Message = serde_json::from_slice(line).map_err(|e| {
-            let what = match e.classify() {
-                serde_json::error::Category::Data => {
-                    "not a Singer message (no \"type\", or a field of the wrong kind)"
-                }
-                _ if e.to_string().contains("recursion limit") => "nested deeper than 128 levels",
-                _ => "not JSON",
-            };
-            Error::invalid(format!("line {line_no}: {what} (column {})", e.column()))
+        // One structural pass over the line (the record's value is skipped, not parsed: the
+        // sink reads it for its columns' types).
+        // The record's keys are collected in the same pass.
+        let mut keys = Vec::new();
+        let fields = object_fields(line, Some((b"record".as_slice(), &mut keys)))
+            .map_err(|r| crate::sink::encode::row_refusal(&format!("line {line_no}"), r))?;
+        let field = |name: &str| {
+            fields
+                .iter()
+                .find(|(k, _)| k.as_ref() == name.as_bytes())
+                .map(|(_, v)| *v)
+        };
+        let text = |name: &str| -> Result<Option<String>, Error> {
+            field(name)
+                .map(|v| {
+                    serde_json::from_slice::<String>(v).map_err(|_| {
+                        Error::invalid(format!("line {line_no}: \"{name}\" is not a string"))
+                    })
+                })
+                .transpose()
+        };
+        let kind = text("type")?.ok_or_else(|| {
+            Error::invalid(format!(
+                "line {line_no}: not a Singer message (no \"type\")"
+            ))
         })?;
+        let message = Message {
+            kind: kind.into(),
+            stream: text("stream")?.map(Into::into),
+            record: field("record"),
+            schema: field("schema")
+                .map(serde_json::from_slice)
+                .transpose()
+                .map_err(|_| Error::invalid(format!("line {line_no}: the schema is not JSON")))?,
+            key_properties: field("key_properties")
+                .filter(|v| *v != b"null")
+                .map(serde_json::from_slice)
+                .transpose()
+                .map_err(|_| {
+                    Error::invalid(format!(
+                        "line {line_no}: \"key_properties\" is not a list of names"
+                    ))
+                })?,
+            value: field("value"),
+        };
         let stream = message.stream.as_deref();
         let needs_stream = || {
             stream.ok_or_else(|| {
@@ -189,7 +233,7 @@ impl<'w, T: Transport + Clone, P: Platform + Clone> Target<'w, T, P> {
                         crate::text::escaped(stream)
                     ))
                 })?;
-                self.record(stream, record.get().as_bytes(), line_no)
+                self.record(stream, record, &keys, line_no)
             }
             "SCHEMA" => {
                 let stream = needs_stream()?.to_string();
@@ -209,10 +253,13 @@ impl<'w, T: Transport + Clone, P: Platform + Clone> Target<'w, T, P> {
                         "line {line_no}: a STATE message without a \"value\""
                     ))
                 })?;
-                self.state = Some(value.get().to_string());
+                let value = std::str::from_utf8(value).map_err(|_| {
+                    Error::invalid(format!("line {line_no}: the STATE is not UTF-8"))
+                })?;
+                self.state = Some(value.to_string());
                 if self.pending_rows >= u64::from(self.config.batch_size_rows) {
-                    self.flush()?;
-                    self.emit_state()?;
+                    let state = self.state.take();
+                    self.flush(state)?;
                 }
                 Ok(())
             }
@@ -245,7 +292,8 @@ impl<'w, T: Transport + Clone, P: Platform + Clone> Target<'w, T, P> {
                 return Ok(());
             }
             // The waiting records were read for the old columns: send them first.
-            self.flush()?;
+            self.flush(None)?;
+            self.complete()?;
         }
         let table = self
             .config
@@ -366,7 +414,13 @@ impl<'w, T: Transport + Clone, P: Platform + Clone> Target<'w, T, P> {
     /// A RECORD: checked against its stream's properties and put in its buffer (made to fit:
     /// a property the record leaves out is null when its column takes null; objects, arrays
     /// and mixed types become their JSON text).
-    fn record(&mut self, stream: &str, record: &[u8], line_no: u64) -> Result<(), Error> {
+    fn record(
+        &mut self,
+        stream: &str,
+        record: &[u8],
+        keys: &[std::borrow::Cow<[u8]>],
+        line_no: u64,
+    ) -> Result<(), Error> {
         let Some(index) = self.streams.iter().position(|s| s.name == stream) else {
             return Err(Error::invalid(format!(
                 "line {line_no}: a RECORD of stream '{}' before its SCHEMA",
@@ -380,15 +434,8 @@ impl<'w, T: Transport + Clone, P: Platform + Clone> Target<'w, T, P> {
                 crate::text::escaped(stream)
             ))
         };
-        let (keys, bad) = object_keys_until(record);
-        if let Some(bad) = bad {
-            return Err(crate::sink::encode::row_refusal(
-                &format!(
-                    "line {line_no} (stream '{}'): the record",
-                    crate::text::escaped(stream)
-                ),
-                bad,
-            ));
+        if !record.starts_with(b"{") {
+            return Err(refused("the record is not a JSON object".into()));
         }
         if let Some((_, twice)) = keys
             .iter()
@@ -410,7 +457,7 @@ impl<'w, T: Transport + Clone, P: Platform + Clone> Target<'w, T, P> {
         let missing: Vec<&Column> = s
             .columns
             .iter()
-            .filter(|c| !keys.iter().any(|k| k == c.name.as_bytes()))
+            .filter(|c| !keys.iter().any(|k| k.as_ref() == c.name.as_bytes()))
             .collect();
         if let Some(required) = missing.iter().find(|c| !c.nullable) {
             return Err(refused(format!(
@@ -430,20 +477,23 @@ impl<'w, T: Transport + Clone, P: Platform + Clone> Target<'w, T, P> {
         self.pending_rows += 1;
         self.pending_bytes += (s.pending.len() - before) as u64;
         if self.pending_bytes >= self.config.batch_size_bytes {
-            self.flush()?;
+            self.flush(None)?;
         }
         Ok(())
     }
 
-    /// Sends every waiting record, stream by stream, `batch_size_rows` a chunk.
-    fn flush(&mut self) -> Result<(), Error> {
+    /// Sends every waiting record, stream by stream, `batch_size_rows` a chunk, each chunk
+    /// read and encoded while the one before it is on the wire. `state`: the STATE that asked
+    /// for the flush, emitted once the flush's last chunk is acknowledged; the chunks after it
+    /// count their place from it.
+    fn flush(&mut self, state: Option<String>) -> Result<(), Error> {
         let batch = self.config.batch_size_rows as usize;
-        for s in &mut self.streams {
-            if s.lines.is_empty() {
+        for index in 0..self.streams.len() {
+            if self.streams[index].lines.is_empty() {
                 continue;
             }
-            let pending = std::mem::take(&mut s.pending);
-            let lines = std::mem::take(&mut s.lines);
+            let pending = std::mem::take(&mut self.streams[index].pending);
+            let lines = std::mem::take(&mut self.streams[index].lines);
             let mut start = 0usize;
             for chunk_lines in lines.chunks(batch) {
                 // The chunk's bytes: as many lines as it has rows.
@@ -451,34 +501,60 @@ impl<'w, T: Transport + Clone, P: Platform + Clone> Target<'w, T, P> {
                 for _ in 0..chunk_lines.len() {
                     end += memchr_newline(&pending[end..]) + 1;
                 }
+                let s = &mut self.streams[index];
                 let mut salt = Vec::with_capacity(s.name.len() + 9);
                 salt.extend_from_slice(s.name.as_bytes());
                 salt.push(0);
                 salt.extend_from_slice(&s.chunks_since_state.to_le_bytes());
                 s.sink.set_token_salt(&salt);
-                let receipt: Receipt = s.sink.send_json(&pending[start..end]).map_err(|e| {
-                    let message = in_input(&e.message, chunk_lines, &s.name);
+                s.chunks_since_state += 1;
+                let prepared = s.sink.prepare_json(&pending[start..end]);
+                let name = s.name.clone();
+                // The chunk before this one is acknowledged first (its error comes first).
+                self.complete()?;
+                let prepared = prepared.map_err(|e| {
+                    let message = in_input(&e.message, chunk_lines, &name);
                     e.clone().reclassify(e.kind, message)
                 })?;
-                s.chunks_since_state += 1;
-                s.rows += receipt.rows;
-                self.summary.rows += receipt.rows;
-                self.summary.chunks += u64::from(receipt.chunks);
+                let started = self.streams[index].sink.start(prepared)?;
+                self.in_flight = Some((index, started));
                 start = end;
             }
         }
         self.pending_rows = 0;
         self.pending_bytes = 0;
+        if let Some(state) = state {
+            for s in &mut self.streams {
+                s.chunks_since_state = 0;
+            }
+            self.deferred_state = Some(state);
+            if self.in_flight.is_none() {
+                self.emit_state()?;
+            }
+        }
         Ok(())
     }
 
-    /// Emits the STATE read last, if any (everything read before it is acknowledged: the
-    /// caller flushed); the chunks after it count their place from it.
+    /// Waits for the chunk on the wire, if any, then emits the STATE waiting for it.
+    fn complete(&mut self) -> Result<(), Error> {
+        if let Some((index, started)) = self.in_flight.take() {
+            let s = &mut self.streams[index];
+            let receipt: Receipt = s.sink.finish(started).map_err(|e| {
+                let message = format!("stream '{}': {}", crate::text::escaped(&s.name), e.message);
+                e.clone().reclassify(e.kind, message)
+            })?;
+            s.rows += receipt.rows;
+            self.summary.rows += receipt.rows;
+            self.summary.chunks += u64::from(receipt.chunks);
+        }
+        self.emit_state()
+    }
+
+    /// Emits the STATE whose records are all acknowledged, if one waits.
     fn emit_state(&mut self) -> Result<(), Error> {
-        let Some(state) = self.state.take() else {
+        let Some(state) = self.deferred_state.take() else {
             return Ok(());
         };
-        debug_assert_eq!(self.pending_rows, 0, "flushed before");
         writeln!(self.out, "{state}")
             .and_then(|()| self.out.flush())
             .map_err(|e| {
@@ -487,9 +563,6 @@ impl<'w, T: Transport + Clone, P: Platform + Clone> Target<'w, T, P> {
                     format!("cannot write the STATE to stdout: {e}"),
                 )
             })?;
-        for s in &mut self.streams {
-            s.chunks_since_state = 0;
-        }
         self.summary.states_emitted += 1;
         Ok(())
     }
@@ -563,41 +636,4 @@ fn in_input(message: &str, lines: &[u64], stream: &str) -> String {
 fn at_line(e: Error, line_no: u64) -> Error {
     let message = format!("line {line_no}: {}", e.message);
     e.clone().reclassify(e.kind, message)
-}
-
-/// Reads one line (up to and including `\n`) into `buf`; `invalid-input` past
-/// [`MAX_LINE_BYTES`].
-fn read_line(input: &mut dyn BufRead, buf: &mut Vec<u8>, line_no: u64) -> Result<usize, Error> {
-    let mut total = 0;
-    loop {
-        let (done, used) = {
-            let available = input
-                .fill_buf()
-                .map_err(|e| Error::invalid(format!("cannot read the input: {e}")))?;
-            if available.is_empty() {
-                return Ok(total);
-            }
-            match available.iter().position(|b| *b == b'\n') {
-                Some(i) => {
-                    buf.extend_from_slice(&available[..=i]);
-                    (true, i + 1)
-                }
-                None => {
-                    buf.extend_from_slice(available);
-                    (false, available.len())
-                }
-            }
-        };
-        input.consume(used);
-        total += used;
-        if buf.len() > MAX_LINE_BYTES {
-            return Err(Error::invalid(format!(
-                "line {line_no} is over {} MiB",
-                MAX_LINE_BYTES >> 20
-            )));
-        }
-        if done {
-            return Ok(total);
-        }
-    }
 }

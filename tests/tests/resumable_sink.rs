@@ -252,3 +252,65 @@ async fn resume_rules() {
     assert_eq!(kept.completed, "{\"singer_state\":{\"bookmarks\":{}}}");
     assert_eq!(counts(&t), (0, 0));
 }
+
+/// A send the server refuses whole (nothing committed, not `uncertain`) leaves nothing in
+/// flight: the next send, in this process or one that resumes, need not repeat it. And a first
+/// send that is refused does not fix the checkpoint's columns.
+#[tokio::test]
+async fn a_send_refused_whole_is_not_in_flight_and_does_not_fix_the_columns() {
+    let db = unique_name("resumable");
+    let sql = sql();
+    sql.exec("CREATE DATABASE {db:Identifier}", &[("db", &db)]);
+    sql.exec(
+        "CREATE TABLE {db:Identifier}.t (n UInt32, s String, CONSTRAINT small CHECK n < 1000) \
+         ENGINE = MergeTree ORDER BY n SETTINGS non_replicated_deduplication_window = 100",
+        &[("db", &db)],
+    );
+    let t = format!("{db}.t");
+    let state_db = unique_name("resumable_state");
+    let conn = clickhouse().connection();
+    let mut i = instance().await;
+    let s = open(&mut i, &conn, &t).await;
+    assert_eq!(
+        i.sink_resume(s, "job", &store(&state_db)).await.unwrap(),
+        None
+    );
+    // A first row with a misspelt key: refused, and the columns stay free.
+    let typo = b"{\"n\":1,\"z\":\"a\"}\n".to_vec();
+    let e = i.sink_send_json_at(s, &typo, "typo").await.unwrap_err();
+    assert!(e.into_component().message.contains("'z'"));
+    // The server refuses the whole send (its one chunk breaks the constraint).
+    let e = i
+        .sink_send_json_at(s, &rows(995..1005), "refused")
+        .await
+        .unwrap_err()
+        .into_component();
+    assert_ne!(e.kind, ErrorKind::Uncertain, "{}", e.message);
+    assert_eq!(e.committed_rows, 0);
+    // Another send goes on, in this process and in the next.
+    let r = i
+        .sink_send_json_at(s, &rows(0..10), "after 10")
+        .await
+        .unwrap();
+    assert_eq!(r.rows, 10);
+    drop(i);
+    let mut next = instance().await;
+    let s = open(&mut next, &conn, &t).await;
+    // Not closed: the last send's acknowledgement was never written, so it is the one in
+    // flight, sent again (and dropped by its tokens) before the next.
+    let resumed = next.sink_resume(s, "job", &store(&state_db)).await;
+    assert_eq!(resumed.unwrap(), None);
+    let e = next.sink_send_json_at(s, &rows(10..20), "after 20").await;
+    let m = e.unwrap_err().into_component().message;
+    assert!(m.contains("10 rows (ending at position after 10)"), "{m}");
+    next.sink_send_json_at(s, &rows(0..10), "after 10")
+        .await
+        .unwrap();
+    assert_eq!(counts(&t), (10, 10));
+    let r = next
+        .sink_send_json_at(s, &rows(10..20), "after 20")
+        .await
+        .unwrap();
+    assert_eq!(r.rows, 10);
+    assert_eq!(counts(&t), (20, 20));
+}
