@@ -113,7 +113,7 @@ fn killed_and_rerun(
         .lines()
         .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
         .filter_map(|v| v["bookmarks"]["rows"]["last"].as_u64())
-        .last()
+        .next_back()
         .unwrap_or(0) as usize;
     let (rest, _) = tap_output_after(dir, records, last);
     let mut command = loader();

@@ -53,6 +53,8 @@ struct Stream<T: Transport, P: Platform> {
     lines: Vec<u64>,
     /// Chunks sent since the last emitted STATE (their place, in the token).
     chunks_since_state: u64,
+    /// How many of the waiting records (and their bytes) came before the last STATE read.
+    covered: (usize, usize),
     /// Rows acknowledged in this run.
     rows: u64,
 }
@@ -84,6 +86,8 @@ pub struct Target<'w, T: Transport + Clone, P: Platform + Clone> {
     pending_bytes: u64,
     /// The last STATE read and not yet flushed (its `value`'s text).
     state: Option<String>,
+    /// A STATE was read in this run.
+    seen_state: bool,
     /// A STATE flushed, waiting for the chunk on the wire to be acknowledged.
     deferred_state: Option<String>,
     /// The chunk on the wire: its stream and its send.
@@ -118,6 +122,7 @@ impl<'w, T: Transport + Clone, P: Platform + Clone> Target<'w, T, P> {
             pending_rows: 0,
             pending_bytes: 0,
             state: None,
+            seen_state: false,
             deferred_state: None,
             in_flight: None,
             out,
@@ -159,9 +164,32 @@ impl<'w, T: Transport + Clone, P: Platform + Clone> Target<'w, T, P> {
                 return Err(e);
             }
         }
+        // Records after the last STATE are not sent when the input ends: a rerun from that
+        // STATE (the tap stopped early) sends them again in chunks of its own, which this run
+        // cannot foresee. A run without any STATE sends everything: its rerun starts from the
+        // beginning, as it did.
+        let mut uncovered = 0usize;
+        let mut first_uncovered: Option<u64> = None;
+        if self.seen_state {
+            for s in &mut self.streams {
+                let (lines, bytes) = s.covered;
+                if s.lines.len() > lines {
+                    uncovered += s.lines.len() - lines;
+                    let first = s.lines[lines];
+                    first_uncovered = Some(first_uncovered.map_or(first, |f| f.min(first)));
+                    s.lines.truncate(lines);
+                    s.pending.truncate(bytes);
+                }
+            }
+        }
         let last = self.state.take();
         self.flush(last)?;
         self.complete()?;
+        if let Some(line) = first_uncovered {
+            return Err(Error::invalid(format!(
+                "the input ended with {uncovered} records after its last STATE (from line {line}): the tap stopped before a STATE covered them, so they are not loaded; a rerun from that STATE loads them exactly once"
+            )));
+        }
         for s in &self.streams {
             let table = format!("{}.{}", self.config.database, s.table);
             self.summary.streams.push((s.name.clone(), table, s.rows));
@@ -257,9 +285,14 @@ impl<'w, T: Transport + Clone, P: Platform + Clone> Target<'w, T, P> {
                     Error::invalid(format!("line {line_no}: the STATE is not UTF-8"))
                 })?;
                 self.state = Some(value.to_string());
+                self.seen_state = true;
                 if self.pending_rows >= u64::from(self.config.batch_size_rows) {
                     let state = self.state.take();
                     self.flush(state)?;
+                } else {
+                    for s in &mut self.streams {
+                        s.covered = (s.lines.len(), s.pending.len());
+                    }
                 }
                 Ok(())
             }
@@ -269,7 +302,10 @@ impl<'w, T: Transport + Clone, P: Platform + Clone> Target<'w, T, P> {
                 Ok(())
             }
             "BATCH" => Err(Error::invalid(format!(
-                "line {line_no}: BATCH messages are not supported: turn off the tap's batch_config so it sends RECORD messages"
+                "line {line_no}{}: BATCH messages are not supported: turn off the tap's batch_config so it sends RECORD messages",
+                stream
+                    .map(|s| format!(" (stream '{}')", crate::text::escaped(s)))
+                    .unwrap_or_default()
             ))),
             other => Err(Error::invalid(format!(
                 "line {line_no}: unknown message type '{}' (SCHEMA, RECORD, STATE and ACTIVATE_VERSION are read)",
@@ -316,10 +352,13 @@ impl<'w, T: Transport + Clone, P: Platform + Clone> Target<'w, T, P> {
             }
             None => {
                 if !self.database_ready {
-                    client.execute(&schema::create_database(&self.config))?;
+                    self.execute(&client, &schema::create_database(&self.config))?;
                     self.database_ready = true;
                 }
-                client.execute(&schema::create_table(&self.config, &table, &columns, keys))?;
+                self.execute(
+                    &client,
+                    &schema::create_table(&self.config, &table, &columns, keys),
+                )?;
                 self.summary.tables_created += 1;
                 let _ = writeln!(
                     self.log,
@@ -343,7 +382,7 @@ impl<'w, T: Transport + Clone, P: Platform + Clone> Target<'w, T, P> {
                             ),
                         ));
                     }
-                    client.execute(&schema::add_column(&self.config, &table, column))?;
+                    self.execute(&client, &schema::add_column(&self.config, &table, column))?;
                     let _ = writeln!(
                         self.log,
                         "target: added column '{}' to {}.{}",
@@ -379,6 +418,7 @@ impl<'w, T: Transport + Clone, P: Platform + Clone> Target<'w, T, P> {
             pending: Vec::new(),
             lines: Vec::new(),
             chunks_since_state: 0,
+            covered: (0, 0),
             rows: 0,
         };
         match self.streams.iter_mut().find(|s| s.name == stream) {
@@ -390,6 +430,20 @@ impl<'w, T: Transport + Clone, P: Platform + Clone> Target<'w, T, P> {
             None => self.streams.push(fresh),
         }
         Ok(())
+    }
+
+    /// One of the target's own statements (the columns read, `CREATE ... IF NOT EXISTS`,
+    /// `ADD COLUMN IF NOT EXISTS`: each safe to repeat, even after a lost answer), repeated
+    /// as the sink's requests are when it fails in a way that may pass.
+    fn execute(&self, client: &Client<T>, query: &Query) -> Result<crate::client::Response, Error> {
+        crate::client::retry::run(
+            &crate::client::retry::RetryPolicy::new(DEFAULT_RETRIES),
+            &self.platform,
+            None,
+            || client.execute(query),
+            |e| crate::client::retry::is_worth_retrying(e.kind),
+        )
+        .map(|retried| retried.value)
     }
 
     /// The column names of `table` in the target's database, or `None` if it does not exist.
@@ -405,7 +459,7 @@ impl<'w, T: Transport + Clone, P: Platform + Clone> Target<'w, T, P> {
         .param("db", &self.config.database)
         .param("t", table)
         .format("TabSeparatedRaw");
-        let response = client.execute(&query)?;
+        let response = self.execute(client, &query)?;
         let text = String::from_utf8_lossy(&response.body);
         let names: Vec<String> = text.lines().map(String::from).collect();
         Ok((!names.is_empty()).then_some(names))
@@ -523,6 +577,9 @@ impl<'w, T: Transport + Clone, P: Platform + Clone> Target<'w, T, P> {
         }
         self.pending_rows = 0;
         self.pending_bytes = 0;
+        for s in &mut self.streams {
+            s.covered = (0, 0);
+        }
         if let Some(state) = state {
             for s in &mut self.streams {
                 s.chunks_since_state = 0;

@@ -541,7 +541,9 @@ def test_a_resumable_sink_continues_from_its_checkpoint_and_refuses_another_send
             sink.send(rows([4, 5]), position="after 5")
         assert count() == 5
     # Without dedup there is no checkpoint.
-    with cc.Sink(conn, f"{database}.t") as plain:
-        with pytest.raises(errors.InvalidInputError, match="needs dedup"):
-            plain.resume("job", database=state)
+    with (
+        cc.Sink(conn, f"{database}.t") as plain,
+        pytest.raises(errors.InvalidInputError, match="needs dedup"),
+    ):
+        plain.resume("job", database=state)
     sql(f"DROP DATABASE IF EXISTS `{state}`")

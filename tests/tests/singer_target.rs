@@ -233,7 +233,7 @@ fn bad_input_is_refused_by_line_and_no_state_passes_it() {
         ),
         (
             r#"{"type": "BATCH", "stream": "rows"}"#,
-            "line 18: BATCH messages are not supported",
+            "line 18 (stream 'rows'): BATCH messages are not supported",
         ),
         (
             r#"{"type": "RECORD", "stream": "rows", "record": {"name": "no id"}}"#,
