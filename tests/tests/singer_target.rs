@@ -276,3 +276,41 @@ fn bad_input_is_refused_by_line_and_no_state_passes_it() {
         "{err}"
     );
 }
+
+/// An existing table that does not deduplicate is refused when its stream's SCHEMA arrives
+/// (misconfigured, naming the setting), nothing written; with `dedup` off the target loads into
+/// it and says at start that delivery is at least once.
+#[test]
+fn a_table_without_a_deduplication_window_is_refused_unless_dedup_is_off() {
+    let run = Run::new(&clickhouse().url);
+    let sql = sql();
+    sql.exec(
+        "CREATE DATABASE {db:Identifier}",
+        &[("db", run.database.as_str())],
+    );
+    sql.exec(
+        "CREATE TABLE {db:Identifier}.rows (id Int64, name Nullable(String)) \
+         ENGINE = MergeTree ORDER BY id SETTINGS non_replicated_deduplication_window = 0",
+        &[("db", run.database.as_str())],
+    );
+    let (code, out, err) = finish(run.spawn(&messages(0)));
+    assert_eq!(code, Some(3), "{err}");
+    assert!(
+        err.contains("line 1: stream 'rows': dedup needs a table that deduplicates inserts")
+            && err.contains("non_replicated_deduplication_window"),
+        "{err}"
+    );
+    assert!(out.is_empty(), "{out}");
+    assert_eq!(run.counts(), (0, 0));
+    // dedup off: loaded, at least once, and said so.
+    let config = run.dir.0.join("config.json");
+    let mut settings: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&config).unwrap()).unwrap();
+    settings["dedup"] = false.into();
+    std::fs::write(&config, settings.to_string()).unwrap();
+    let (code, out, err) = finish(run.spawn(&messages(0)));
+    assert_eq!(code, Some(0), "{err}");
+    assert!(err.contains("delivery is at least once"), "{err}");
+    assert_eq!(bookmarks(&out).last().copied(), Some(RECORDS));
+    assert_eq!(run.counts(), (RECORDS, RECORDS));
+}
