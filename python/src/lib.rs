@@ -990,6 +990,7 @@ fn run_target(py: Python<'_>, args: Vec<String>) -> PyResult<i32> {
         return fail("not a target command".into());
     };
     let mut allow = AllowList::parse(Vec::<String>::new()).expect("an empty list");
+    let mut network = None;
     if let Some(path) = &target.config {
         let config = match std::fs::read_to_string(path)
             .map_err(|e| Error::invalid(format!("cannot read the config {}: {e}", path.display())))
@@ -1005,6 +1006,14 @@ fn run_target(py: Python<'_>, args: Vec<String>) -> PyResult<i32> {
         match AllowList::parse(&config.allowed_hosts) {
             Ok(list) => allow.extend(list),
             Err(e) => return fail(e.to_string()),
+        }
+        if let Some(ca_file) = config.ca_file {
+            match Network::new(&TlsOptions {
+                ca_file: Some(ca_file.into()),
+            }) {
+                Ok(n) => network = Some(n),
+                Err(e) => return fail(format!("setting ca_file: {e}")),
+            }
         }
     }
     let mut readable: Vec<ReadableDir> = Vec::new();
@@ -1031,7 +1040,10 @@ fn run_target(py: Python<'_>, args: Vec<String>) -> PyResult<i32> {
     }
     let result = py.detach(move || -> Result<i32, String> {
         let shared = shared().map_err(|f| f.message)?;
-        let runtime = shared.runtime.clone();
+        let runtime = match network {
+            Some(network) => shared.runtime.clone().with_network(network),
+            None => shared.runtime.clone(),
+        };
         shared.tokio.block_on(async move {
             let mut instance = runtime
                 .instantiate_command(allow, &argv, &[], CommandInput::Inherit, None, &readable)

@@ -45,6 +45,9 @@ pub struct TargetConfig {
     pub create_tables: bool,
     /// Hosts the reference host lets the target reach besides the connection's (host only).
     pub allowed_hosts: Vec<String>,
+    /// A PEM file of CA certificates the host trusts for HTTPS besides the system's (host only:
+    /// the host reads it before the component starts).
+    pub ca_file: Option<String>,
 }
 
 /// Settings, for `--about`: name, type, default, description.
@@ -64,6 +67,7 @@ pub const SETTINGS: &[(&str, &str, &str, &str)] = &[
     ("compression", "string", "lz4", "INSERT body compression: none, lz4, zstd or gzip."),
     ("dedup", "boolean", "true", "Deduplication tokens on every chunk: exactly once across crashes and retries. Off: at least once."),
     ("create_tables", "boolean", "true", "Create missing databases and tables from SCHEMA messages, and add new properties as columns."),
+    ("ca_file", "string", "", "PEM file of CA certificates trusted for HTTPS besides the system's (a self-hosted ClickHouse with its own CA). Read by the reference host and the wheel, not by stock wasmtime."),
     ("allowed_hosts", "array", "", "Hosts the reference host may reach besides the connection's."),
 ];
 
@@ -216,6 +220,7 @@ impl TargetConfig {
             dedup: flag("dedup", true)?,
             create_tables: flag("create_tables", true)?,
             allowed_hosts,
+            ca_file: text("ca_file")?.filter(|f| !f.is_empty()),
         })
     }
 }
@@ -243,6 +248,9 @@ mod tests {
         )
         .unwrap();
         assert_eq!(c.connection.url, "https://h:8443");
+        assert_eq!(c.ca_file, None);
+        let with_ca = parse(serde_json::json!({"host": "h", "ca_file": "/etc/ca.pem"})).unwrap();
+        assert_eq!(with_ca.ca_file.as_deref(), Some("/etc/ca.pem"));
         assert_eq!(
             (c.database.as_str(), c.dedup, c.batch_size_rows),
             ("default", false, 500)

@@ -972,6 +972,36 @@ def test_seeded_faults_of_the_fault_proxy(tmp_path, database, seed):
     assert counts(database) == (60, 60)
 
 
+def test_ca_file_trusts_a_servers_own_ca(tmp_path, database, tls_front):
+    """`ca_file` is the CA the host trusts besides the system's: through an HTTPS front whose
+    certificate only that CA signs, the target loads with it, and is refused without it
+    (a certificate error, nothing written); a missing file is named by the setting."""
+    tls_uri = f"clickhouses://{urllib.parse.quote(USER)}@localhost:{tls_front.port}/{database}"
+
+    def run(**more: object) -> subprocess.CompletedProcess:
+        config = tmp_path / "tls.json"
+        config.write_text(json.dumps({"uri": tls_uri, "password": PASSWORD, **more}))
+        return subprocess.run(
+            [str(TARGET), "--config", str(config)],
+            input=tap_output(tmp_path, 12, 4),
+            capture_output=True,
+            timeout=120,
+        )
+
+    refused = run()
+    assert refused.returncode != 0 and refused.stdout == b"", refused.stderr.decode()
+    assert "certificate" in refused.stderr.decode().lower(), refused.stderr.decode()
+    assert not table_exists(database)
+    missing = run(ca_file=str(tmp_path / "no-such-ca.pem"))
+    assert missing.returncode == 2, missing.stderr.decode()
+    assert "ca_file" in missing.stderr.decode(), missing.stderr.decode()
+    loaded = run(ca_file=tls_front.ca_file)
+    assert loaded.returncode == 0, loaded.stderr.decode()
+    states = [json.loads(line)["bookmarks"]["rows"]["last"] for line in loaded.stdout.splitlines()]
+    assert states == [12]  # coalesced: 12 records are under one batch
+    assert counts(database) == (12, 12)
+
+
 # 5. Bad input.
 
 

@@ -314,3 +314,30 @@ fn a_table_without_a_deduplication_window_is_refused_unless_dedup_is_off() {
     assert_eq!(bookmarks(&out).last().copied(), Some(RECORDS));
     assert_eq!(run.counts(), (RECORDS, RECORDS));
 }
+
+/// The `ca_file` setting reaches the reference host, which reads it before the component
+/// starts: a file that holds no certificate is refused naming the setting, nothing sent (the
+/// trust it gives is tested through an HTTPS front in tests/python/test_target.py).
+#[test]
+fn a_ca_file_setting_is_read_by_the_host() {
+    let run = Run::new(&clickhouse().url);
+    let config = run.dir.0.join("config.json");
+    let mut settings: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&config).unwrap()).unwrap();
+    let not_pem = run.dir.0.join("ca.pem");
+    std::fs::write(&not_pem, "not a certificate\n").unwrap();
+    settings["ca_file"] = not_pem.to_str().unwrap().into();
+    std::fs::write(&config, settings.to_string()).unwrap();
+    let (code, out, err) = finish(run.spawn(&messages(0)));
+    assert_eq!(code, Some(2), "{err}");
+    assert!(
+        err.contains("setting ca_file") && err.contains("no PEM certificate"),
+        "{err}"
+    );
+    assert!(out.is_empty(), "{out}");
+    let exists = sql().count(
+        "SELECT count() FROM system.databases WHERE name = {db:String}",
+        &[("db", run.database.as_str())],
+    );
+    assert_eq!(exists, 0, "nothing was created");
+}

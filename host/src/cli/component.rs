@@ -43,6 +43,8 @@ pub async fn run_component(
     stdout: Option<&CapturedOutput>,
     readable: &[ReadableDir],
 ) -> Result<i32, CallError> {
+    // The target's own `ca_file` setting, when it has one, replaces `--ca-file`.
+    let mut ca_file = None;
     let allow = match &cli.cli.command {
         // The target's connection is in its config file: the host reads it for the
         // allow-list (its hosts, and the config's allowed_hosts).
@@ -63,6 +65,7 @@ pub async fn run_component(
             let extra = AllowList::parse(&config.allowed_hosts)
                 .map_err(|e| CallError::Component(Error::invalid(e.to_string())))?;
             allow.extend(extra);
+            ca_file = config.ca_file.map(std::path::PathBuf::from);
             allow
         }
         // `target --about`: no connection, nothing to reach.
@@ -78,7 +81,17 @@ pub async fn run_component(
     let args = strip_host_flags(args);
     let runtime = Runtime::new(&cli.host.component_source(), &cli.host.cache_policy())?
         .with_limits(cli.host.limits().map_err(CallError::Component)?)
-        .with_network(cli.host.network().map_err(CallError::Component)?);
+        .with_network(match ca_file {
+            Some(ca_file) => {
+                clickhouse_component_host::Network::new(&clickhouse_component_host::TlsOptions {
+                    ca_file: Some(ca_file),
+                })
+                .map_err(|e| {
+                    CallError::Component(Error::invalid(format!("setting ca_file: {e}")))
+                })?
+            }
+            None => cli.host.network().map_err(CallError::Component)?,
+        });
     let mut instance = runtime
         .instantiate_command(allow, &args, &component_env(), stdin, stdout, readable)
         .await?;
