@@ -5,7 +5,8 @@
 //! **Exactly once.** Chunk boundaries depend only on the messages since the last STATE this
 //! target emitted: records wait in per-stream buffers; a STATE flushes them (and is then
 //! emitted) once `batch_size_rows` records are waiting, or `batch_size_bytes` flushes them
-//! without one, and the input's end flushes the rest. Each stream's waiting records are sent
+//! without one (a STATE read before such a flush, with records after it sent too, is then
+//! never emitted: see [`Target::flush`]), and the input's end flushes the rest. Each stream's waiting records are sent
 //! `batch_size_rows` at a time, each chunk with a deduplication token over its bytes, its
 //! stream and its place since that STATE (the place only: a rerun cannot know which STATE its
 //! tap started from, so the STATE's text cannot be in the token). A rerun from the last STATE
@@ -541,6 +542,20 @@ impl<'w, T: Transport + Clone, P: Platform + Clone> Target<'w, T, P> {
     /// for the flush, emitted once the flush's last chunk is acknowledged; the chunks after it
     /// count their place from it.
     fn flush(&mut self, state: Option<String>) -> Result<(), Error> {
+        // A flush without a STATE (too many bytes waiting, or a stream's new SCHEMA) while a
+        // STATE read is not flushed yet: when every waiting record came before that STATE, the
+        // flush is that STATE's (a rerun from it starts after them). Otherwise records after
+        // it are sent now, in chunks counted from the last flushed STATE, and it is never
+        // emitted: a rerun from it would send those records again in chunks of its own, with
+        // other tokens. The next STATE is emitted instead; a rerun from the one before sends
+        // the same chunks again, which the server drops.
+        let state = match state {
+            Some(state) => Some(state),
+            None => self
+                .state
+                .take()
+                .filter(|_| self.streams.iter().all(|s| s.lines.len() == s.covered.0)),
+        };
         let batch = self.config.batch_size_rows as usize;
         for index in 0..self.streams.len() {
             if self.streams[index].lines.is_empty() {

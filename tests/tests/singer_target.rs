@@ -341,3 +341,54 @@ fn a_ca_file_setting_is_read_by_the_host() {
     );
     assert_eq!(exists, 0, "nothing was created");
 }
+
+/// A flush forced by `batch_size_bytes` that sends records after a STATE read but not yet
+/// emitted (fewer than `batch_size_rows` were waiting at it): that STATE is never emitted, so
+/// the rerun starts from the STATE before it (here: the beginning), makes the same chunks and
+/// loads every record once. Emitting it would make the rerun, started after it, send the
+/// records the forced flush already wrote in chunks of its own, with other tokens.
+#[test]
+fn a_state_passed_by_a_forced_flush_is_not_emitted() {
+    let run = Run::new(&clickhouse().url);
+    let config = run.dir.0.join("config.json");
+    let mut settings: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&config).unwrap()).unwrap();
+    settings["batch_size_rows"] = 1000.into();
+    settings["batch_size_bytes"] = 1024.into();
+    std::fs::write(&config, settings.to_string()).unwrap();
+    // The tap's messages after bookmark `after`: records to `last`, a STATE at 5 and at 100.
+    let tap = |after: u64, last: u64| {
+        let mut out = messages(RECORDS).lines().next().unwrap().to_string() + "\n";
+        for id in after + 1..=last {
+            let record = json!({"type": "RECORD", "stream": "rows",
+                "record": {"id": id, "name": format!("row {id}")}});
+            out.push_str(&format!("{record}\n"));
+            if id == 5 || id == 100 {
+                let state =
+                    json!({"type": "STATE", "value": {"bookmarks": {"rows": {"last": id}}}});
+                out.push_str(&format!("{state}\n"));
+            }
+        }
+        out
+    };
+    // The tap dies after record 60: about 40 records (1,024 bytes) were flushed past STATE 5.
+    let (code, out, err) = finish(run.spawn(&tap(0, 60)));
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("records after its last STATE"), "{err}");
+    let (written, _) = run.counts();
+    assert!(
+        written > 5 && written < 60,
+        "the forced flush wrote {written} rows"
+    );
+    assert_eq!(
+        bookmarks(&out),
+        Vec::<u64>::new(),
+        "STATE 5 was passed by the flush"
+    );
+    // Meltano reruns the tap from the last bookmark the target emitted: none.
+    let resumed = bookmarks(&out).last().copied().unwrap_or(0);
+    let (code, out, err) = finish(run.spawn(&tap(resumed, 100)));
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(bookmarks(&out), vec![100]);
+    assert_eq!(run.counts(), (100, 100));
+}
