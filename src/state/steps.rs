@@ -303,24 +303,38 @@ impl<T: Transport, P: Platform> Session<'_, T, P> {
 mod tests {
     use super::*;
 
-    const ALL: [Step; 16] = [
-        Step::CreateSchema,
-        Step::VerifySchema,
-        Step::Get,
-        Step::Ids,
-        Step::GetAll,
-        Step::CountRows,
-        Step::Set,
-        Step::Delete,
-        Step::ClearAllSnapshot,
-        Step::ClearAll,
-        Step::Acquire,
-        Step::TakeOver,
-        Step::Holder,
-        Step::Release,
-        Step::Renew,
-        Step::ConfirmRenew,
-    ];
+    /// Lists every step as `ALL`; the match over exactly the listed steps does not compile
+    /// when a variant is missing, so the list cannot go stale.
+    macro_rules! every_step {
+        ($($step:ident),* $(,)?) => {
+            const ALL: &[Step] = &[$(Step::$step),*];
+            #[allow(dead_code)]
+            fn listed(step: Step) {
+                match step {
+                    $(Step::$step)|* => {}
+                }
+            }
+        };
+    }
+    every_step!(
+        CreateSchema,
+        VerifySchema,
+        Get,
+        Ids,
+        GetAll,
+        CountRows,
+        Set,
+        SetUnlessChanged,
+        Delete,
+        ClearAllSnapshot,
+        ClearAll,
+        Acquire,
+        TakeOver,
+        Holder,
+        Release,
+        Renew,
+        ConfirmRenew,
+    );
 
     #[test]
     fn names_are_distinct() {
@@ -341,7 +355,7 @@ mod tests {
     #[test]
     fn consistency_settings_follow_the_state_tables_replication() {
         let settings = |r, step: Step| step.consistency(r).to_vec();
-        for step in ALL {
+        for &step in ALL {
             assert!(settings(Replication::None, step).is_empty(), "{step:?}");
         }
         for r in [Replication::Replicated, Replication::Shared] {
@@ -384,6 +398,20 @@ mod tests {
             [("insert_quorum", "auto"), ("insert_quorum_parallel", "0")]
         );
         assert!(settings(Replication::Shared, Step::Set).is_empty());
+        // update's conditional write reads the stored state in its INSERT ... SELECT: the
+        // read asks for sequential consistency on both engines, the quorum only on Replicated.
+        assert_eq!(
+            settings(Replication::Replicated, Step::SetUnlessChanged),
+            [
+                ("select_sequential_consistency", "1"),
+                ("insert_quorum", "auto"),
+                ("insert_quorum_parallel", "0")
+            ]
+        );
+        assert_eq!(
+            settings(Replication::Shared, Step::SetUnlessChanged),
+            [("select_sequential_consistency", "1")]
+        );
         assert_eq!(
             Replication::of_engine(
                 "ReplicatedReplacingMergeTree('/p', 'r', updated_at) ORDER BY state_id"
@@ -404,7 +432,7 @@ mod tests {
 
     #[test]
     fn writes_are_classified_as_writes() {
-        for step in ALL {
+        for &step in ALL {
             let q = step.query("SELECT 1");
             assert_eq!(
                 q.operation == crate::client::Operation::Write,
