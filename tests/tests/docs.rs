@@ -1,7 +1,8 @@
 //! The documentation stays true to the code: every relative link in README.md and docs/
 //! resolves (file and `#anchor`), and docs/configuration.md lists exactly the options and
 //! environment variables the CLI's `--help` shows (plus environment variables the code reads
-//! without an option, each of which must be read somewhere in the sources).
+//! without an option, each of which must be read somewhere in the sources), and
+//! docs/architecture.md's layout names every module of the component and the host.
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -287,5 +288,55 @@ fn the_configuration_doc_matches_the_help() {
     assert!(
         env_unread.is_empty(),
         "environment variables in docs/configuration.md that neither --help shows nor the code reads: {env_unread:?}"
+    );
+}
+
+/// The Rust files under `dir`, recursively.
+fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_dir() {
+            rust_files(&path, out);
+        } else if path.extension().is_some_and(|e| e == "rs") {
+            out.push(path);
+        }
+    }
+}
+
+/// Every module of the component (`src/`) and the host (`host/src/`) is named in
+/// docs/architecture.md's layout (its first fenced block after "## Layout"): a file `x.rs`
+/// or a directory `x/` by the word `x`. A module added without a line there fails here.
+#[test]
+fn the_architecture_layout_names_every_module() {
+    let text = std::fs::read_to_string(root().join("docs/architecture.md")).unwrap();
+    let layout = text
+        .split_once("## Layout")
+        .and_then(|(_, rest)| rest.split_once("```"))
+        .and_then(|(_, rest)| rest.split_once("```"))
+        .map(|(block, _)| block)
+        .expect("docs/architecture.md has a fenced layout under '## Layout'");
+    let words: BTreeSet<&str> = layout
+        .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+        .filter(|w| !w.is_empty())
+        .collect();
+    let mut files = Vec::new();
+    rust_files(&root().join("src"), &mut files);
+    rust_files(&root().join("host/src"), &mut files);
+    assert!(files.len() > 40, "the sources were found: {}", files.len());
+    let mut missing = Vec::new();
+    for file in &files {
+        let name = if file.file_name().is_some_and(|n| n == "mod.rs") {
+            file.parent().unwrap().file_name().unwrap()
+        } else {
+            file.file_stem().unwrap()
+        };
+        let name = name.to_str().unwrap();
+        if name != "lib" && name != "main" && !words.contains(name) {
+            missing.push(file.strip_prefix(root()).unwrap().display().to_string());
+        }
+    }
+    assert!(
+        missing.is_empty(),
+        "modules not named in docs/architecture.md's layout: {missing:?}"
     );
 }
