@@ -6,10 +6,11 @@
 //! target emitted: records wait in per-stream buffers; a STATE flushes them (and is then
 //! emitted) once `batch_size_rows` records are waiting, or `batch_size_bytes` flushes them
 //! without one (a STATE read before such a flush, with records after it sent too, is then
-//! never emitted: see [`Target::flush`]), and the input's end flushes the rest. Each stream's waiting records are sent
-//! `batch_size_rows` at a time, each chunk with a deduplication token over its bytes, its
-//! stream and its place since that STATE (the place only: a rerun cannot know which STATE its
-//! tap started from, so the STATE's text cannot be in the token). A rerun from the last STATE
+//! never emitted: see `Target::flush`), and the input's end flushes the rest. Each
+//! stream's waiting records are sent `batch_size_rows` at a time, each chunk with a
+//! deduplication token over its bytes, its stream and its place since that STATE (the
+//! place only: a rerun cannot know which STATE its tap started from, so the STATE's text
+//! cannot be in the token). A rerun from the last STATE
 //! Meltano stored (the one emitted last, or one before it if the target died before Meltano
 //! read it) starts from an empty buffer, as the first run did right after emitting that
 //! STATE, so a deterministic tap makes the same chunks with the same tokens, and the server

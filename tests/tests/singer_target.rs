@@ -87,6 +87,17 @@ impl Run {
         child
     }
 
+    /// Sets these settings in the run's config file.
+    fn configure(&self, settings: &[(&str, serde_json::Value)]) {
+        let path = self.dir.0.join("config.json");
+        let mut config: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+        for (name, value) in settings {
+            config[*name] = value.clone();
+        }
+        std::fs::write(&path, config.to_string()).unwrap();
+    }
+
     /// (count, distinct ids) of the table, without FINAL.
     fn counts(&self) -> (u64, u64) {
         let sql = sql();
@@ -303,11 +314,7 @@ fn a_table_without_a_deduplication_window_is_refused_unless_dedup_is_off() {
     assert!(out.is_empty(), "{out}");
     assert_eq!(run.counts(), (0, 0));
     // dedup off: loaded, at least once, and said so.
-    let config = run.dir.0.join("config.json");
-    let mut settings: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(&config).unwrap()).unwrap();
-    settings["dedup"] = false.into();
-    std::fs::write(&config, settings.to_string()).unwrap();
+    run.configure(&[("dedup", false.into())]);
     let (code, out, err) = finish(run.spawn(&messages(0)));
     assert_eq!(code, Some(0), "{err}");
     assert!(err.contains("delivery is at least once"), "{err}");
@@ -321,13 +328,9 @@ fn a_table_without_a_deduplication_window_is_refused_unless_dedup_is_off() {
 #[test]
 fn a_ca_file_setting_is_read_by_the_host() {
     let run = Run::new(&clickhouse().url);
-    let config = run.dir.0.join("config.json");
-    let mut settings: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(&config).unwrap()).unwrap();
     let not_pem = run.dir.0.join("ca.pem");
     std::fs::write(&not_pem, "not a certificate\n").unwrap();
-    settings["ca_file"] = not_pem.to_str().unwrap().into();
-    std::fs::write(&config, settings.to_string()).unwrap();
+    run.configure(&[("ca_file", not_pem.to_str().unwrap().into())]);
     let (code, out, err) = finish(run.spawn(&messages(0)));
     assert_eq!(code, Some(2), "{err}");
     assert!(
@@ -350,12 +353,10 @@ fn a_ca_file_setting_is_read_by_the_host() {
 #[test]
 fn a_state_passed_by_a_forced_flush_is_not_emitted() {
     let run = Run::new(&clickhouse().url);
-    let config = run.dir.0.join("config.json");
-    let mut settings: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(&config).unwrap()).unwrap();
-    settings["batch_size_rows"] = 1000.into();
-    settings["batch_size_bytes"] = 1024.into();
-    std::fs::write(&config, settings.to_string()).unwrap();
+    run.configure(&[
+        ("batch_size_rows", 1000.into()),
+        ("batch_size_bytes", 1024.into()),
+    ]);
     // The tap's messages after bookmark `after`: records to `last`, a STATE at 5 and at 100.
     let tap = |after: u64, last: u64| {
         let mut out = messages(RECORDS).lines().next().unwrap().to_string() + "\n";
