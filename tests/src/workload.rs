@@ -9,6 +9,9 @@
 //!   three of renew / `lock.update` / `lock.set` / a short pause, then release; one session in
 //!   six is a *slow holder* that sleeps past its lease, then renews and writes (both must be
 //!   refused) before it releases.
+//! * Directed episodes on an id of their own, straight to the server: a takeover of a slow
+//!   holder's lock and an update on a stale hint, over and over ([`directed`]); each is a
+//!   schedule a planted bug of its kind cannot pass.
 //! * Nemesis (seeded: every kind of fault the run has once first, in a seeded order, then drawn
 //!   at random; bounded in count and time, stops by itself a few seconds before the end and
 //!   heals everything): request faults through the fault proxy in front of ClickHouse (refuse, cut
@@ -40,6 +43,8 @@ use crate::{cache_dir, cli, engine_name, instance_for, LocalClickHouse};
 
 /// Lease of the thread clients (fence margin: a quarter, 500 ms).
 pub const LEASE: Duration = Duration::from_secs(2);
+/// The id of the directed episodes ([`directed`]).
+const DIRECTED_ID: &str = "job-directed";
 /// Lease of the CLI clients.
 const CLI_LEASE_SECONDS: u64 = 3;
 /// Request timeout of every client: a stalled reply is held longer, so it is a timeout.
@@ -198,19 +203,7 @@ impl Client<'_> {
     async fn step(&mut self) {
         let id = self.ids[self.rng.below(self.ids.len() as u64) as usize].clone();
         match self.rng.below(100) {
-            0..30 => {
-                let key = self.key();
-                let start = now_ns();
-                let result = self
-                    .instance
-                    .state_update(self.store, &with_key(&id, &key))
-                    .await;
-                let (o, e) = outcome(&result);
-                let mut r = Record::new(&self.name, "update", &id, start, o);
-                r.key = Some(key);
-                r.keys = result.ok().map(|s| Some(partial_keys(&s)));
-                self.record(r, e);
-            }
+            0..30 => self.update(&id).await,
             30..50 => {
                 let start = now_ns();
                 let result = self.instance.state_get(self.store, &id).await;
@@ -229,27 +222,27 @@ impl Client<'_> {
         }
     }
 
-    async fn session(&mut self, id: &str) {
+    /// `update` with a new key.
+    async fn update(&mut self, id: &str) {
+        let key = self.key();
         let start = now_ns();
-        let result = self.instance.lock(self.store, id).await;
-        let token = match &result {
-            Ok(lock) => self.instance.lock_token(*lock).await.ok(),
-            Err(_) => None,
-        };
+        let result = self
+            .instance
+            .state_update(self.store, &with_key(id, &key))
+            .await;
         let (o, e) = outcome(&result);
-        let mut r = Record::new(&self.name, "acquire", id, start, o);
-        r.token = token.clone();
-        r.lease_ms = Some(LEASE.as_millis() as u64);
+        let mut r = Record::new(&self.name, "update", id, start, o);
+        r.key = Some(key);
+        r.keys = result.ok().map(|s| Some(partial_keys(&s)));
         self.record(r, e);
-        let Ok(lock) = result else { return };
+    }
+
+    async fn session(&mut self, id: &str) {
+        let Some(held) = self.acquire(id).await else {
+            return;
+        };
         let slow = self.rng.below(6) == 0;
         let steps = if slow { 0 } else { 1 + self.rng.below(3) };
-        let lock_record = |op: &str, start: u64, o: Outcome, name: &str| {
-            let mut r = Record::new(name, op, id, start, o);
-            r.token = token.clone();
-            r.lease_ms = Some(LEASE.as_millis() as u64);
-            r
-        };
         let mut plan: Vec<u64> = (0..steps).map(|_| self.rng.below(4)).collect();
         if slow {
             // Past the lease: the renewal and the write must both be refused.
@@ -258,37 +251,115 @@ impl Client<'_> {
         }
         for step in plan {
             match step {
-                0 => {
-                    let start = now_ns();
-                    let result = self.instance.lock_renew(lock).await;
-                    let (o, e) = outcome(&result);
-                    self.record(lock_record("renew", start, o, &self.name), e);
-                }
-                1 | 2 => {
-                    let key = self.key();
-                    let start = now_ns();
-                    let (op, result) = if step == 1 {
-                        let result = self.instance.lock_update(lock, &with_key(id, &key)).await;
-                        let keys = result.as_ref().ok().map(|s| Some(partial_keys(s)));
-                        ("lock.update", result.map(|_| keys))
-                    } else {
-                        let result = self.instance.lock_set(lock, &with_key(id, &key)).await;
-                        ("lock.set", result.map(|()| None))
-                    };
-                    let (o, e) = outcome(&result);
-                    let mut r = lock_record(op, start, o, &self.name);
-                    r.key = Some(key);
-                    r.keys = result.ok().flatten();
-                    self.record(r, e);
-                }
+                0 => self.renew(&held).await,
+                1 => self.write(&held, true).await,
+                2 => self.write(&held, false).await,
                 _ => tokio::time::sleep(self.rng.millis(20, 300)).await,
             }
         }
+        self.release(held).await;
+    }
+
+    /// A record of an operation under the lock `held`.
+    fn lock_record(&self, op: &str, held: &Held, start: u64, o: Outcome) -> Record {
+        let mut r = Record::new(&self.name, op, &held.id, start, o);
+        r.token = held.token.clone();
+        r.lease_ms = Some(LEASE.as_millis() as u64);
+        r
+    }
+
+    /// `lock`, recorded with its token: the lock if it was taken.
+    async fn acquire(&mut self, id: &str) -> Option<Held> {
+        let start = now_ns();
+        let result = self.instance.lock(self.store, id).await;
+        let token = match &result {
+            Ok(lock) => self.instance.lock_token(*lock).await.ok(),
+            Err(_) => None,
+        };
+        let (o, e) = outcome(&result);
+        let held = Held {
+            lock: result.ok(),
+            token,
+            id: id.to_string(),
+        };
+        let r = self.lock_record("acquire", &held, start, o);
+        self.record(r, e);
+        held.lock.is_some().then_some(held)
+    }
+
+    async fn renew(&mut self, held: &Held) {
+        let start = now_ns();
+        let result = self.instance.lock_renew(held.lock.unwrap()).await;
+        let (o, e) = outcome(&result);
+        let r = self.lock_record("renew", held, start, o);
+        self.record(r, e);
+    }
+
+    /// `lock.update` (`merge`) or `lock.set` with a new key.
+    async fn write(&mut self, held: &Held, merge: bool) {
+        let (lock, key) = (held.lock.unwrap(), self.key());
+        let state = with_key(&held.id, &key);
+        let start = now_ns();
+        let (op, result) = if merge {
+            let result = self.instance.lock_update(lock, &state).await;
+            let keys = result.as_ref().ok().map(|s| Some(partial_keys(s)));
+            ("lock.update", result.map(|_| keys))
+        } else {
+            let result = self.instance.lock_set(lock, &state).await;
+            ("lock.set", result.map(|()| None))
+        };
+        let (o, e) = outcome(&result);
+        let mut r = self.lock_record(op, held, start, o);
+        r.key = Some(key);
+        r.keys = result.ok().flatten();
+        self.record(r, e);
+    }
+
+    async fn release(&mut self, held: Held) {
+        let lock = held.lock.unwrap();
         let start = now_ns();
         let result = self.instance.lock_release(lock).await;
         let (o, e) = outcome(&result);
-        self.record(lock_record("release", start, o, &self.name), e);
+        let r = self.lock_record("release", &held, start, o);
+        self.record(r, e);
         let _ = self.instance.lock_drop(lock).await;
+    }
+}
+
+/// A lock a client holds (or held: its lease may have ended).
+struct Held {
+    lock: Option<clickhouse_component_host::LockHandle>,
+    token: Option<String>,
+    id: String,
+}
+
+/// The directed episodes (on their own id, without request faults), run over and over: each
+/// is a schedule that a bug of its kind cannot pass, so a planted bug is caught every run,
+/// not only when the random workload happens on its schedule.
+///
+/// * **Takeover:** `a` takes the lock and sleeps past its lease; `b` takes it over; `a`
+///   renews and writes (both must be refused: a renewal that brings `a`'s lease back breaks
+///   mutual exclusion, a write that lands is a fenced write after its lease); `b` writes and
+///   both release.
+/// * **Stale hint:** `a` updates (it now knows the state), `b` updates, `a` updates again: `a`'s
+///   write ahead is computed from a state that is no longer stored, and must not land (it
+///   would drop `b`'s key).
+async fn directed(a: &mut Client<'_>, b: &mut Client<'_>, id: &str, until: Instant) {
+    while Instant::now() < until {
+        if let Some(held_a) = a.acquire(id).await {
+            tokio::time::sleep(LEASE + Duration::from_millis(300)).await;
+            let held_b = b.acquire(id).await;
+            a.renew(&held_a).await;
+            a.write(&held_a, true).await;
+            if let Some(held_b) = held_b {
+                b.write(&held_b, true).await;
+                b.release(held_b).await;
+            }
+            a.release(held_a).await;
+        }
+        a.update(id).await;
+        b.update(id).await;
+        a.update(id).await;
     }
 }
 
@@ -468,6 +539,40 @@ pub fn run(config: &Config) -> RunResult {
                 });
             });
         }
+        // The directed episodes, straight to the server (no request faults).
+        {
+            let (runtime, db, recorder) = (&runtime, &db, &recorder);
+            let conn = ConnectionOptions {
+                request_timeout_ms: Some(REQUEST_TIMEOUT_MS),
+                ..direct.connection()
+            };
+            let engine = config.engine;
+            scope.spawn(move || {
+                let rt = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                    .unwrap();
+                rt.block_on(async {
+                    let mut clients = Vec::new();
+                    for name in ["d0", "d1"] {
+                        let (instance, store) = open(runtime, &conn, db, engine).await;
+                        clients.push(Client {
+                            name: name.into(),
+                            instance,
+                            store,
+                            rng: Rng::new(0),
+                            recorder,
+                            ids: vec![DIRECTED_ID.into()],
+                            n: 0,
+                        });
+                    }
+                    let [a, b] = &mut clients[..] else {
+                        unreachable!()
+                    };
+                    directed(a, b, DIRECTED_ID, until).await;
+                });
+            });
+        }
         for p in 0..config.processes {
             let (through, db, ids, recorder, hook) = (&through, &db, &ids, &recorder, &hook);
             let component = config.component.as_deref();
@@ -514,7 +619,7 @@ pub fn run(config: &Config) -> RunResult {
         rt.block_on(async {
             let (mut instance, store) =
                 open(&runtime, &direct.connection(), &db, config.engine).await;
-            for id in &ids {
+            for id in ids.iter().map(String::as_str).chain([DIRECTED_ID]) {
                 let start = now_ns();
                 let result = instance.state_get(store, id).await;
                 let (o, e) = outcome(&result);
