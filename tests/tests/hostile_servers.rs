@@ -186,17 +186,42 @@ fn list_answered_with(reply: Vec<u8>, extra: &[&str]) -> (Run, usize) {
 
 #[test]
 fn an_lz4_bomb_is_a_clean_permanent_error_at_any_memory_limit() {
-    // 1.2 MB on the wire, 300 MiB decoded: past the 256 MiB cap.
+    // 1.2 MB on the wire, 300 MiB decoded: past the 256 MiB cap. It is refused at the cost of
+    // its own bytes (the decoder counts before it keeps anything): a decoder whose buffer
+    // doubled toward the cap peaked at 543 MiB here. The 200 MiB one fits the cap but not a
+    // 64 MiB instance: refused before its buffer is had.
     let bomb = lz4_reply(300 << 20, false);
     assert!(bomb.len() < 2 << 20, "{}", bomb.len());
-    for (extra, want) in [
-        (&[][..], "decodes to more than 256 MiB"),
-        (&["--max-memory-mib", "64"][..], "memory holds"),
+    for (reply, extra, want, most_mib) in [
+        (
+            bomb,
+            &[][..],
+            "decodes to more than 256 MiB, the most the component decodes",
+            150.0,
+        ),
+        (
+            lz4_reply(200 << 20, false),
+            &["--max-memory-mib", "64"][..],
+            "memory holds",
+            150.0,
+        ),
     ] {
-        let (run, hits) = list_answered_with(bomb.clone(), extra);
+        let (run, hits) = list_answered_with(reply, extra);
         run.report(&format!("lz4 bomb {extra:?}"));
         assert_eq!(run.code, PERMANENT, "{}", run.output());
         assert!(run.stderr.contains(want), "{}", run.output());
+        // Only the bound that refused it is named: not the host's --max-response-mib, which
+        // does not bound what the component decodes.
+        assert!(
+            !run.stderr.contains("--max-response-mib"),
+            "{}",
+            run.output()
+        );
+        assert!(
+            run.peak_rss_mib < most_mib,
+            "peak RSS {:.0} MiB (most {most_mib:.0})",
+            run.peak_rss_mib
+        );
         assert_eq!(hits, 1, "a permanent error is not retried");
         run.assert_no_frames();
     }
