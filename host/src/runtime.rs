@@ -1,6 +1,6 @@
 //! The embedding API: a [`Runtime`] (engine + compiled component + linker, loaded once, shared
 //! across threads) makes [`Instance`]s (one store each: per call or per session, as the embedder
-//! chooses). Outgoing HTTP goes through the allow-list hook.
+//! chooses). Outgoing HTTP leaves through the instance's pool, which checks the allow-list.
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -175,8 +175,7 @@ impl Runtime {
             limits,
             hooks: Hooks {
                 // Per instance: its connections are driven by the runtime that uses it.
-                pool: self.network.pool(allow.clone(), &limits),
-                allow,
+                pool: self.network.pool(allow, &limits),
                 deadline: RequestDeadline::default(),
                 call: CallDeadline::default(),
             },
@@ -890,10 +889,10 @@ impl WasiHttpView for HostState {
     }
 }
 
-/// The wasi:http seam: checks the allow-list, logs one line per request, sends through the
-/// instance's keep-alive pool (HTTP and HTTPS alike: [`crate::pool`]).
+/// The wasi:http seam: bounds each request by its deadlines, logs one line per request, and
+/// sends through the instance's keep-alive pool (HTTP and HTTPS alike: [`crate::pool`]), which
+/// is the one place the allow-list is checked and a denial reported.
 struct Hooks {
-    allow: Arc<AllowList>,
     pool: ConnectionPool,
     deadline: RequestDeadline,
     /// The deadline of the call in progress.
@@ -922,27 +921,12 @@ impl WasiHttpHooks for Hooks {
         options: Option<wasmtime_wasi_http::RequestOptions>,
         _fut: Box<dyn std::future::Future<Output = wasmtime_wasi_http::Result<()>> + Send>,
     ) -> SendFuture {
-        let uri = request.uri();
-        let scheme = uri.scheme_str().unwrap_or("https").to_string();
-        let host = uri.host().unwrap_or_default().to_string();
-        let port = uri
-            .port_u16()
-            .unwrap_or(if scheme == "https" { 443 } else { 80 });
         let operation = request
             .headers()
             .get(OPERATION_HEADER)
             .and_then(|v| v.to_str().ok())
             .unwrap_or("-")
             .to_string();
-        if !self.allow.allows(&scheme, &host, port) {
-            tracing::warn!(
-                op = %operation,
-                destination = %format!("{scheme}://{host}:{port}"),
-                allowed = %self.allow,
-                "outgoing request denied by the allow-list"
-            );
-            return Box::new(async { Err(wasmtime_wasi_http::Error::HttpRequestDenied) });
-        }
         let call_deadline = self.call.at;
         let Some(options) = self.deadline.bound(options, call_deadline) else {
             tracing::debug!(op = %operation, "clickhouse request not sent: its deadline has passed");
@@ -959,8 +943,9 @@ impl WasiHttpHooks for Hooks {
         let pool = self.pool.clone();
         Box::new(async move {
             type Io = Box<dyn std::future::Future<Output = wasmtime_wasi_http::Result<()>> + Send>;
-            // http and https alike: the pool resolves once, checks every address against the
-            // allow-list, and keeps connections alive.
+            // http and https alike: the pool is the one way out. It checks the destination
+            // against the allow-list (and reports a denial), resolves once, checks every
+            // address, and keeps connections alive.
             let send = async {
                 pool.send(request, options)
                     .await

@@ -219,10 +219,19 @@ def test_disconnected_closed_port():
 
 
 def test_allow_list_denies_other_destinations(conn):
-    # A URL whose origin is not on the list: the host denies it before any connection.
     c = cc.connect(f"http://127.0.0.1:{_closed_port()}")
     assert c.allowed.startswith("http://127.0.0.1:")
     assert cc.connect(URL, allow=["http://example.com:80"]).allowed.count("example.com") == 1
+    # A real call to a destination the wheel's host never lets through: the cloud metadata
+    # address spelt as a number (`0xa9fea9fe`, which the system resolver reads as
+    # 169.254.169.254). The URL's host passes the check by name, its address does not, whatever
+    # `allow=` adds short of the address itself: denied with the allow-list's own error before
+    # any connection (without the check it is a connect failure, or an answer from whatever
+    # listens there).
+    for allow in (None, ["*://*:*"], ["http://*:80"]):
+        metadata = cc.connect("http://0xa9fea9fe:80", allow=allow, connect_timeout_ms=3000)
+        with pytest.raises(errors.MisconfiguredError, match="allow-list does not permit"):
+            metadata.ping()
 
 
 class SilentServer:
