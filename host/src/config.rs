@@ -156,10 +156,13 @@ impl HostArgs {
     /// The allow-list: the connection's origin plus every `--allow-host`.
     pub fn allow_list(&self, connection: &ConnectionOptions) -> Result<AllowList, Error> {
         let mut list = default_allow_list(connection)?;
-        let extra =
-            AllowList::parse(&self.allow_hosts).map_err(|e| Error::invalid(e.to_string()))?;
-        list.extend(extra);
+        list.extend(self.extra_allow_list()?);
         Ok(list)
+    }
+
+    /// The `--allow-host` entries alone.
+    pub fn extra_allow_list(&self) -> Result<AllowList, Error> {
+        AllowList::parse(&self.allow_hosts).map_err(|e| Error::invalid(e.to_string()))
     }
 
     /// Where the component comes from.

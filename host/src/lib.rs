@@ -23,6 +23,7 @@
 
 pub mod allow_list;
 pub mod bindings;
+pub mod command_setup;
 pub mod component;
 pub mod config;
 pub mod limits;

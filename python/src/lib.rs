@@ -26,8 +26,7 @@ use clickhouse_component_host::runtime::runner_message;
 use clickhouse_component_host::{
     default_allow_list, AllowList, CachePolicy, CallError, CommandInput, ComponentSource,
     Compression, InsertFormat, Instance, Limits, LoadKind, LockEngine, LockHandle, Network,
-    ReadableDir, Receipt, Runtime, SinkHandle, SinkOptions, State, StoreHandle, StoreOptions,
-    TlsOptions, Value,
+    Receipt, Runtime, SinkHandle, SinkOptions, State, StoreHandle, StoreOptions, TlsOptions, Value,
 };
 use pyo3::prelude::*;
 use pyo3::types::{
@@ -967,7 +966,8 @@ fn _after_fork_in_child() {
 #[pyfunction]
 fn run_target(py: Python<'_>, args: Vec<String>) -> PyResult<i32> {
     use clap::Parser;
-    use clickhouse_component::host_api::cli::{Cli, Command, TargetConfig};
+    use clickhouse_component::host_api::cli::{Cli, Command};
+    use clickhouse_component_host::command_setup::{readable_dirs, TargetHosting};
     let argv: Vec<String> = [
         "target-clickhouse-component".to_string(),
         "target".to_string(),
@@ -989,55 +989,18 @@ fn run_target(py: Python<'_>, args: Vec<String>) -> PyResult<i32> {
     let Command::Target(target) = &cli.command else {
         return fail("not a target command".into());
     };
-    let mut allow = AllowList::parse(Vec::<String>::new()).expect("an empty list");
-    let mut network = None;
-    if let Some(path) = &target.config {
-        let config = match std::fs::read_to_string(path)
-            .map_err(|e| Error::invalid(format!("cannot read the config {}: {e}", path.display())))
-            .and_then(|text| TargetConfig::parse(&text))
-        {
-            Ok(config) => config,
+    let (allow, network) = match &target.config {
+        Some(path) => match TargetHosting::read(path) {
+            Ok(hosting) => (hosting.allow, hosting.network),
             Err(e) => return fail(e.message),
-        };
-        match default_allow_list(&config.connection) {
-            Ok(list) => allow.extend(list),
-            Err(e) => return fail(e.message),
-        }
-        match AllowList::parse(&config.allowed_hosts) {
-            Ok(list) => allow.extend(list),
-            Err(e) => return fail(e.to_string()),
-        }
-        if let Some(ca_file) = config.ca_file {
-            match Network::new(&TlsOptions {
-                ca_file: Some(ca_file.into()),
-            }) {
-                Ok(n) => network = Some(n),
-                Err(e) => return fail(format!("setting ca_file: {e}")),
-            }
-        }
-    }
-    let mut readable: Vec<ReadableDir> = Vec::new();
-    for file in [&target.config, &target.input].into_iter().flatten() {
-        if file.as_os_str() == "-" {
-            continue;
-        }
-        let parent = file
-            .parent()
-            .filter(|p| !p.as_os_str().is_empty())
-            .unwrap_or(std::path::Path::new("."));
-        let Some(guest) = parent.to_str() else {
-            return fail(format!(
-                "the file {} has a name that is not UTF-8",
-                file.display()
-            ));
-        };
-        if !readable.iter().any(|d| d.guest == guest) {
-            readable.push(ReadableDir {
-                host: parent.to_path_buf(),
-                guest: guest.to_string(),
-            });
-        }
-    }
+        },
+        None => (AllowList::default(), None),
+    };
+    let files = [&target.config, &target.input].into_iter().flatten();
+    let readable = match readable_dirs(files.map(|f| f.as_path())) {
+        Ok(readable) => readable,
+        Err(e) => return fail(e.message),
+    };
     let result = py.detach(move || -> Result<i32, String> {
         let shared = shared().map_err(|f| f.message)?;
         let runtime = match network {

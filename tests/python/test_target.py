@@ -646,6 +646,26 @@ def test_missing_config(tmp_path):
     assert "not JSON" in proc.stderr and SECRET not in proc.stderr
 
 
+def test_input_files_are_checked_as_the_cli_checks_them(tmp_path):
+    """The console script prepares the files as the reference CLI does (one host function): an
+    --input named through '..' or that cannot be opened is refused before the component runs."""
+    (tmp_path / "config.json").write_text(json.dumps({"uri": URL}))
+    (tmp_path / "rows.jsonl").write_text("")
+    sub = tmp_path / "sub"
+    sub.mkdir()
+    for name, want in [("../rows.jsonl", "named through '..'"), ("absent.jsonl", "cannot open")]:
+        proc = subprocess.run(
+            [str(TARGET), "--config", str(tmp_path / "config.json"), "--input", name],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            input="",
+            cwd=sub,
+        )
+        assert proc.returncode == 2, proc.stderr
+        assert want in proc.stderr and name in proc.stderr, proc.stderr
+
+
 def test_connection_errors_never_show_the_password(tmp_path, database):
     schema = {"type": "SCHEMA", "stream": "rows", "schema": tap_rows.SCHEMA, "key_properties": []}
     with socket.create_server(("127.0.0.1", 0)) as s:

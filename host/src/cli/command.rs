@@ -7,12 +7,12 @@
 //! the argument uses (and the --config and --input of `target`): the arguments reach the component unchanged, and it opens the file
 //! itself (as under `wasmtime run --dir DIR`), as often as it needs.
 
-use std::path::{Component, Path, PathBuf};
+use std::path::{Path, PathBuf};
 
 use clickhouse_component::host_api::cli::Command;
 use clickhouse_component::host_api::cli::StateCommand;
-use clickhouse_component::host_api::Error;
-use clickhouse_component_host::{CallError, CommandInput, ReadableDir};
+use clickhouse_component_host::command_setup::readable_dirs;
+use clickhouse_component_host::{CallError, CommandInput};
 
 use super::component::run_component;
 use super::HostCli;
@@ -27,11 +27,11 @@ pub async fn run(cli: &HostCli, raw_args: &[String]) -> Result<i32, CallError> {
     {
         return super::edit::run(cli, raw_args, id, *force).await;
     }
-    let readable = readable_dirs(cli).map_err(CallError::Component)?;
+    let readable = readable_dirs(named_files(cli)).map_err(CallError::Component)?;
     run_component(cli, raw_args, CommandInput::Inherit, None, &readable).await
 }
 
-/// The files the command line names (`-` and absent ones aside).
+/// The files the command line names (absent ones aside).
 fn named_files(cli: &HostCli) -> Vec<&Path> {
     let files: Vec<Option<&PathBuf>> = match &cli.cli.command {
         Command::Sink(sink) => vec![sink.file.as_ref()],
@@ -45,45 +45,5 @@ fn named_files(cli: &HostCli) -> Vec<&Path> {
         },
         _ => vec![],
     };
-    files
-        .into_iter()
-        .flatten()
-        .map(PathBuf::as_path)
-        .filter(|f| f.as_os_str() != "-" && !f.as_os_str().is_empty())
-        .collect()
-}
-
-/// The directory of each named file, readable under the name its argument uses (`data` for
-/// `data/rows.ndjson`, `.` for `rows.ndjson`, `/srv/in` for `/srv/in/rows.ndjson`). A file
-/// that cannot be opened is `invalid-input` before anything runs; so is a path through `..`
-/// (the guest resolves it against its own root, not the host's working directory) or one that
-/// is not UTF-8.
-fn readable_dirs(cli: &HostCli) -> Result<Vec<ReadableDir>, Error> {
-    let mut dirs: Vec<ReadableDir> = Vec::new();
-    for file in named_files(cli) {
-        let shown = file.display().to_string().escape_debug().to_string();
-        std::fs::File::open(file)
-            .map_err(|e| Error::invalid(format!("cannot open {shown}: {e}")))?;
-        if file.components().any(|c| c == Component::ParentDir) {
-            return Err(Error::invalid(format!(
-                "the file {shown} is named through '..': give it without '..' (its absolute path, say) or on stdin (-)"
-            )));
-        }
-        let parent = file
-            .parent()
-            .filter(|p| !p.as_os_str().is_empty())
-            .unwrap_or(Path::new("."));
-        let guest = parent.to_str().ok_or_else(|| {
-            Error::invalid(format!(
-                "the file {shown} has a name that is not UTF-8: give it on stdin (-)"
-            ))
-        })?;
-        if !dirs.iter().any(|d| d.guest == guest) {
-            dirs.push(ReadableDir {
-                host: parent.to_path_buf(),
-                guest: guest.to_string(),
-            });
-        }
-    }
-    Ok(dirs)
+    files.into_iter().flatten().map(PathBuf::as_path).collect()
 }

@@ -5,8 +5,8 @@
 
 use std::io::IsTerminal;
 
-use clickhouse_component::host_api::cli::{Command, TargetArgs, TargetConfig};
-use clickhouse_component::host_api::Error;
+use clickhouse_component::host_api::cli::{Command, TargetArgs};
+use clickhouse_component_host::command_setup::TargetHosting;
 use clickhouse_component_host::config::strip_host_flags;
 use clickhouse_component_host::{
     AllowList, CallError, CapturedOutput, CommandInput, ReadableDir, Runtime,
@@ -43,55 +43,37 @@ pub async fn run_component(
     stdout: Option<&CapturedOutput>,
     readable: &[ReadableDir],
 ) -> Result<i32, CallError> {
-    // The target's own `ca_file` setting, when it has one, replaces `--ca-file`.
-    let mut ca_file = None;
-    let allow = match &cli.cli.command {
-        // The target's connection is in its config file: the host reads it for the
-        // allow-list (its hosts, and the config's allowed_hosts).
+    // The target's connection is in its config file: the host reads it for the allow-list
+    // (its hosts, and the config's allowed_hosts, with --allow-host) and its `ca_file`, which
+    // replaces `--ca-file`.
+    let (allow, network) = match &cli.cli.command {
         Command::Target(TargetArgs {
             config: Some(path), ..
         }) => {
-            let text = std::fs::read_to_string(path).map_err(|e| {
-                CallError::Component(Error::invalid(format!(
-                    "cannot read the config {}: {e}",
-                    path.display().to_string().escape_debug()
-                )))
-            })?;
-            let config = TargetConfig::parse(&text).map_err(CallError::Component)?;
-            let mut allow = cli
-                .host
-                .allow_list(&config.connection)
-                .map_err(CallError::Component)?;
-            let extra = AllowList::parse(&config.allowed_hosts)
-                .map_err(|e| CallError::Component(Error::invalid(e.to_string())))?;
-            allow.extend(extra);
-            ca_file = config.ca_file.map(std::path::PathBuf::from);
-            allow
+            let hosting = TargetHosting::read(path).map_err(CallError::Component)?;
+            let mut allow = hosting.allow;
+            allow.extend(cli.host.extra_allow_list().map_err(CallError::Component)?);
+            (allow, hosting.network)
         }
         // `target --about`: no connection, nothing to reach.
-        Command::Target(TargetArgs { config: None, .. }) => AllowList::parse(Vec::<String>::new())
-            .map_err(|e| CallError::Component(Error::invalid(e.to_string())))?,
+        Command::Target(TargetArgs { config: None, .. }) => (AllowList::default(), None),
         _ => {
             let connection = cli.cli.global.connection().map_err(CallError::Component)?;
-            cli.host
+            let allow = cli
+                .host
                 .allow_list(&connection)
-                .map_err(CallError::Component)?
+                .map_err(CallError::Component)?;
+            (allow, None)
         }
     };
     let args = strip_host_flags(args);
+    let network = match network {
+        Some(network) => network,
+        None => cli.host.network().map_err(CallError::Component)?,
+    };
     let runtime = Runtime::new(&cli.host.component_source(), &cli.host.cache_policy())?
         .with_limits(cli.host.limits().map_err(CallError::Component)?)
-        .with_network(match ca_file {
-            Some(ca_file) => {
-                clickhouse_component_host::Network::new(&clickhouse_component_host::TlsOptions {
-                    ca_file: Some(ca_file),
-                })
-                .map_err(|e| {
-                    CallError::Component(Error::invalid(format!("setting ca_file: {e}")))
-                })?
-            }
-            None => cli.host.network().map_err(CallError::Component)?,
-        });
+        .with_network(network);
     let mut instance = runtime
         .instantiate_command(allow, &args, &component_env(), stdin, stdout, readable)
         .await?;
