@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 use clickhouse_component::client::{ConnectionOptions, ErrorKind};
 use clickhouse_component_host::{Instance, LockEngine, State, StoreHandle, StoreOptions};
 use clickhouse_component_tests::native::{sql, Sql};
+use clickhouse_component_tests::proxy::{Fault, Proxy, Rule};
 use clickhouse_component_tests::{
     check_sections, cli, clickhouse, create_section_log, engine_name, instance, record_section,
     unique_name, Server,
@@ -891,7 +892,11 @@ async fn crashed_holder(engine: LockEngine) {
         ..Default::default()
     })
     .await;
-    let mut holder = cli(clickhouse())
+    // The holder reaches the server through a proxy that lets its first renewal through and
+    // holds the next one: when the second arrives, the first was answered.
+    let proxy = Proxy::start(&clickhouse().url);
+    proxy.add(Rule::head_contains("x-component-operation: renew\r\n", Fault::Pause).after(1));
+    let mut holder = cli(&proxy.server(clickhouse()))
         .args([
             "lock",
             "--state-database",
@@ -913,8 +918,9 @@ async fn crashed_holder(engine: LockEngine) {
         .read_line(&mut line)
         .unwrap();
     assert!(line.contains("acquired"), "{line}");
-    // Let it renew at least once, then kill it without any chance to release.
-    std::thread::sleep(Duration::from_millis(900));
+    // One renewal answered (at r1, about 0.67 s after the acquire), the next one held (at r2,
+    // about r1 + 0.67 s): then kill it without any chance to release.
+    proxy.wait_held(1, Duration::from_secs(10));
     unsafe { libc::kill(holder.id() as i32, libc::SIGKILL) };
     holder.wait().unwrap();
     let killed = Instant::now();
@@ -923,7 +929,9 @@ async fn crashed_holder(engine: LockEngine) {
         .await
         .expect("the stale lock must become free");
     let waited = killed.elapsed();
-    // It was really held until its lease ran out (renewed every ~0.67 s, lease 2 s) ...
+    // It was really held until its renewed lease ran out (r1 + 2 s, about 1.33 s after the
+    // kill); a renewal that did not extend the lease would have let go at the acquire's
+    // lease end, about 0.67 s after the kill ...
     assert!(
         waited >= Duration::from_millis(1000),
         "acquired after only {waited:?}"
