@@ -60,6 +60,7 @@ class Project:
                             {"name": "key"},
                             {"name": "fail_after", "kind": "integer"},
                             {"name": "log"},
+                            {"name": "barrier"},
                         ],
                         "config": {"count": 3, "log": str(self.log)},
                     }
@@ -291,13 +292,21 @@ def test_lock_held_by_our_cli_blocks_meltano(project):
 def test_two_concurrent_runs_keep_every_partial_key(project):
     """Two `meltano run --force --state-strategy merge` of one job at once, from taps emitting
     different bookmark keys: Meltano's update() merges each partial state under our lock
-    (fenced), so no write of one run is lost to the other's."""
+    (fenced), so no write of one run is lost to the other's. The taps meet at a barrier after
+    their first STATE (a tap exits 1 if the other never comes), so the two runs' remaining
+    eleven STATEs each are certainly written while the other run streams."""
     args = ("run", "--force", "--state-strategy", "merge", "tap-counter", "target-collect")
     # The system database (Meltano's jobs) first: two runs would both create it.
     project.meltano("upgrade", "database")
     runs = []
     for key in ("alpha", "beta"):
-        env = project.env({"TAP_COUNTER_KEY": key, "TAP_COUNTER_COUNT": "12"})
+        env = project.env(
+            {
+                "TAP_COUNTER_KEY": key,
+                "TAP_COUNTER_COUNT": "12",
+                "TAP_COUNTER_BARRIER": str(project.root / "barrier"),
+            }
+        )
         runs.append(
             subprocess.Popen(
                 [str(MELTANO), *args],
@@ -311,6 +320,7 @@ def test_two_concurrent_runs_keep_every_partial_key(project):
     for run in runs:
         _, stderr = run.communicate(timeout=300)
         assert run.returncode == 0, stderr[-4000:]
+    assert sorted(os.listdir(project.root / "barrier")) == ["alpha", "beta"]
     merged = json.loads(cli("get", JOB, database=project.database).stdout)
     assert merged["singer_state"]["bookmarks"] == {"alpha": {"last": 12}, "beta": {"last": 12}}
     stored = cli_get(JOB, database=project.database)

@@ -3,11 +3,15 @@
 after the bookmark (`bookmarks.<key>.last` of --state), a STATE after each record. Config
 (--config): count (records per run), key (bookmark key, default `counter`), fail_after
 (exit 1 after that many records, their states emitted), log (a file to append the starting
-bookmark to)."""
+bookmark to), barrier (a directory: after its first record and STATE the tap announces itself
+there and waits, up to 120 s, until a second tap has too; exit 1 if none comes: two runs are
+then certainly streaming at the same time)."""
 
 import argparse
 import json
+import os
 import sys
+import time
 
 
 def read(path: str | None) -> dict:
@@ -53,7 +57,22 @@ def main() -> int:
         bookmarks[key] = {"last": i}
         out.write(json.dumps({"type": "STATE", "value": {"bookmarks": bookmarks}}) + "\n")
         out.flush()
+        if n == 0 and config.get("barrier") and not meet(config["barrier"], key):
+            print("tap_counter: no second tap came to the barrier", file=sys.stderr)
+            return 1
     return 0
+
+
+def meet(barrier: str, key: str) -> bool:
+    """Announces `key` in the directory `barrier` and waits until two taps have."""
+    os.makedirs(barrier, exist_ok=True)
+    open(os.path.join(barrier, key), "w").close()
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        if len(os.listdir(barrier)) >= 2:
+            return True
+        time.sleep(0.02)
+    return False
 
 
 if __name__ == "__main__":
