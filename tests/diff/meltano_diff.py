@@ -909,8 +909,23 @@ def explain(step: Step, m: Out, o: Out, o_before: dict | None, m_before: dict | 
                 ok = same(merged_exact(o_before.get(step.ids[0])), loads(o.stdout))
             except ValueError:
                 ok = False
+        elif op in ("copy", "move") and len(step.ids) == 2:
+            # Ours writes the source's merged view as the destination's completed state (and
+            # a move clears the source): checked, not only that the stores differ nowhere else.
+            src, dst = step.ids
+            ok = dst in o_after and same(merged_exact(o_before.get(src)), o_after[dst].get("completed")) \
+                and not (o_after[dst].get("partial") or {}) \
+                and (op == "copy" or src == dst or src not in o_after) \
+                and set(state_diff(m_after, o_after, rounding=True)) <= set(step.ids)
+        elif op == "merge" and "--from-state-id" in step.args and len(step.ids) == 2:
+            # Ours merges the source's merged view into the destination's partial state.
+            src, dst = step.ids
+            before = (o_before.get(dst) or {}).get("partial") or {}
+            want = deep_merge(copy.deepcopy(before), merged_exact(o_before.get(src)))
+            ok = dst in o_after and same(want, o_after[dst].get("partial")) and \
+                set(state_diff(m_after, o_after, rounding=True)) <= {dst}
         else:
-            ok = set(state_diff(m_after, o_after, rounding=True)) <= set(step.ids)
+            ok = False
         return "merge-crash" if ok else None
     return None
 
