@@ -149,6 +149,12 @@ class ServerInfo:
     round_trip_us: int
 
 
+def _by_name(cls: type, native: Any) -> Any:
+    """The dataclass `cls` from a binding object with a field of each name (a name missing on
+    either side fails loudly; none is taken by position)."""
+    return cls(**{f.name: getattr(native, f.name) for f in dataclasses.fields(cls)})
+
+
 @dataclasses.dataclass(frozen=True)
 class State:
     """One state: its id and its two parts, JSON objects (``{}`` when empty)."""
@@ -158,12 +164,12 @@ class State:
     completed: dict[str, Any] = dataclasses.field(default_factory=dict)
 
     @classmethod
-    def _from_native(cls, t: tuple[str, str, str]) -> State:
-        state_id, partial, completed = t
+    def _from_native(cls, n: Any) -> State:
+        """From the binding's `NativeState` (fields read by name)."""
         return cls(
-            state_id,
-            json.loads(partial) if partial else {},
-            json.loads(completed) if completed else {},
+            n.id,
+            json.loads(n.partial) if n.partial else {},
+            json.loads(n.completed) if n.completed else {},
         )
 
     def merged(self) -> dict[str, Any]:
@@ -253,7 +259,7 @@ class Connection:
 
     def ping(self) -> ServerInfo:
         """Connects, authenticates and asks the server who it is (one read-only request)."""
-        return ServerInfo(*self._native.ping())
+        return _by_name(ServerInfo, self._native.ping())
 
     def __repr__(self) -> str:
         return repr(self._native)
@@ -557,7 +563,7 @@ class Sink:
         (`resume`) needs the ``position`` the rows end at."""
         if isinstance(rows, Mapping):
             raise InvalidInputError("send takes a list of rows (dicts), not one row")
-        return Receipt(*self._native.send(rows, _str("position", position, optional=True)))
+        return _by_name(Receipt, self._native.send(rows, _str("position", position, optional=True)))
 
     def send_json(
         self, data: bytes | bytearray | memoryview, *, position: str | None = None
@@ -571,7 +577,9 @@ class Sink:
             data = data.tobytes()
         if not isinstance(data, (bytes, bytearray)):
             raise InvalidInputError(f"send_json takes bytes, not {type(data).__name__}")
-        return Receipt(*self._native.send_json(data, _str("position", position, optional=True)))
+        return _by_name(
+            Receipt, self._native.send_json(data, _str("position", position, optional=True))
+        )
 
     def close(self) -> None:
         """Closes the sink (later sends raise `InvalidInputError`); idempotent."""

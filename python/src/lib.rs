@@ -278,20 +278,20 @@ impl Connection {
         })
     }
 
-    /// `server.ping`: (version, timezone, user, database, round_trip_us).
-    fn ping(&self, py: Python<'_>) -> PyResult<(String, String, String, String, u64)> {
+    /// `server.ping`.
+    fn ping(&self, py: Python<'_>) -> PyResult<NativeServerInfo> {
         let session = new_session(py, self)?;
         let options = self.options.clone();
         call(py, &session, &self.redactor, move |i| {
             Box::pin(async move {
                 let info = i.ping(&options).await?;
-                Ok((
-                    info.version,
-                    info.timezone,
-                    info.user,
-                    info.database,
-                    info.round_trip_us,
-                ))
+                Ok(NativeServerInfo {
+                    version: info.version,
+                    timezone: info.timezone,
+                    user: info.user,
+                    database: info.database,
+                    round_trip_us: info.round_trip_us,
+                })
             })
         })
     }
@@ -308,7 +308,24 @@ impl Connection {
     }
 }
 
-type StateTuple = (String, String, String);
+/// A state as it crosses into Python, its parts JSON text (`State._from_native` reads the
+/// fields by name: a field renamed on one side fails loudly, none is mislabelled).
+#[pyclass(frozen, get_all, module = "clickhouse_component._native")]
+struct NativeState {
+    id: String,
+    partial: String,
+    completed: String,
+}
+
+impl From<State> for NativeState {
+    fn from(s: State) -> Self {
+        NativeState {
+            id: s.id,
+            partial: s.partial,
+            completed: s.completed,
+        }
+    }
+}
 
 fn state(id: String, partial: String, completed: String) -> State {
     State {
@@ -318,8 +335,14 @@ fn state(id: String, partial: String, completed: String) -> State {
     }
 }
 
-fn tuple(s: State) -> StateTuple {
-    (s.id, s.partial, s.completed)
+/// What `Connection.ping` learned, by name (`ServerInfo` in Python).
+#[pyclass(frozen, get_all, module = "clickhouse_component._native")]
+struct NativeServerInfo {
+    version: String,
+    timezone: String,
+    user: String,
+    database: String,
+    round_trip_us: u64,
 }
 
 /// An open state store (`store` resource) in an instance of its own.
@@ -378,10 +401,10 @@ impl NativeStore {
         })
     }
 
-    fn get(&self, py: Python<'_>, id: String) -> PyResult<Option<StateTuple>> {
+    fn get(&self, py: Python<'_>, id: String) -> PyResult<Option<NativeState>> {
         let s = self.store;
         call(py, &self.session, &self.redactor, move |i| {
-            Box::pin(async move { Ok(i.state_get(s, &id).await?.map(tuple)) })
+            Box::pin(async move { Ok(i.state_get(s, &id).await?.map(NativeState::from)) })
         })
     }
 
@@ -399,11 +422,11 @@ impl NativeStore {
         id: String,
         partial: String,
         completed: String,
-    ) -> PyResult<StateTuple> {
+    ) -> PyResult<NativeState> {
         let s = self.store;
         let st = state(id, partial, completed);
         call(py, &self.session, &self.redactor, move |i| {
-            Box::pin(async move { Ok(tuple(i.state_update(s, &st).await?)) })
+            Box::pin(async move { Ok(i.state_update(s, &st).await?.into()) })
         })
     }
 
@@ -423,20 +446,20 @@ impl NativeStore {
     }
 
     #[pyo3(signature = (pattern=None))]
-    fn get_all(&self, py: Python<'_>, pattern: Option<String>) -> PyResult<Vec<StateTuple>> {
+    fn get_all(&self, py: Python<'_>, pattern: Option<String>) -> PyResult<Vec<NativeState>> {
         let s = self.store;
         call(py, &self.session, &self.redactor, move |i| {
             Box::pin(async move {
                 Ok(i.state_get_all(s, pattern.as_deref())
                     .await?
                     .into_iter()
-                    .map(tuple)
+                    .map(NativeState::from)
                     .collect())
             })
         })
     }
 
-    fn set_all(&self, py: Python<'_>, states: Vec<StateTuple>) -> PyResult<()> {
+    fn set_all(&self, py: Python<'_>, states: Vec<(String, String, String)>) -> PyResult<()> {
         let s = self.store;
         let states: Vec<State> = states
             .into_iter()
@@ -541,11 +564,11 @@ impl NativeLock {
         id: String,
         partial: String,
         completed: String,
-    ) -> PyResult<StateTuple> {
+    ) -> PyResult<NativeState> {
         let l = self.held(py)?;
         let st = state(id, partial, completed);
         call(py, &self.session, &self.redactor, move |i| {
-            Box::pin(async move { Ok(tuple(i.lock_update(l, &st).await?)) })
+            Box::pin(async move { Ok(i.lock_update(l, &st).await?.into()) })
         })
     }
 
@@ -582,21 +605,32 @@ impl NativeLock {
     }
 }
 
-type ReceiptTuple = (u64, u32, u64, u32, u32, u32, &'static str);
+/// A receipt as it crosses into Python, by name (`Receipt._from_native` reads every field of
+/// the Python dataclass by its name: a field missing here fails loudly, none is mislabelled).
+#[pyclass(frozen, get_all, module = "clickhouse_component._native")]
+struct NativeReceipt {
+    rows: u64,
+    chunks: u32,
+    written_rows: u64,
+    deduplicated_chunks: u32,
+    unverified_chunks: u32,
+    retries: u32,
+    format: &'static str,
+}
 
-fn receipt(r: Receipt) -> ReceiptTuple {
-    (
-        r.rows,
-        r.chunks,
-        r.written_rows,
-        r.deduplicated_chunks,
-        r.unverified_chunks,
-        r.retries,
-        match r.format {
+fn receipt(r: Receipt) -> NativeReceipt {
+    NativeReceipt {
+        rows: r.rows,
+        chunks: r.chunks,
+        written_rows: r.written_rows,
+        deduplicated_chunks: r.deduplicated_chunks,
+        unverified_chunks: r.unverified_chunks,
+        retries: r.retries,
+        format: match r.format {
             InsertFormat::Native => "Native",
             InsertFormat::JsonEachRow => "JSONEachRow",
         },
-    )
+    }
 }
 
 /// One Python value as a sink value: exact types only, nothing coerced.
@@ -852,7 +886,7 @@ impl NativeSink {
         py: Python<'_>,
         rows: &Bound<'_, PyAny>,
         position: Option<String>,
-    ) -> PyResult<ReceiptTuple> {
+    ) -> PyResult<NativeReceipt> {
         let rows = to_rows(py, rows).map_err(|m| invalid(py, m))?;
         let s = self.sink;
         call(py, &self.session, &self.redactor, move |i| {
@@ -878,7 +912,7 @@ impl NativeSink {
         py: Python<'_>,
         data: &Bound<'_, PyAny>,
         position: Option<String>,
-    ) -> PyResult<ReceiptTuple> {
+    ) -> PyResult<NativeReceipt> {
         let s = self.sink;
         if let Ok(bytes) = data.cast::<PyBytes>() {
             // Immutable and kept alive by the caller for the whole call: no copy.
@@ -1031,6 +1065,9 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<NativeStore>()?;
     m.add_class::<NativeLock>()?;
     m.add_class::<NativeSink>()?;
+    m.add_class::<NativeState>()?;
+    m.add_class::<NativeReceipt>()?;
+    m.add_class::<NativeServerInfo>()?;
     m.add_function(wrap_pyfunction!(py_warm_up, m)?)?;
     m.add_function(wrap_pyfunction!(_after_fork_in_child, m)?)?;
     m.add(
