@@ -13,6 +13,7 @@ pub mod ids;
 pub mod json;
 pub mod known;
 pub mod lock;
+mod planted;
 pub mod schema;
 pub mod steps;
 pub mod tables;
@@ -511,20 +512,17 @@ impl<T: Transport, P: Platform> StateStore<T, P> {
                 Some((new, Some(base)))
             })
         };
-        // Planted bug (docs/verification.md): the stored state is read before the lock is taken.
-        #[cfg(feature = "planted-bug-update-reads-outside-lock")]
-        let (ahead, early): (Option<(State, Option<Stored>)>, _) = {
-            let _ = ahead;
-            let early = self.get(id)?.map(|s| {
+        let early = planted::read_before_lock(|| {
+            Ok(self.get(id)?.map(|s| {
                 let text = |p: &Map<String, Value>| json::part_text(p).map(Value::String);
                 Value::Array(vec![
                     text(&s.partial).unwrap_or(Value::Null),
                     text(&s.completed).unwrap_or(Value::Null),
                 ])
-            });
-            (None, early)
-        };
-        let ahead = ahead.filter(|_| !self.write_ahead_refused.load(Ordering::Relaxed));
+            }))
+        })?;
+        let ahead =
+            ahead.filter(|_| early.is_none() && !self.write_ahead_refused.load(Ordering::Relaxed));
         let first = |handle: &LockHandle| -> Result<Tried, Error> {
             // Only a write that fits in the URL goes ahead (its check carries the base too);
             // one that does not is not sent, and the lock is confirmed as usual.
@@ -564,10 +562,7 @@ impl<T: Transport, P: Platform> StateStore<T, P> {
                 self.known.record(id, stored(new));
                 return Ok(new.clone());
             }
-            #[cfg(not(feature = "planted-bug-update-reads-outside-lock"))]
-            let read = acquired.read;
-            #[cfg(feature = "planted-bug-update-reads-outside-lock")]
-            let read = early;
+            let read = early.unwrap_or(acquired.read);
             let parts: Vec<Option<String>> = match read {
                 None | Some(Value::Null) => Vec::new(),
                 Some(value) => serde_json::from_value(value).map_err(|e| {
@@ -670,12 +665,7 @@ impl<T: Transport, P: Platform> StateStore<T, P> {
         // The stored state, and the condition that it is `base` or the new state.
         let (with, unchanged) = match base {
             None => ("", ""),
-            // Planted bug (docs/verification.md): the write ahead does not check the base.
-            Some(_) if cfg!(feature = "planted-bug-write-ahead-unchecked") => (
-                "",
-                " AND {b_row:UInt8} + {b_pn:UInt8} + {b_cn:UInt8} + length({b_p:String} || {b_c:String}) >= 0",
-            ),
-            Some(_) => (
+            Some(_) => planted::write_ahead_check(
                 "WITH (SELECT anyLast([partial_state, completed_state])
                        FROM {db:Identifier}.{t:Identifier} FINAL WHERE state_id = {id:String}) AS stored
                  ",

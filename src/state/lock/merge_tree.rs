@@ -226,13 +226,7 @@ pub fn release<T: Transport, P: Platform>(
 }
 
 /// What a renewal requires: [`HOLDS`].
-const RENEW_IF: &str = if cfg!(feature = "planted-bug-renew-ignores-expiry") {
-    // Planted bug (docs/verification.md): a renewal only checks that the token was not released.
-    "(SELECT countIf(kind = 'release') FROM {db:Identifier}.{lt:Identifier}
-        WHERE state_id = {id:String} AND token = {token:String}) = 0 AND {margin_ms:UInt64} >= 0"
-} else {
-    HOLDS
-};
+const RENEW_IF: &str = crate::state::planted::renew_condition(HOLDS);
 
 /// Extends the lease of a held lock by a full stale window, in one statement that writes only
 /// while the token holds with at least the fence margin of its lease left; `locked` otherwise

@@ -29,17 +29,10 @@ pub use merge_tree::HOLDS;
 /// The fence condition of the store's lock engine ([`merge_tree::HOLDS`] or
 /// [`keeper_map::HOLDS`]).
 pub fn holds(tables: &Tables) -> &'static str {
-    // Planted bug (docs/verification.md): writes under the lock are not fenced.
-    #[cfg(feature = "planted-bug-no-fence")]
-    return {
-        let _ = tables;
-        "1 = 1"
-    };
-    #[allow(unreachable_code)]
-    match tables.lock_engine {
+    crate::state::planted::fence_condition(match tables.lock_engine {
         LockEngine::MergeTree => merge_tree::HOLDS,
         LockEngine::KeeperMap => keeper_map::HOLDS,
-    }
+    })
 }
 
 /// The token that holds the lock on `id` now, if any.
