@@ -153,6 +153,48 @@ fn stored_part(text: Option<&str>, what: &str, id: &str) -> Result<Map<String, V
 }
 
 /// What a write of `state` leaves stored.
+/// `update`'s write computed before its lock is confirmed: the new state, and the stored state
+/// it was merged into (`None` for a completed part, which replaces whatever is stored).
+struct WriteAhead {
+    new: State,
+    base: Option<Stored>,
+}
+
+/// `state` applied to the stored parts `base` by Meltano's `update` rule.
+fn merge_into(state: &State, base: Stored) -> Result<State, Error> {
+    let id = state.id.as_str();
+    let [p, c] = base.unwrap_or_default();
+    updated(
+        state,
+        stored_part(p.as_deref(), "partial state", id)?,
+        stored_part(c.as_deref(), "completed state", id)?,
+    )
+}
+
+/// The stored parts as the lock's confirming query read them ([`StateStore::also_read_state`]).
+fn decode_stored(read: Option<Value>) -> Result<Stored, Error> {
+    let parts: Vec<Option<String>> = match read {
+        None | Some(Value::Null) => Vec::new(),
+        Some(value) => serde_json::from_value(value).map_err(|e| {
+            Error::new(
+                ErrorKind::Permanent,
+                format!("unexpected answer for the stored state: {e}"),
+            )
+        })?,
+    };
+    match <[Option<String>; 2]>::try_from(parts) {
+        Ok(parts) => Ok(Some(parts)),
+        Err(parts) if parts.is_empty() => Ok(None),
+        Err(parts) => Err(Error::new(
+            ErrorKind::Permanent,
+            format!(
+                "unexpected answer for the stored state: {} parts",
+                parts.len()
+            ),
+        )),
+    }
+}
+
 fn stored(state: &State) -> Stored {
     Some([
         json::part_text(&state.partial),
@@ -486,122 +528,33 @@ impl<T: Transport, P: Platform> StateStore<T, P> {
     pub fn update(&self, state: &State) -> Result<State, Error> {
         check_new_id(&state.id)?;
         let id = state.id.as_str();
-        // The stored parts are read in the query that confirms the lock (one round trip less),
-        // as an array: a tuple would print as an object under
-        // enable_named_columns_in_function_tuple=1. An aggregate always yields one row, so no
-        // stored row reads as [].
-        let also = lock::AlsoRead {
-            expression: "(SELECT anyLast([partial_state, completed_state])
-                 FROM {db:Identifier}.{t:Identifier} FINAL WHERE state_id = {id:String})"
-                .into(),
-            params: vec![("t".into(), self.tables.state.clone())],
-        };
-        // The result if it can be known now: a completed part replaces whatever is stored; a
-        // partial part is merged into the state this store knows, which the write then checks.
-        let ahead: Option<(State, Option<Stored>)> = if !state.completed.is_empty() {
-            Some((updated(state, Map::new(), Map::new())?, None))
-        } else {
-            self.known.base(id).and_then(|base| {
-                let [p, c] = base.clone().unwrap_or_default();
-                let new = updated(
-                    state,
-                    stored_part(p.as_deref(), "partial state", id).ok()?,
-                    stored_part(c.as_deref(), "completed state", id).ok()?,
-                )
-                .ok()?;
-                Some((new, Some(base)))
-            })
-        };
-        let early = planted::read_before_lock(|| {
-            Ok(self.get(id)?.map(|s| {
-                let text = |p: &Map<String, Value>| json::part_text(p).map(Value::String);
-                Value::Array(vec![
-                    text(&s.partial).unwrap_or(Value::Null),
-                    text(&s.completed).unwrap_or(Value::Null),
-                ])
-            }))
-        })?;
-        let ahead =
-            ahead.filter(|_| early.is_none() && !self.write_ahead_refused.load(Ordering::Relaxed));
-        let first = |handle: &LockHandle| -> Result<Tried, Error> {
-            // Only a write that fits in the URL goes ahead (its check carries the base too);
-            // one that does not is not sent, and the lock is confirmed as usual.
-            let Some((new, base)) = &ahead else {
-                return Ok(Tried::NotWritten);
-            };
-            let Some((step, query)) = self.fenced_insert(new, handle, base.as_ref()) else {
-                return Ok(Tried::NotWritten);
-            };
-            match lock::execute_fenced(&self.session(), step, query, handle, true) {
-                Ok(()) => Ok(Tried::Written),
-                Err(e) if e.kind == ErrorKind::Locked => Ok(Tried::NotWritten),
-                // The server refused the statement (nothing was written): this store writes
-                // ahead no more, and the update goes on the plain way.
-                Err(e)
-                    if matches!(e.kind, ErrorKind::Permanent | ErrorKind::Misconfigured)
-                        && e.server.is_some() =>
-                {
-                    self.write_ahead_refused.store(true, Ordering::Relaxed);
-                    Ok(Tried::NotWritten)
-                }
-                Err(e) => Err(e),
-            }
-        };
+        let early = planted::read_before_lock(|| self.read_parts(id))?;
+        let ahead = self
+            .write_ahead(state)?
+            .filter(|_| early.is_none() && !self.write_ahead_refused.load(Ordering::Relaxed));
+        let first = |handle: &LockHandle| self.try_write_ahead(ahead.as_ref(), handle);
         let acquired = lock::acquire_trying(
             &self.session(),
             &self.tables,
             id,
             &self.lock_options,
-            Some(&also),
+            Some(&self.also_read_state()),
             ahead.is_some().then_some(&first as lock::First<'_>),
         );
         let acquired = acquired.inspect_err(|_| self.known.forget(id))?;
-        let handle = acquired.handle;
-        let result = (|| {
-            if let (Some(Tried::Written), Some((new, _))) = (acquired.first, &ahead) {
-                self.known.record(id, stored(new));
-                return Ok(new.clone());
+        let result = match (acquired.first, &ahead) {
+            (Some(Tried::Written), Some(ahead)) => {
+                self.known.record(id, stored(&ahead.new));
+                Ok(ahead.new.clone())
             }
-            let read = early.unwrap_or(acquired.read);
-            let parts: Vec<Option<String>> = match read {
-                None | Some(Value::Null) => Vec::new(),
-                Some(value) => serde_json::from_value(value).map_err(|e| {
-                    Error::new(
-                        ErrorKind::Permanent,
-                        format!("unexpected answer for the stored state: {e}"),
-                    )
-                })?,
-            };
-            let now: Stored = match <[Option<String>; 2]>::try_from(parts) {
-                Ok(parts) => Some(parts),
-                Err(parts) if parts.is_empty() => None,
-                Err(parts) => {
-                    return Err(Error::new(
-                        ErrorKind::Permanent,
-                        format!(
-                            "unexpected answer for the stored state: {} parts",
-                            parts.len()
-                        ),
-                    ))
-                }
-            };
-            if let (Some(Tried::Unknown), Some((new, _))) = (acquired.first, &ahead) {
-                // The write whose answer was lost landed (or the state already was its result).
-                if now == stored(new) {
-                    self.known.record(id, now);
-                    return Ok(new.clone());
-                }
+            _ => {
+                let read = early.unwrap_or(acquired.read);
+                let lost_ahead = ahead
+                    .as_ref()
+                    .filter(|_| acquired.first == Some(Tried::Unknown));
+                self.update_under_lock(state, read, &acquired.handle, lost_ahead)
             }
-            self.known.record_read(id, now.clone());
-            let [p, c] = now.unwrap_or_default();
-            let new = updated(
-                state,
-                stored_part(p.as_deref(), "partial state", id)?,
-                stored_part(c.as_deref(), "completed state", id)?,
-            )?;
-            self.set_fenced(&new, &handle, Holding::OwnLock)?;
-            Ok(new)
-        })();
+        };
         // The write ahead whose answer was lost may land yet (the server may still be running
         // it), whatever failed after it: nothing is known.
         let result = result.map_err(|e| match acquired.first {
@@ -614,7 +567,104 @@ impl<T: Transport, P: Platform> StateStore<T, P> {
             }
             _ => e,
         });
-        self.finish_locked(result, &handle)
+        self.finish_locked(result, &acquired.handle)
+    }
+
+    /// What the lock's confirming query also reads for `update`: the stored parts, as an array
+    /// (one round trip less; a tuple would print as an object under
+    /// enable_named_columns_in_function_tuple=1; an aggregate always yields one row, so no
+    /// stored row reads as []).
+    fn also_read_state(&self) -> lock::AlsoRead {
+        lock::AlsoRead {
+            expression: "(SELECT anyLast([partial_state, completed_state])
+                 FROM {db:Identifier}.{t:Identifier} FINAL WHERE state_id = {id:String})"
+                .into(),
+            params: vec![("t".into(), self.tables.state.clone())],
+        }
+    }
+
+    /// The stored parts of `id` in the form [`Self::also_read_state`] reads them (for the
+    /// planted bug that reads them before the lock).
+    fn read_parts(&self, id: &str) -> Result<Option<Value>, Error> {
+        Ok(self.get(id)?.map(|s| {
+            let text = |p: &Map<String, Value>| json::part_text(p).map(Value::String);
+            Value::Array(vec![
+                text(&s.partial).unwrap_or(Value::Null),
+                text(&s.completed).unwrap_or(Value::Null),
+            ])
+        }))
+    }
+
+    /// `update`'s result if it can be known before the lock is confirmed: a completed part
+    /// replaces whatever is stored (a state that cannot be stored fails here, before any
+    /// request); a partial part is merged into the state this store knows of the id
+    /// ([`known`]), which the write then checks is still stored.
+    fn write_ahead(&self, state: &State) -> Result<Option<WriteAhead>, Error> {
+        if !state.completed.is_empty() {
+            let new = updated(state, Map::new(), Map::new())?;
+            return Ok(Some(WriteAhead { new, base: None }));
+        }
+        Ok(self.known.base(&state.id).and_then(|base| {
+            let new = merge_into(state, base.clone()).ok()?;
+            Some(WriteAhead {
+                new,
+                base: Some(base),
+            })
+        }))
+    }
+
+    /// The write ahead, right after the lock's first claim ([`lock::First`]). Only a write
+    /// that fits in the URL goes ahead (its check carries the base too); one that does not is
+    /// not sent, and the lock is confirmed as usual.
+    fn try_write_ahead(
+        &self,
+        ahead: Option<&WriteAhead>,
+        handle: &LockHandle,
+    ) -> Result<Tried, Error> {
+        let Some(ahead) = ahead else {
+            return Ok(Tried::NotWritten);
+        };
+        let Some((step, query)) = self.fenced_insert(&ahead.new, handle, ahead.base.as_ref())
+        else {
+            return Ok(Tried::NotWritten);
+        };
+        match lock::execute_fenced(&self.session(), step, query, handle, true) {
+            Ok(()) => Ok(Tried::Written),
+            Err(e) if e.kind == ErrorKind::Locked => Ok(Tried::NotWritten),
+            // The server refused the statement (nothing was written): this store writes ahead
+            // no more, and the update goes on the plain way.
+            Err(e)
+                if matches!(e.kind, ErrorKind::Permanent | ErrorKind::Misconfigured)
+                    && e.server.is_some() =>
+            {
+                self.write_ahead_refused.store(true, Ordering::Relaxed);
+                Ok(Tried::NotWritten)
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// `update` the plain way, with the lock confirmed by `handle`'s query, which read the
+    /// stored parts `read`: merge into them and write, fenced. If the stored state already is
+    /// the result of a write ahead whose answer was lost (`lost_ahead`), that write landed (or
+    /// the state already was its result): that is the result.
+    fn update_under_lock(
+        &self,
+        state: &State,
+        read: Option<Value>,
+        handle: &LockHandle,
+        lost_ahead: Option<&WriteAhead>,
+    ) -> Result<State, Error> {
+        let id = state.id.as_str();
+        let now = decode_stored(read)?;
+        if let Some(ahead) = lost_ahead.filter(|a| now == stored(&a.new)) {
+            self.known.record(id, now);
+            return Ok(ahead.new.clone());
+        }
+        self.known.record_read(id, now.clone());
+        let new = merge_into(state, now)?;
+        self.set_fenced(&new, handle, Holding::OwnLock)?;
+        Ok(new)
     }
 
     /// Releases `handle` after a locked operation and returns the operation's outcome. The
