@@ -10,8 +10,8 @@
 //!   six is a *slow holder* that sleeps past its lease, then renews and writes (both must be
 //!   refused) before it releases.
 //! * Directed episodes on an id of their own, straight to the server: a takeover of a slow
-//!   holder's lock and an update on a stale hint, over and over ([`directed`]); each is a
-//!   schedule a planted bug of its kind cannot pass.
+//!   holder's lock, an update on a stale hint and an update waiting behind a held lock, over
+//!   and over ([`directed`]); each is a schedule a planted bug of its kind cannot pass.
 //! * Nemesis (seeded: every kind of fault the run has once first, in a seeded order, then drawn
 //!   at random; bounded in count and time, stops by itself a few seconds before the end and
 //!   heals everything): request faults through the fault proxy in front of ClickHouse (refuse, cut
@@ -344,6 +344,10 @@ struct Held {
 /// * **Stale hint:** `a` updates (it now knows the state), `b` updates, `a` updates again: `a`'s
 ///   write ahead is computed from a state that is no longer stored, and must not land (it
 ///   would drop `b`'s key).
+/// * **Update behind a lock:** `b` takes the lock; `a` updates (and waits for the lock); `b`
+///   writes a key through its lock 300 ms later and releases. `a`'s update must merge into
+///   the state as it is once `a` holds the lock, `b`'s key in it (one that read the state
+///   before taking the lock drops it).
 async fn directed(a: &mut Client<'_>, b: &mut Client<'_>, id: &str, until: Instant) {
     while Instant::now() < until {
         if let Some(held_a) = a.acquire(id).await {
@@ -360,6 +364,15 @@ async fn directed(a: &mut Client<'_>, b: &mut Client<'_>, id: &str, until: Insta
         a.update(id).await;
         b.update(id).await;
         a.update(id).await;
+        if let Some(held_b) = b.acquire(id).await {
+            // `a`'s update waits for `b`'s lock; `b` writes meanwhile and releases.
+            let others = async {
+                tokio::time::sleep(Duration::from_millis(300)).await;
+                b.write(&held_b, true).await;
+                b.release(held_b).await;
+            };
+            tokio::join!(a.update(id), others);
+        }
     }
 }
 
