@@ -353,32 +353,52 @@ impl<'a> Cursor<'a> {
 /// The scalar kinds, with what each needs to read a value.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Scalar {
+    /// `Int8` .. `Int256`, `UInt8` .. `UInt256`.
     Int {
+        /// Signed (`Int*`) or not (`UInt*`).
         signed: bool,
+        /// Width: 8, 16, 32, 64, 128 or 256.
         bits: u16,
     },
+    /// `Float32` or `Float64`.
     Float {
+        /// `Float64`.
         wide: bool,
     },
+    /// `Bool`.
     Bool,
+    /// `Decimal(P, S)` (and `Decimal32` .. `Decimal256`).
     Decimal {
+        /// Digits in all.
         precision: u8,
+        /// Digits after the point.
         scale: u8,
     },
+    /// `FixedString(N)`: N bytes.
     FixedString(u32),
+    /// `UUID`.
     Uuid,
+    /// `IPv4`.
     Ipv4,
+    /// `IPv6`.
     Ipv6,
+    /// `Date` or `Date32`.
     Date {
+        /// `Date32`.
         wide: bool,
     },
-    /// `precision` None: `DateTime`.
+    /// `DateTime` or `DateTime64(P)`.
     DateTime {
+        /// `DateTime64`'s precision; None: `DateTime`.
         precision: Option<u8>,
+        /// How its values travel.
         text: TimeText,
     },
+    /// `Enum8` or `Enum16`.
     Enum {
+        /// `Enum16`.
         wide: bool,
+        /// Each name (as its bytes) with its value.
         values: Vec<(Vec<u8>, i16)>,
     },
 }
@@ -399,35 +419,59 @@ pub enum TimeText {
 #[derive(Clone, Debug)]
 pub enum Builder {
     /// Fixed-width values.
-    Fixed { kind: Scalar, data: Vec<u8> },
+    Fixed {
+        /// The values' type.
+        kind: Scalar,
+        /// The values, little-endian, one after another.
+        data: Vec<u8>,
+    },
     /// `String`: each value's length (LEB128) and bytes. `zoned`: date-time values as text
     /// for the server to convert.
     Strings {
+        /// Lengths and bytes.
         data: Vec<u8>,
+        /// The date-time type whose values travel as text, if any.
         zoned: Option<Scalar>,
     },
     /// `Nullable(T)`: a byte per row (1: null), then T's values (a default for a null).
-    Nullable { nulls: Vec<u8>, inner: Box<Builder> },
+    Nullable {
+        /// A byte per row.
+        nulls: Vec<u8>,
+        /// T's column.
+        inner: Box<Builder>,
+    },
     /// `Array(T)` (and `Nested`): each row's end offset, then every element.
     Array {
+        /// Each row's end offset (`UInt64`, little-endian).
         offsets: Vec<u8>,
+        /// Elements so far.
         count: u64,
+        /// The elements' column.
         inner: Box<Builder>,
     },
     /// `Map(K, V)`: offsets as an array's, then the keys, then the values.
     Map {
+        /// Each row's end offset.
         offsets: Vec<u8>,
+        /// Entries so far.
         count: u64,
+        /// The keys' column.
         keys: Box<Builder>,
+        /// The values' column.
         values: Box<Builder>,
     },
     /// `Tuple(...)`: each element's column, by position.
     Tuple {
+        /// Each element's name (None: an unnamed tuple's element).
         names: Vec<Option<String>>,
+        /// Each element's column.
         elements: Vec<Builder>,
     },
     /// A type the sink does not encode (JSONEachRow tables only): only a null is checked.
-    Unchecked { takes_null: bool },
+    Unchecked {
+        /// Whether the column takes a null.
+        takes_null: bool,
+    },
 }
 
 /// What decides how date-time columns travel: whether a zone (the column's, else the
@@ -1237,7 +1281,12 @@ struct BlockColumn {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum RowRefusal {
     /// A value refused: its column's index in the block, and why.
-    Value { column: usize, refusal: Refusal },
+    Value {
+        /// The column's index in the block.
+        column: usize,
+        /// Why.
+        refusal: Refusal,
+    },
     /// The row's keys are not the block's columns: every key of the row, in its order.
     Keys(Vec<Vec<u8>>),
     /// The row is not one JSON object.
