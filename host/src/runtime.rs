@@ -391,6 +391,25 @@ impl From<wasmtime::Error> for CallError {
     }
 }
 
+/// One call into the component: `$func` of the guest interface at `$guest` in the bindings,
+/// with these arguments after the store. It starts the call's deadline and memory accounting
+/// ([`Instance::begin_call`]), and turns a failure of the runtime into [`CallError::Runner`]
+/// and the component's own error into [`CallError::Component`]. Each WIT function's method on
+/// [`Instance`] is its signature and this one line (docs/architecture.md, "Adding a WIT
+/// function").
+macro_rules! call {
+    ($self:ident, $($guest:ident ()).+ => $func:ident ($($arg:expr),*)) => {{
+        $self.begin_call();
+        let guest = $self.connector$(.$guest())+;
+        flatten(
+            guest
+                .$func(&mut $self.store, $($arg),*)
+                .await
+                .map_err(|e| $self.runner(e))?,
+        )
+    }};
+}
+
 fn flatten<T>(result: Result<T, WitError>) -> Result<T, CallError> {
     result.map_err(|e| CallError::Component(from_wit_error(e)))
 }
@@ -435,15 +454,8 @@ impl Instance {
 
     /// `server.ping`: connects, authenticates and returns the server's identity.
     pub async fn ping(&mut self, connection: &ConnectionOptions) -> Result<ServerInfo, CallError> {
-        self.begin_call();
         let conn = to_wit_connection(connection);
-        let result = self
-            .connector
-            .clickhouse_connector_server()
-            .call_ping(&mut self.store, &conn)
-            .await
-            .map_err(|e| self.runner(e))?;
-        flatten(result)
+        call!(self, clickhouse_connector_server() => call_ping(&conn))
     }
 
     /// `wasi:cli/run`: runs the component's command line (see
@@ -475,16 +487,9 @@ impl Instance {
         connection: &ConnectionOptions,
         options: &StoreOptions,
     ) -> Result<StoreHandle, CallError> {
-        self.begin_call();
         let conn = to_wit_connection(connection);
-        let result = self
-            .connector
-            .clickhouse_connector_state_store()
-            .store()
-            .call_open(&mut self.store, &conn, options)
-            .await
-            .map_err(|e| self.runner(e))?;
-        flatten(result).map(StoreHandle)
+        call!(self, clickhouse_connector_state_store().store() => call_open(&conn, options))
+            .map(StoreHandle)
     }
 
     /// `store.get`.
@@ -493,24 +498,12 @@ impl Instance {
         s: StoreHandle,
         id: &str,
     ) -> Result<Option<State>, CallError> {
-        self.begin_call();
-        let r = self.connector.clickhouse_connector_state_store().store();
-        flatten(
-            r.call_get(&mut self.store, s.0, id)
-                .await
-                .map_err(|e| self.runner(e))?,
-        )
+        call!(self, clickhouse_connector_state_store().store() => call_get(s.0, id))
     }
 
     /// `store.set`.
     pub async fn state_set(&mut self, s: StoreHandle, state: &State) -> Result<(), CallError> {
-        self.begin_call();
-        let r = self.connector.clickhouse_connector_state_store().store();
-        flatten(
-            r.call_set(&mut self.store, s.0, state)
-                .await
-                .map_err(|e| self.runner(e))?,
-        )
+        call!(self, clickhouse_connector_state_store().store() => call_set(s.0, state))
     }
 
     /// `store.update`.
@@ -519,24 +512,12 @@ impl Instance {
         s: StoreHandle,
         state: &State,
     ) -> Result<State, CallError> {
-        self.begin_call();
-        let r = self.connector.clickhouse_connector_state_store().store();
-        flatten(
-            r.call_update(&mut self.store, s.0, state)
-                .await
-                .map_err(|e| self.runner(e))?,
-        )
+        call!(self, clickhouse_connector_state_store().store() => call_update(s.0, state))
     }
 
     /// `store.delete`.
     pub async fn state_delete(&mut self, s: StoreHandle, id: &str) -> Result<u64, CallError> {
-        self.begin_call();
-        let r = self.connector.clickhouse_connector_state_store().store();
-        flatten(
-            r.call_delete(&mut self.store, s.0, id)
-                .await
-                .map_err(|e| self.runner(e))?,
-        )
+        call!(self, clickhouse_connector_state_store().store() => call_delete(s.0, id))
     }
 
     /// `store.ids`.
@@ -545,13 +526,7 @@ impl Instance {
         s: StoreHandle,
         pattern: Option<&str>,
     ) -> Result<Vec<String>, CallError> {
-        self.begin_call();
-        let r = self.connector.clickhouse_connector_state_store().store();
-        flatten(
-            r.call_ids(&mut self.store, s.0, pattern)
-                .await
-                .map_err(|e| self.runner(e))?,
-        )
+        call!(self, clickhouse_connector_state_store().store() => call_ids(s.0, pattern))
     }
 
     /// `store.get-all`.
@@ -560,13 +535,7 @@ impl Instance {
         s: StoreHandle,
         pattern: Option<&str>,
     ) -> Result<Vec<State>, CallError> {
-        self.begin_call();
-        let r = self.connector.clickhouse_connector_state_store().store();
-        flatten(
-            r.call_get_all(&mut self.store, s.0, pattern)
-                .await
-                .map_err(|e| self.runner(e))?,
-        )
+        call!(self, clickhouse_connector_state_store().store() => call_get_all(s.0, pattern))
     }
 
     /// `store.set-all`.
@@ -575,36 +544,18 @@ impl Instance {
         s: StoreHandle,
         states: &[State],
     ) -> Result<(), CallError> {
-        self.begin_call();
-        let r = self.connector.clickhouse_connector_state_store().store();
-        flatten(
-            r.call_set_all(&mut self.store, s.0, states)
-                .await
-                .map_err(|e| self.runner(e))?,
-        )
+        call!(self, clickhouse_connector_state_store().store() => call_set_all(s.0, states))
     }
 
     /// `store.clear-all`.
     pub async fn state_clear_all(&mut self, s: StoreHandle) -> Result<u64, CallError> {
-        self.begin_call();
-        let r = self.connector.clickhouse_connector_state_store().store();
-        flatten(
-            r.call_clear_all(&mut self.store, s.0)
-                .await
-                .map_err(|e| self.runner(e))?,
-        )
+        call!(self, clickhouse_connector_state_store().store() => call_clear_all(s.0))
     }
 
     /// `store.lock`.
     pub async fn lock(&mut self, s: StoreHandle, id: &str) -> Result<LockHandle, CallError> {
-        self.begin_call();
-        let r = self.connector.clickhouse_connector_state_store().store();
-        flatten(
-            r.call_lock(&mut self.store, s.0, id)
-                .await
-                .map_err(|e| self.runner(e))?,
-        )
-        .map(LockHandle)
+        call!(self, clickhouse_connector_state_store().store() => call_lock(s.0, id))
+            .map(LockHandle)
     }
 
     /// `lock.token`.
@@ -618,24 +569,12 @@ impl Instance {
 
     /// `lock.renew`.
     pub async fn lock_renew(&mut self, lock: LockHandle) -> Result<(), CallError> {
-        self.begin_call();
-        let r = self.connector.clickhouse_connector_state_store().lock();
-        flatten(
-            r.call_renew(&mut self.store, lock.0)
-                .await
-                .map_err(|e| self.runner(e))?,
-        )
+        call!(self, clickhouse_connector_state_store().lock() => call_renew(lock.0))
     }
 
     /// `lock.set`: a write fenced by the lock.
     pub async fn lock_set(&mut self, lock: LockHandle, state: &State) -> Result<(), CallError> {
-        self.begin_call();
-        let r = self.connector.clickhouse_connector_state_store().lock();
-        flatten(
-            r.call_set(&mut self.store, lock.0, state)
-                .await
-                .map_err(|e| self.runner(e))?,
-        )
+        call!(self, clickhouse_connector_state_store().lock() => call_set(lock.0, state))
     }
 
     /// `lock.update`: Meltano update under this lock, fenced by it.
@@ -644,24 +583,12 @@ impl Instance {
         lock: LockHandle,
         state: &State,
     ) -> Result<State, CallError> {
-        self.begin_call();
-        let r = self.connector.clickhouse_connector_state_store().lock();
-        flatten(
-            r.call_update(&mut self.store, lock.0, state)
-                .await
-                .map_err(|e| self.runner(e))?,
-        )
+        call!(self, clickhouse_connector_state_store().lock() => call_update(lock.0, state))
     }
 
     /// `lock.delete`: deletes the locked id's state, fenced by the lock.
     pub async fn lock_delete(&mut self, lock: LockHandle) -> Result<u64, CallError> {
-        self.begin_call();
-        let r = self.connector.clickhouse_connector_state_store().lock();
-        flatten(
-            r.call_delete(&mut self.store, lock.0)
-                .await
-                .map_err(|e| self.runner(e))?,
-        )
+        call!(self, clickhouse_connector_state_store().lock() => call_delete(lock.0))
     }
 
     /// `lock.release`, then drops the handle.
@@ -696,15 +623,9 @@ impl Instance {
         connection: &ConnectionOptions,
         options: &SinkOptions,
     ) -> Result<SinkHandle, CallError> {
-        self.begin_call();
         let conn = to_wit_connection(connection);
-        let r = self.connector.clickhouse_connector_table_sink().sink();
-        flatten(
-            r.call_open(&mut self.store, &conn, options)
-                .await
-                .map_err(|e| self.runner(e))?,
-        )
-        .map(SinkHandle)
+        call!(self, clickhouse_connector_table_sink().sink() => call_open(&conn, options))
+            .map(SinkHandle)
     }
 
     /// `sink.send`.
@@ -713,13 +634,7 @@ impl Instance {
         sink: SinkHandle,
         rows: &[Vec<(String, Value)>],
     ) -> Result<Receipt, CallError> {
-        self.begin_call();
-        let r = self.connector.clickhouse_connector_table_sink().sink();
-        flatten(
-            r.call_send(&mut self.store, sink.0, rows)
-                .await
-                .map_err(|e| self.runner(e))?,
-        )
+        call!(self, clickhouse_connector_table_sink().sink() => call_send(sink.0, rows))
     }
 
     /// `sink.send-json`.
@@ -728,13 +643,7 @@ impl Instance {
         sink: SinkHandle,
         data: &[u8],
     ) -> Result<Receipt, CallError> {
-        self.begin_call();
-        let r = self.connector.clickhouse_connector_table_sink().sink();
-        flatten(
-            r.call_send_json(&mut self.store, sink.0, data)
-                .await
-                .map_err(|e| self.runner(e))?,
-        )
+        call!(self, clickhouse_connector_table_sink().sink() => call_send_json(sink.0, data))
     }
 
     /// `sink.resume`: the checkpoint under `checkpoint` in the store `store` opens; returns
@@ -745,13 +654,7 @@ impl Instance {
         checkpoint: &str,
         store: &StoreOptions,
     ) -> Result<Option<String>, CallError> {
-        self.begin_call();
-        let r = self.connector.clickhouse_connector_table_sink().sink();
-        flatten(
-            r.call_resume(&mut self.store, sink.0, checkpoint, store)
-                .await
-                .map_err(|e| self.runner(e))?,
-        )
+        call!(self, clickhouse_connector_table_sink().sink() => call_resume(sink.0, checkpoint, store))
     }
 
     /// `sink.send-at`.
@@ -761,13 +664,7 @@ impl Instance {
         rows: &[Vec<(String, Value)>],
         position: &str,
     ) -> Result<Receipt, CallError> {
-        self.begin_call();
-        let r = self.connector.clickhouse_connector_table_sink().sink();
-        flatten(
-            r.call_send_at(&mut self.store, sink.0, rows, position)
-                .await
-                .map_err(|e| self.runner(e))?,
-        )
+        call!(self, clickhouse_connector_table_sink().sink() => call_send_at(sink.0, rows, position))
     }
 
     /// `sink.send-json-at`.
@@ -777,13 +674,7 @@ impl Instance {
         data: &[u8],
         position: &str,
     ) -> Result<Receipt, CallError> {
-        self.begin_call();
-        let r = self.connector.clickhouse_connector_table_sink().sink();
-        flatten(
-            r.call_send_json_at(&mut self.store, sink.0, data, position)
-                .await
-                .map_err(|e| self.runner(e))?,
-        )
+        call!(self, clickhouse_connector_table_sink().sink() => call_send_json_at(sink.0, data, position))
     }
 
     /// `sink.close` (idempotent); the handle stays valid until [`Instance::drop_sink`].
