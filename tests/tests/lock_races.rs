@@ -171,7 +171,7 @@ fn an_update_racing_a_delete_cannot_bring_the_state_back() {
 fn update_racing_a_delete(engine: LockEngineChoice, ahead: bool) {
     let db = unique_name("races_clear");
     let (a, ta) = store(&db, Duration::from_secs(30), engine);
-    let (b, _) = store(&db, Duration::from_secs(30), engine);
+    let (b, tb) = store(&db, Duration::from_secs(30), engine);
     let held = set_initial(ahead, &a, &b, &state("job", json!({}), json!({"v": 1})));
     // The lock row exists (keeper-map): A's takeover makes it the holder before its write
     // (written ahead, that write is otherwise sent before anyone holds the lock, and the
@@ -181,10 +181,15 @@ fn update_racing_a_delete(engine: LockEngineChoice, ahead: bool) {
     let deleted = thread::scope(|scope| {
         let update = scope.spawn(|| a.update(&state("job", json!({"p": 1}), json!({}))));
         assert!(ta.wait_held(HELD), "the update's write was never sent");
+        // The delete's first request (its lock claim, or its takeover of the keeper-map row;
+        // its DELETE, were it not locked) is held and let go: the delete is then under way
+        // while the update is held.
+        tb.pause_next(&["lock", "lock-takeover", "delete"]);
         let delete = scope.spawn(|| b.delete("job"));
-        // Give the delete every chance to run while the update is held.
-        thread::sleep(Duration::from_millis(500));
+        let sent = tb.wait_held(HELD);
+        tb.release();
         ta.release();
+        assert!(sent, "the delete sent nothing");
         update.join().unwrap().expect("the update holds the lock");
         delete.join().unwrap()
     });
