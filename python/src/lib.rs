@@ -128,6 +128,21 @@ impl Failure {
 
 type CallFuture<'a, T> = Pin<Box<dyn Future<Output = Result<T, CallError>> + Send + 'a>>;
 
+/// One call into a Python object's instance: `$body` runs as the async body of [`call`], with
+/// the instance as `$i` (and everything it names moved in), the GIL released; an error becomes
+/// the Python exception of its kind, redacted. `on_instance!(py, self, |i| ...)` uses the
+/// object's own session and redactor. Each method of the binding is its conversions and this.
+macro_rules! on_instance {
+    ($py:expr, $this:ident, |$i:ident| $body:expr) => {
+        on_instance!($py, &$this.session, &$this.redactor, |$i| $body)
+    };
+    ($py:expr, $session:expr, $redactor:expr, |$i:ident| $body:expr) => {
+        call($py, $session, $redactor, move |$i| {
+            Box::pin(async move { $body })
+        })
+    };
+}
+
 /// An instance of the component shared by the threads using one Python object; `None` once a
 /// runner failure (trap, deadline) has stopped it.
 type Session = Arc<Mutex<Option<Instance>>>;
@@ -282,16 +297,14 @@ impl Connection {
     fn ping(&self, py: Python<'_>) -> PyResult<NativeServerInfo> {
         let session = new_session(py, self)?;
         let options = self.options.clone();
-        call(py, &session, &self.redactor, move |i| {
-            Box::pin(async move {
-                let info = i.ping(&options).await?;
-                Ok(NativeServerInfo {
-                    version: info.version,
-                    timezone: info.timezone,
-                    user: info.user,
-                    database: info.database,
-                    round_trip_us: info.round_trip_us,
-                })
+        on_instance!(py, &session, &self.redactor, |i| {
+            let info = i.ping(&options).await?;
+            Ok(NativeServerInfo {
+                version: info.version,
+                timezone: info.timezone,
+                user: info.user,
+                database: info.database,
+                round_trip_us: info.round_trip_us,
             })
         })
     }
@@ -391,9 +404,9 @@ impl NativeStore {
         };
         let session = new_session(py, connection)?;
         let conn = connection.options.clone();
-        let store = call(py, &session, &connection.redactor, move |i| {
-            Box::pin(async move { i.open_store(&conn, &options).await })
-        })?;
+        let store = on_instance!(py, &session, &connection.redactor, |i| i
+            .open_store(&conn, &options)
+            .await)?;
         Ok(NativeStore {
             session,
             store,
@@ -403,17 +416,16 @@ impl NativeStore {
 
     fn get(&self, py: Python<'_>, id: String) -> PyResult<Option<NativeState>> {
         let s = self.store;
-        call(py, &self.session, &self.redactor, move |i| {
-            Box::pin(async move { Ok(i.state_get(s, &id).await?.map(NativeState::from)) })
-        })
+        on_instance!(py, self, |i| Ok(i
+            .state_get(s, &id)
+            .await?
+            .map(NativeState::from)))
     }
 
     fn set(&self, py: Python<'_>, id: String, partial: String, completed: String) -> PyResult<()> {
         let s = self.store;
         let st = state(id, partial, completed);
-        call(py, &self.session, &self.redactor, move |i| {
-            Box::pin(async move { i.state_set(s, &st).await })
-        })
+        on_instance!(py, self, |i| i.state_set(s, &st).await)
     }
 
     fn update(
@@ -425,37 +437,29 @@ impl NativeStore {
     ) -> PyResult<NativeState> {
         let s = self.store;
         let st = state(id, partial, completed);
-        call(py, &self.session, &self.redactor, move |i| {
-            Box::pin(async move { Ok(i.state_update(s, &st).await?.into()) })
-        })
+        on_instance!(py, self, |i| Ok(i.state_update(s, &st).await?.into()))
     }
 
     fn delete(&self, py: Python<'_>, id: String) -> PyResult<u64> {
         let s = self.store;
-        call(py, &self.session, &self.redactor, move |i| {
-            Box::pin(async move { i.state_delete(s, &id).await })
-        })
+        on_instance!(py, self, |i| i.state_delete(s, &id).await)
     }
 
     #[pyo3(signature = (pattern=None))]
     fn ids(&self, py: Python<'_>, pattern: Option<String>) -> PyResult<Vec<String>> {
         let s = self.store;
-        call(py, &self.session, &self.redactor, move |i| {
-            Box::pin(async move { i.state_ids(s, pattern.as_deref()).await })
-        })
+        on_instance!(py, self, |i| i.state_ids(s, pattern.as_deref()).await)
     }
 
     #[pyo3(signature = (pattern=None))]
     fn get_all(&self, py: Python<'_>, pattern: Option<String>) -> PyResult<Vec<NativeState>> {
         let s = self.store;
-        call(py, &self.session, &self.redactor, move |i| {
-            Box::pin(async move {
-                Ok(i.state_get_all(s, pattern.as_deref())
-                    .await?
-                    .into_iter()
-                    .map(NativeState::from)
-                    .collect())
-            })
+        on_instance!(py, self, |i| {
+            Ok(i.state_get_all(s, pattern.as_deref())
+                .await?
+                .into_iter()
+                .map(NativeState::from)
+                .collect())
         })
     }
 
@@ -465,28 +469,22 @@ impl NativeStore {
             .into_iter()
             .map(|(id, p, c)| state(id, p, c))
             .collect();
-        call(py, &self.session, &self.redactor, move |i| {
-            Box::pin(async move { i.state_set_all(s, &states).await })
-        })
+        on_instance!(py, self, |i| i.state_set_all(s, &states).await)
     }
 
     fn clear_all(&self, py: Python<'_>) -> PyResult<u64> {
         let s = self.store;
-        call(py, &self.session, &self.redactor, move |i| {
-            Box::pin(async move { i.state_clear_all(s).await })
-        })
+        on_instance!(py, self, |i| i.state_clear_all(s).await)
     }
 
     /// Acquires the lock on `id` (waiting up to the lock timeout).
     fn lock(&self, py: Python<'_>, id: String) -> PyResult<NativeLock> {
         let s = self.store;
         let lock_id = id.clone();
-        let (handle, token) = call(py, &self.session, &self.redactor, move |i| {
-            Box::pin(async move {
-                let handle = i.lock(s, &lock_id).await?;
-                let token = i.lock_token(handle).await?;
-                Ok((handle, token))
-            })
+        let (handle, token) = on_instance!(py, self, |i| {
+            let handle = i.lock(s, &lock_id).await?;
+            let token = i.lock_token(handle).await?;
+            Ok((handle, token))
         })?;
         Ok(NativeLock {
             session: self.session.clone(),
@@ -508,9 +506,7 @@ impl NativeStore {
         if !alive {
             return Ok(());
         }
-        let result = call(py, &self.session, &self.redactor, move |i| {
-            Box::pin(async move { i.close_store(s).await })
-        });
+        let result = on_instance!(py, self, |i| i.close_store(s).await);
         *self.session.lock().unwrap_or_else(|p| p.into_inner()) = None;
         result
     }
@@ -553,9 +549,7 @@ impl NativeLock {
     fn set(&self, py: Python<'_>, id: String, partial: String, completed: String) -> PyResult<()> {
         let l = self.held(py)?;
         let st = state(id, partial, completed);
-        call(py, &self.session, &self.redactor, move |i| {
-            Box::pin(async move { i.lock_set(l, &st).await })
-        })
+        on_instance!(py, self, |i| i.lock_set(l, &st).await)
     }
 
     fn update(
@@ -567,23 +561,17 @@ impl NativeLock {
     ) -> PyResult<NativeState> {
         let l = self.held(py)?;
         let st = state(id, partial, completed);
-        call(py, &self.session, &self.redactor, move |i| {
-            Box::pin(async move { Ok(i.lock_update(l, &st).await?.into()) })
-        })
+        on_instance!(py, self, |i| Ok(i.lock_update(l, &st).await?.into()))
     }
 
     fn delete(&self, py: Python<'_>) -> PyResult<u64> {
         let l = self.held(py)?;
-        call(py, &self.session, &self.redactor, move |i| {
-            Box::pin(async move { i.lock_delete(l).await })
-        })
+        on_instance!(py, self, |i| i.lock_delete(l).await)
     }
 
     fn renew(&self, py: Python<'_>) -> PyResult<()> {
         let l = self.held(py)?;
-        call(py, &self.session, &self.redactor, move |i| {
-            Box::pin(async move { i.lock_renew(l).await })
-        })
+        on_instance!(py, self, |i| i.lock_renew(l).await)
     }
 
     /// Releases the lock and drops its handle; idempotent.
@@ -591,9 +579,7 @@ impl NativeLock {
         let Some(l) = self.handle.lock().unwrap_or_else(|p| p.into_inner()).take() else {
             return Ok(());
         };
-        call(py, &self.session, &self.redactor, move |i| {
-            Box::pin(async move { i.lock_release(l).await })
-        })
+        on_instance!(py, self, |i| i.lock_release(l).await)
     }
 
     #[getter]
@@ -844,9 +830,9 @@ impl NativeSink {
         };
         let session = new_session(py, connection)?;
         let conn = connection.options.clone();
-        let sink = call(py, &session, &connection.redactor, move |i| {
-            Box::pin(async move { i.open_sink(&conn, &options).await })
-        })?;
+        let sink = on_instance!(py, &session, &connection.redactor, |i| i
+            .open_sink(&conn, &options)
+            .await)?;
         Ok(NativeSink {
             session,
             sink,
@@ -873,9 +859,7 @@ impl NativeSink {
             cluster,
             ..Default::default()
         };
-        call(py, &self.session, &self.redactor, move |i| {
-            Box::pin(async move { i.sink_resume(s, &checkpoint, &store).await })
-        })
+        on_instance!(py, self, |i| i.sink_resume(s, &checkpoint, &store).await)
     }
 
     /// Sends rows (a list of dicts): validated, chunked, each chunk acknowledged; with a
@@ -889,18 +873,16 @@ impl NativeSink {
     ) -> PyResult<NativeReceipt> {
         let rows = to_rows(py, rows).map_err(|m| invalid(py, m))?;
         let s = self.sink;
-        call(py, &self.session, &self.redactor, move |i| {
-            Box::pin(async move {
-                let at = position.as_deref();
-                Ok(receipt(match (&rows, at) {
-                    (Rows::Json(json), None) => i.sink_send_json(s, json).await.map_err(as_rows)?,
-                    (Rows::Json(json), Some(at)) => {
-                        i.sink_send_json_at(s, json, at).await.map_err(as_rows)?
-                    }
-                    (Rows::Typed(rows), None) => i.sink_send(s, rows).await?,
-                    (Rows::Typed(rows), Some(at)) => i.sink_send_at(s, rows, at).await?,
-                }))
-            })
+        on_instance!(py, self, |i| {
+            let at = position.as_deref();
+            Ok(receipt(match (&rows, at) {
+                (Rows::Json(json), None) => i.sink_send_json(s, json).await.map_err(as_rows)?,
+                (Rows::Json(json), Some(at)) => {
+                    i.sink_send_json_at(s, json, at).await.map_err(as_rows)?
+                }
+                (Rows::Typed(rows), None) => i.sink_send(s, rows).await?,
+                (Rows::Typed(rows), Some(at)) => i.sink_send_at(s, rows, at).await?,
+            }))
         })
     }
 
@@ -936,13 +918,11 @@ impl NativeSink {
                 "send_json takes bytes (UTF-8 NDJSON or a JSON array)",
             ));
         };
-        call(py, &self.session, &self.redactor, move |i| {
-            Box::pin(async move {
-                Ok(receipt(match position.as_deref() {
-                    None => i.sink_send_json(s, &data).await?,
-                    Some(at) => i.sink_send_json_at(s, &data, at).await?,
-                }))
-            })
+        on_instance!(py, self, |i| {
+            Ok(receipt(match position.as_deref() {
+                None => i.sink_send_json(s, &data).await?,
+                Some(at) => i.sink_send_json_at(s, &data, at).await?,
+            }))
         })
     }
 
@@ -957,9 +937,7 @@ impl NativeSink {
             return Ok(());
         }
         let s = self.sink;
-        call(py, &self.session, &self.redactor, move |i| {
-            Box::pin(async move { i.sink_close(s).await })
-        })
+        on_instance!(py, self, |i| i.sink_close(s).await)
     }
 }
 
