@@ -236,31 +236,8 @@ pub fn write_value(buf: &mut Vec<u8>, value: &Value) -> Result<(), String> {
     Ok(())
 }
 
-/// A JSON string of arbitrary bytes: quotes, backslashes and control characters escaped, every
-/// other byte unchanged (ClickHouse reads string bytes verbatim, UTF-8 or not).
-pub fn write_json_string(buf: &mut Vec<u8>, bytes: &[u8]) {
-    buf.push(b'"');
-    let mut start = 0;
-    for (i, &b) in bytes.iter().enumerate() {
-        let escape: Option<&[u8]> = match b {
-            b'"' => Some(b"\\\""),
-            b'\\' => Some(b"\\\\"),
-            b'\n' => Some(b"\\n"),
-            b'\r' => Some(b"\\r"),
-            b'\t' => Some(b"\\t"),
-            0..=0x1f | 0x7f => None,
-            _ => continue,
-        };
-        buf.extend_from_slice(&bytes[start..i]);
-        match escape {
-            Some(e) => buf.extend_from_slice(e),
-            None => drop(write!(buf, "\\u{b:04x}")),
-        }
-        start = i + 1;
-    }
-    buf.extend_from_slice(&bytes[start..]);
-    buf.push(b'"');
-}
+/// [`native::write_json_string`], where the JSON reader and writer live.
+pub use super::native::write_json_string;
 
 /// Most bytes one row may have (its JSON text): a row over it is refused before anything is
 /// sent. Far above any row onestep-clickhouse sends in practice; it bounds the memory one row

@@ -1409,7 +1409,7 @@ impl Block {
                     // The key as JSON writes it (escaped), so the quick compare of a row's
                     // key text never takes a quote or backslash of the name as the key's end.
                     let mut key = Vec::new();
-                    super::encode::write_json_string(&mut key, name.as_bytes());
+                    write_json_string(&mut key, name.as_bytes());
                     BlockColumn {
                         name: name.to_string(),
                         key,
@@ -1531,6 +1531,32 @@ impl Block {
     pub fn column_name(&self, n: usize) -> &str {
         &self.columns[n].name
     }
+}
+
+/// A JSON string of arbitrary bytes: quotes, backslashes and control characters escaped, every
+/// other byte unchanged (ClickHouse reads string bytes verbatim, UTF-8 or not).
+pub fn write_json_string(buf: &mut Vec<u8>, bytes: &[u8]) {
+    buf.push(b'"');
+    let mut start = 0;
+    for (i, &b) in bytes.iter().enumerate() {
+        let escape: Option<&[u8]> = match b {
+            b'"' => Some(b"\\\""),
+            b'\\' => Some(b"\\\\"),
+            b'\n' => Some(b"\\n"),
+            b'\r' => Some(b"\\r"),
+            b'\t' => Some(b"\\t"),
+            0..=0x1f | 0x7f => None,
+            _ => continue,
+        };
+        buf.extend_from_slice(&bytes[start..i]);
+        match escape {
+            Some(e) => buf.extend_from_slice(e),
+            None => drop(std::io::Write::write_fmt(buf, format_args!("\\u{b:04x}"))),
+        }
+        start = i + 1;
+    }
+    buf.extend_from_slice(&bytes[start..]);
+    buf.push(b'"');
 }
 
 #[cfg(test)]

@@ -340,3 +340,165 @@ fn the_architecture_layout_names_every_module() {
         "modules not named in docs/architecture.md's layout: {missing:?}"
     );
 }
+
+/// The modules each module of the component names (`crate::a::b`, `super::x` paths, outside
+/// its `#[cfg(test)] mod tests` and comments), as `a::b` paths of at most three segments
+/// (`state::lock::common`); the key is the module's own path (`state::lock::common`, `state`
+/// for `state/mod.rs`).
+fn module_uses() -> std::collections::BTreeMap<String, BTreeSet<String>> {
+    let src = root().join("src");
+    let mut files = Vec::new();
+    rust_files(&src, &mut files);
+    let mut uses = std::collections::BTreeMap::new();
+    for file in files {
+        let rel = file.strip_prefix(&src).unwrap().with_extension("");
+        let mut module: Vec<String> = rel
+            .iter()
+            .map(|p| p.to_str().unwrap().to_string())
+            .collect();
+        if module.last().is_some_and(|m| m == "mod" || m == "lib") {
+            module.pop();
+        }
+        let text = std::fs::read_to_string(&file).unwrap();
+        let code = text.split("#[cfg(test)]\nmod tests").next().unwrap();
+        let code: String = code
+            .lines()
+            .map(|l| l.split("//").next().unwrap())
+            .collect::<Vec<_>>()
+            .join("\n");
+        let mut used = BTreeSet::new();
+        let bytes = code.as_bytes();
+        for (at, _) in code
+            .match_indices("crate::")
+            .chain(code.match_indices("super::"))
+        {
+            if at > 0 && (bytes[at - 1].is_ascii_alphanumeric() || bytes[at - 1] == b'_') {
+                continue;
+            }
+            let path: Vec<&str> = code[at..]
+                .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_' || c == ':'))
+                .next()
+                .unwrap()
+                .split("::")
+                .filter(|s| !s.is_empty())
+                .collect();
+            let target: Vec<String> = if path[0] == "crate" {
+                path[1..].iter().map(|s| s.to_string()).collect()
+            } else {
+                let ups = path.iter().take_while(|s| **s == "super").count();
+                let base = module.len().saturating_sub(ups);
+                module[..base]
+                    .iter()
+                    .cloned()
+                    .chain(path[ups..].iter().map(|s| s.to_string()))
+                    .collect()
+            };
+            used.insert(target.into_iter().take(3).collect::<Vec<_>>().join("::"));
+        }
+        uses.insert(module.join("::"), used);
+    }
+    uses
+}
+
+/// The rules of docs/architecture.md's "Which module may use which", checked on the code: for
+/// each module, the modules of its group it may name (anything outside the group is checked
+/// by the group rules). A `use` added against a rule fails here (checked by adding
+/// `use crate::sink::encode;` to `sink/native.rs`, and `crate::state` to `target/mod.rs`).
+#[test]
+fn the_dependency_rules_hold() {
+    let uses = module_uses();
+    assert!(uses.len() > 30, "the modules were found: {}", uses.len());
+    // A path names module `m` when it is `m` or below it.
+    let names = |path: &str, m: &str| path == m || path.starts_with(&format!("{m}::"));
+    let mut broken = Vec::new();
+    let mut check =
+        |module: &str, forbidden: &[&str], allowed_in_group: Option<(&str, &[&str])>| {
+            let used = uses
+                .get(module)
+                .unwrap_or_else(|| panic!("no module {module}"));
+            for path in used {
+                if forbidden.iter().any(|f| names(path, f)) {
+                    broken.push(format!("{module} uses {path}"));
+                }
+                if let Some((group, allowed)) = allowed_in_group {
+                    let in_group = names(path, group) && !names(module, path);
+                    let own = names(path, module);
+                    if in_group && !own && !allowed.iter().any(|a| names(path, a)) {
+                        broken.push(format!(
+                            "{module} uses {path} (allowed in {group}: {allowed:?})"
+                        ));
+                    }
+                }
+            }
+        };
+    // client uses nothing of state or sink; state never uses sink; target never uses state.
+    for (module, _) in uses.iter().filter(|(m, _)| names(m, "client")) {
+        check(module, &["state", "sink", "target", "cli"], None);
+    }
+    for (module, _) in uses.iter().filter(|(m, _)| names(m, "state")) {
+        check(module, &["sink", "target", "cli"], None);
+    }
+    for (module, _) in uses.iter().filter(|(m, _)| names(m, "target")) {
+        check(module, &["state", "cli"], None);
+    }
+    // In sink, only resume (and the driver's resume, which hands it the store) use state.
+    for (module, _) in uses.iter().filter(|(m, _)| names(m, "sink")) {
+        if module != "sink::resume" && module != "sink::driver" {
+            check(module, &["state", "target", "cli"], None);
+        }
+    }
+    let sink = |allowed: &'static [&'static str]| Some(("sink", allowed));
+    check("sink::types", &[], sink(&[]));
+    check("sink::scalars", &[], sink(&[]));
+    check("sink::native", &[], sink(&["sink::types", "sink::scalars"]));
+    check("sink::encode", &[], sink(&["sink::native"]));
+    check(
+        "sink::columns",
+        &[],
+        sink(&["sink::types", "sink::native", "sink::encode"]),
+    );
+    let state = |allowed: &'static [&'static str]| Some(("state", allowed));
+    for leaf in [
+        "state::tables",
+        "state::ids",
+        "state::json",
+        "state::glob",
+        "state::known",
+        "state::planted",
+    ] {
+        check(leaf, &[], state(&[]));
+    }
+    check("state::steps", &[], state(&["state::tables"]));
+    // (`super::DEFAULT_STALE_AFTER`: lock's re-export of common's own constant.)
+    check(
+        "state::lock::common",
+        &[],
+        state(&["state::steps", "state::tables", "state::ids", "state::lock"]),
+    );
+    let lower = [
+        "state::steps",
+        "state::tables",
+        "state::ids",
+        "state::planted",
+    ];
+    for (engine, other) in [
+        ("state::lock::merge_tree", "state::lock::keeper_map"),
+        ("state::lock::keeper_map", "state::lock::merge_tree"),
+    ] {
+        check(engine, &[other], None);
+        let mut allowed = vec!["state::lock::common"];
+        allowed.extend(lower);
+        let allowed: &'static [&'static str] = Box::leak(allowed.into_boxed_slice());
+        check(engine, &[], state(allowed));
+    }
+    check(
+        "state::schema",
+        &[],
+        state(&["state::steps", "state::tables", "state::lock::keeper_map"]),
+    );
+    assert!(
+        broken.is_empty(),
+        "docs/architecture.md's dependency rules are broken:\n{}",
+        broken.join("\n")
+    );
+}
