@@ -591,7 +591,7 @@ impl NativeLock {
     }
 }
 
-/// A receipt as it crosses into Python, by name (`Receipt._from_native` reads every field of
+/// A receipt as it crosses into Python, by name (`_by_name` in Python reads every field of
 /// the Python dataclass by its name: a field missing here fails loudly, none is mislabelled).
 #[pyclass(frozen, get_all, module = "clickhouse_component._native")]
 struct NativeReceipt {

@@ -123,12 +123,12 @@ fn decode_bounded(frame: &[u8], cap: u64) -> Result<Vec<u8>, Bounded> {
             size >> 20
         ))
     })?;
-    // The same bytes as the first pass, up to where it stopped.
+    // The same bytes as the first pass, up to where it stopped (fewer would be a short answer
+    // taken as whole: refused as a broken frame).
     let _ = lz4_flex::frame::FrameDecoder::new(frame)
         .take(size as u64)
         .read_to_end(&mut decoded);
-    decoded.truncate(size);
-    if whole {
+    if whole && decoded.len() == size {
         Ok(decoded)
     } else {
         Err(Bounded::Failed(decoded))

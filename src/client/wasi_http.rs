@@ -356,10 +356,10 @@ fn stream_error(context: &str, e: StreamError) -> String {
     }
 }
 
-/// What a body cut by the host's size limit is told: the option that sets the limit (the
-/// reference host's; other hosts have their own).
+/// What a body cut by the host's size limit is told: the settings that set the limit (the
+/// reference host's and the wheel's; other hosts have their own).
 const HOST_RESPONSE_LIMIT: &str =
-    "(the host's response size limit: --max-response-mib, CLICKHOUSE_MAX_RESPONSE_MIB)";
+    "(the host's response size limit: --max-response-mib, CLICKHOUSE_MAX_RESPONSE_MIB, max_response_mib= in Python)";
 
 /// Maps a `wasi:http` error code to the client's transport failures.
 fn from_error_code(code: ErrorCode) -> TransportError {

@@ -152,7 +152,6 @@ fn stored_part(text: Option<&str>, what: &str, id: &str) -> Result<Map<String, V
     }
 }
 
-/// What a write of `state` leaves stored.
 /// `update`'s write computed before its lock is confirmed: the new state, and the stored state
 /// it was merged into (`None` for a completed part, which replaces whatever is stored).
 struct WriteAhead {
@@ -195,6 +194,7 @@ fn decode_stored(read: Option<Value>) -> Result<Stored, Error> {
     }
 }
 
+/// What a write of `state` leaves stored.
 fn stored(state: &State) -> Stored {
     Some([
         json::part_text(&state.partial),
@@ -596,9 +596,8 @@ impl<T: Transport, P: Platform> StateStore<T, P> {
     }
 
     /// `update`'s result if it can be known before the lock is confirmed: a completed part
-    /// replaces whatever is stored (a state that cannot be stored fails here, before any
-    /// request); a partial part is merged into the state this store knows of the id
-    /// ([`known`]), which the write then checks is still stored.
+    /// replaces whatever is stored; a partial part is merged into the state this store knows
+    /// of the id ([`known`]), which the write then checks is still stored.
     fn write_ahead(&self, state: &State) -> Result<Option<WriteAhead>, Error> {
         if !state.completed.is_empty() {
             let new = updated(state, Map::new(), Map::new())?;

@@ -293,8 +293,8 @@ def test_two_concurrent_runs_keep_every_partial_key(project):
     """Two `meltano run --force --state-strategy merge` of one job at once, from taps emitting
     different bookmark keys: Meltano's update() merges each partial state under our lock
     (fenced), so no write of one run is lost to the other's. The taps meet at a barrier after
-    their first STATE (a tap exits 1 if the other never comes), so the two runs' remaining
-    eleven STATEs each are certainly written while the other run streams."""
+    their first STATE (a tap exits 1 if the other never comes): both runs are certainly
+    streaming at the same moment, each with eleven STATEs still to write."""
     args = ("run", "--force", "--state-strategy", "merge", "tap-counter", "target-collect")
     # The system database (Meltano's jobs) first: two runs would both create it.
     project.meltano("upgrade", "database")

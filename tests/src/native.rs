@@ -182,6 +182,8 @@ struct GateState {
     holding: bool,
     /// The held request may go.
     released: bool,
+    /// Requests held so far.
+    holds: u64,
 }
 
 impl PausingTransport {
@@ -201,6 +203,17 @@ impl PausingTransport {
             .wait_timeout_while(state, timeout, |s| !s.holding)
             .unwrap();
         state.holding
+    }
+
+    /// Waits until `n` requests in all have been held; false after `timeout`.
+    pub fn wait_holds(&self, n: u64, timeout: Duration) -> bool {
+        let state = self.gate.state.lock().unwrap();
+        let (state, _) = self
+            .gate
+            .changed
+            .wait_timeout_while(state, timeout, |s| s.holds < n)
+            .unwrap();
+        state.holds >= n
     }
 
     /// Lets the held request go.
@@ -224,6 +237,7 @@ impl Transport for PausingTransport {
             if state.armed.contains(&operation) {
                 state.armed.clear();
                 state.holding = true;
+                state.holds += 1;
                 self.gate.changed.notify_all();
                 let mut state = self
                     .gate
@@ -231,6 +245,8 @@ impl Transport for PausingTransport {
                     .wait_while(state, |s| !s.released)
                     .unwrap();
                 state.holding = false;
+                // One release lets one held request go: a request held next waits for its own.
+                state.released = false;
             }
         }
         self.inner.send(request)

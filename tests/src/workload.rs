@@ -92,6 +92,9 @@ pub struct RunResult {
     /// `update` writes sent ahead of the lock's confirmation (`set-unless-changed`, through
     /// the proxy: the thread clients').
     pub writes_ahead: usize,
+    /// Lock takeovers outside the directed episodes (on the random workload's ids, under the
+    /// nemesis): whether the nemesis bit, which the directed takeovers cannot show.
+    pub random_takeovers: usize,
 }
 
 impl RunResult {
@@ -656,6 +659,12 @@ pub fn run(config: &Config) -> RunResult {
     }
     let records = crate::history::read(&config.history).expect("reading the history");
     let report = checker::check(&records);
+    let random: Vec<_> = records
+        .iter()
+        .filter(|r| r.id != DIRECTED_ID)
+        .cloned()
+        .collect();
+    let random_takeovers = checker::check(&random).takeovers;
     let cli_leases = records
         .iter()
         .filter(|r| r.op == "acquire" && r.outcome == Outcome::Ok && r.process.starts_with("pid-"))
@@ -674,6 +683,7 @@ pub fn run(config: &Config) -> RunResult {
         elapsed: started.elapsed(),
         cli_leases,
         writes_ahead,
+        random_takeovers,
     }
 }
 

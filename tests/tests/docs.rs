@@ -472,8 +472,24 @@ fn the_dependency_rules_hold() {
     // (`super::DEFAULT_STALE_AFTER`: lock's re-export of common's own constant.)
     check(
         "state::lock::common",
+        &["state::lock::merge_tree", "state::lock::keeper_map"],
+        state(&[
+            "state::steps",
+            "state::tables",
+            "state::ids",
+            "state::lock::DEFAULT_STALE_AFTER",
+        ]),
+    );
+    // The dispatch: its engines and common (its own), and the modules below them.
+    check(
+        "state::lock",
         &[],
-        state(&["state::steps", "state::tables", "state::ids", "state::lock"]),
+        state(&[
+            "state::steps",
+            "state::tables",
+            "state::ids",
+            "state::planted",
+        ]),
     );
     let lower = [
         "state::steps",

@@ -182,14 +182,24 @@ fn update_racing_a_delete(engine: LockEngineChoice, ahead: bool) {
         let update = scope.spawn(|| a.update(&state("job", json!({"p": 1}), json!({}))));
         assert!(ta.wait_held(HELD), "the update's write was never sent");
         // The delete's first request (its lock claim, or its takeover of the keeper-map row;
-        // its DELETE, were it not locked) is held and let go: the delete is then under way
-        // while the update is held.
+        // its DELETE, were it not locked) is held and let go; when its next request is held,
+        // the first was answered: it reached the server while the update is held.
         tb.pause_next(&["lock", "lock-takeover", "delete"]);
         let delete = scope.spawn(|| b.delete("job"));
-        let sent = tb.wait_held(HELD);
+        let first = tb.wait_holds(1, HELD);
+        tb.pause_next(&[
+            "lock",
+            "lock-takeover",
+            "lock-holder",
+            "unlock",
+            "delete",
+            "count",
+        ]);
+        tb.release();
+        let answered = first && tb.wait_holds(2, HELD);
         tb.release();
         ta.release();
-        assert!(sent, "the delete sent nothing");
+        assert!(answered, "the delete's first request was not answered");
         update.join().unwrap().expect("the update holds the lock");
         delete.join().unwrap()
     });
