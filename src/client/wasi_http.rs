@@ -333,14 +333,12 @@ fn read_body(
                     // A host's own body error reaches the guest as text only.
                     None => {
                         let detail = e.to_debug_string();
-                        if detail.contains("body size exceeds limit") {
-                            TransportError::new(
-                                TransportFailure::TooLarge,
-                                format!("{detail} {HOST_RESPONSE_LIMIT}"),
-                            )
+                        let failure = if detail.contains("body size exceeds limit") {
+                            TransportFailure::TooLarge
                         } else {
-                            TransportError::new(TransportFailure::Reset, detail)
-                        }
+                            TransportFailure::Reset
+                        };
+                        TransportError::new(failure, detail)
                     }
                 });
             }
@@ -355,11 +353,6 @@ fn stream_error(context: &str, e: StreamError) -> String {
         StreamError::LastOperationFailed(e) => format!("{context}: {}", e.to_debug_string()),
     }
 }
-
-/// What a body cut by the host's size limit is told: the settings that set the limit (the
-/// reference host's and the wheel's; other hosts have their own).
-const HOST_RESPONSE_LIMIT: &str =
-    "(the host's response size limit: --max-response-mib, CLICKHOUSE_MAX_RESPONSE_MIB, max_response_mib= in Python)";
 
 /// Maps a `wasi:http` error code to the client's transport failures.
 fn from_error_code(code: ErrorCode) -> TransportError {
@@ -402,10 +395,6 @@ fn from_error_code(code: ErrorCode) -> TransportError {
     };
     let detail = match &code {
         ErrorCode::InternalError(Some(msg)) => format!("wasi:http internal-error: {msg}"),
-        ErrorCode::HttpResponseBodySize(_) => format!(
-            "wasi:http error-code {} {HOST_RESPONSE_LIMIT}",
-            error_code_name(&code)
-        ),
         other => format!("wasi:http error-code {}", error_code_name(other)),
     };
     TransportError::new(failure, detail)
