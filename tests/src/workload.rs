@@ -192,7 +192,38 @@ struct Client<'a> {
     n: u64,
 }
 
-impl Client<'_> {
+/// Runs `f` to its end on a tokio runtime of the calling thread's own.
+fn block_on<T>(f: impl std::future::Future<Output = T>) -> T {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+        .block_on(f)
+}
+
+impl<'a> Client<'a> {
+    /// A client named `name` with its own instance and store, opened at `at` (runtime,
+    /// connection, database, lock engine), working on `ids`.
+    async fn open(
+        name: String,
+        at: (&Runtime, &ConnectionOptions, &str, LockEngine),
+        rng: Rng,
+        recorder: &'a Recorder,
+        ids: Vec<String>,
+    ) -> Client<'a> {
+        let (runtime, conn, db, engine) = at;
+        let (instance, store) = open(runtime, conn, db, engine).await;
+        Client {
+            name,
+            instance,
+            store,
+            rng,
+            recorder,
+            ids,
+            n: 0,
+        }
+    }
+
     fn key(&mut self) -> String {
         self.n += 1;
         format!("{}-{}", self.name, self.n)
@@ -520,11 +551,7 @@ pub fn run(config: &Config) -> RunResult {
 
     // The schema, created once before the clients start.
     {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap();
-        rt.block_on(open(&runtime, &direct.connection(), &db, config.engine));
+        block_on(open(&runtime, &direct.connection(), &db, config.engine));
     }
     let until = Instant::now() + config.duration;
     let nemesis_until = until - QUIET_TAIL.min(config.duration / 2);
@@ -534,21 +561,15 @@ pub fn run(config: &Config) -> RunResult {
             let seed = config.seed.wrapping_mul(1000).wrapping_add(t as u64);
             let engine = config.engine;
             scope.spawn(move || {
-                let rt = tokio::runtime::Builder::new_current_thread()
-                    .enable_all()
-                    .build()
-                    .unwrap();
-                rt.block_on(async {
-                    let (instance, store) = open(runtime, conn, db, engine).await;
-                    let mut client = Client {
-                        name: format!("t{t}"),
-                        instance,
-                        store,
-                        rng: Rng::new(seed),
+                block_on(async {
+                    let mut client = Client::open(
+                        format!("t{t}"),
+                        (runtime, conn, db, engine),
+                        Rng::new(seed),
                         recorder,
-                        ids: ids.clone(),
-                        n: 0,
-                    };
+                        ids.clone(),
+                    )
+                    .await;
                     while Instant::now() < until {
                         client.step().await;
                     }
@@ -564,23 +585,19 @@ pub fn run(config: &Config) -> RunResult {
             };
             let engine = config.engine;
             scope.spawn(move || {
-                let rt = tokio::runtime::Builder::new_current_thread()
-                    .enable_all()
-                    .build()
-                    .unwrap();
-                rt.block_on(async {
+                block_on(async {
                     let mut clients = Vec::new();
                     for name in ["d0", "d1"] {
-                        let (instance, store) = open(runtime, &conn, db, engine).await;
-                        clients.push(Client {
-                            name: name.into(),
-                            instance,
-                            store,
-                            rng: Rng::new(0),
-                            recorder,
-                            ids: vec![DIRECTED_ID.into()],
-                            n: 0,
-                        });
+                        clients.push(
+                            Client::open(
+                                name.into(),
+                                (runtime, &conn, db, engine),
+                                Rng::new(0),
+                                recorder,
+                                vec![DIRECTED_ID.into()],
+                            )
+                            .await,
+                        );
                     }
                     let [a, b] = &mut clients[..] else {
                         unreachable!()
@@ -628,11 +645,7 @@ pub fn run(config: &Config) -> RunResult {
 
     // A last read of every id, without faults.
     {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap();
-        rt.block_on(async {
+        block_on(async {
             let (mut instance, store) =
                 open(&runtime, &direct.connection(), &db, config.engine).await;
             for id in ids.iter().map(String::as_str).chain([DIRECTED_ID]) {
