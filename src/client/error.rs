@@ -324,7 +324,8 @@ pub enum TransportFailure {
     Protocol,
     /// The answer was HTTP but not ClickHouse's: in an encoding never asked for.
     NotClickHouse,
-    /// The answer was larger than the host allows (its response size limit).
+    /// The answer was larger than a bound allows (the detail names which: the host's response
+    /// size limit, the statement's answer cap, the lz4 decode cap, or the instance's memory).
     TooLarge,
     /// The request could not be built (an internal error or an unsendable header value).
     InvalidRequest,

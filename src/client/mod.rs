@@ -153,7 +153,7 @@ fn describe_failure(failure: &error::TransportFailure) -> &'static str {
         F::Reset => "the connection to the server was closed before the answer was complete",
         F::Protocol => "the server's answer was not HTTP (is the URL's port the HTTP interface's, 8123 or 8443, and not the native protocol's 9000?)",
         F::NotClickHouse => "the server's answer is not ClickHouse's",
-        F::TooLarge => "the server's answer is too large (over what the statement's answer may be, or the host's response size limit, --max-response-mib)",
+        F::TooLarge => "the server's answer is too large",
         F::InvalidRequest => "the request could not be built",
         F::Other => "the request failed",
     }

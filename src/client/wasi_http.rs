@@ -331,14 +331,17 @@ fn read_body(
                         other => other,
                     },
                     // A host's own body error reaches the guest as text only.
+                    // Its first line: wasmtime's `Debug` form adds a Rust backtrace under
+                    // RUST_BACKTRACE, which would push what follows past the message's cap.
                     None => {
-                        let detail = e.to_debug_string();
-                        let failure = if detail.contains("body size exceeds limit") {
-                            TransportFailure::TooLarge
+                        let mut detail = e.to_debug_string();
+                        detail.truncate(detail.find('\n').unwrap_or(detail.len()));
+                        if detail.contains("body size exceeds limit") {
+                            detail.push_str(HOST_RESPONSE_LIMIT);
+                            TransportError::new(TransportFailure::TooLarge, detail)
                         } else {
-                            TransportFailure::Reset
-                        };
-                        TransportError::new(failure, detail)
+                            TransportError::new(TransportFailure::Reset, detail)
+                        }
                     }
                 });
             }
@@ -353,6 +356,9 @@ fn stream_error(context: &str, e: StreamError) -> String {
         StreamError::LastOperationFailed(e) => format!("{context}: {}", e.to_debug_string()),
     }
 }
+
+/// What a too-large answer the host refused names: the bound, and the option that sets it.
+const HOST_RESPONSE_LIMIT: &str = " (the host's response size limit, --max-response-mib)";
 
 /// Maps a `wasi:http` error code to the client's transport failures.
 fn from_error_code(code: ErrorCode) -> TransportError {
@@ -395,6 +401,9 @@ fn from_error_code(code: ErrorCode) -> TransportError {
     };
     let detail = match &code {
         ErrorCode::InternalError(Some(msg)) => format!("wasi:http internal-error: {msg}"),
+        ErrorCode::HttpResponseBodySize(_) => {
+            format!("wasi:http error-code HTTP-response-body-size{HOST_RESPONSE_LIMIT}")
+        }
         other => format!("wasi:http error-code {}", error_code_name(other)),
     };
     TransportError::new(failure, detail)
