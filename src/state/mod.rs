@@ -24,12 +24,12 @@ use serde_json::{Map, Value};
 
 use crate::client::response::json_rows;
 use crate::client::retry::{RetryPolicy, DEFAULT_RETRIES};
-use crate::client::{escape_param, Client, Error, ErrorKind, ExternalTable, Query, Transport};
+use crate::client::{escape_param, Client, Error, ErrorKind, ExternalTable, Transport};
 use crate::platform::Platform;
 
 use known::{Known, Stored};
 use lock::Tried;
-use steps::{Session, Step};
+use steps::{Request, Session, Step};
 
 pub use held::HeldLock;
 pub use ids::{check_id, check_new_id, escape_id, MAX_ID_BYTES};
@@ -194,6 +194,68 @@ fn decode_stored(read: Option<Value>) -> Result<Stored, Error> {
     }
 }
 
+/// Checks the options that need no server: names, the lock engine on a cluster, the lease.
+/// Returns the lock table's name.
+fn check_options(options: &StoreOptions) -> Result<String, Error> {
+    check_name("database", &options.database)?;
+    check_name("table", &options.table)?;
+    let lock_table = options.lock_table_name();
+    check_name("lock table", &lock_table)?;
+    if let Some(cluster) = &options.cluster {
+        check_name("cluster", cluster)?;
+        if options.lock_engine == LockEngineChoice::MergeTree {
+            return Err(Error::invalid(
+                    "the merge-tree lock is only sound on one server (block numbers follow commit order only there): on a cluster use the keeper-map lock (or auto)",
+                ));
+        }
+    }
+    if lock_table == options.table {
+        return Err(Error::invalid(
+            "the lock table must differ from the state table",
+        ));
+    }
+    if options.lock.stale_after.is_zero() {
+        return Err(Error::invalid(
+            "the stale-after window must be greater than 0",
+        ));
+    }
+    if options.lock.stale_after > lock::MAX_STALE_AFTER {
+        return Err(Error::invalid(format!(
+            "the stale-after window is at most {} s ({} h); renew a long-held lock instead",
+            lock::MAX_STALE_AFTER.as_secs(),
+            lock::MAX_STALE_AFTER.as_secs() / 3600
+        )));
+    }
+    Ok(lock_table)
+}
+
+/// `request` with the parameters of its condition that the stored state is `base` (`b_row`:
+/// there is a row; `b_pn`/`b_cn`: its part is NULL; `b_p`/`b_c`: the parts).
+fn with_base(request: Request, base: &Stored) -> Request {
+    let [p, c] = base.clone().unwrap_or_default();
+    let flag = |b: bool| if b { "1" } else { "0" };
+    request
+        .param("b_row", flag(base.is_some()))
+        .param("b_pn", flag(p.is_none()))
+        .param("b_p", p.unwrap_or_default())
+        .param("b_cn", flag(c.is_none()))
+        .param("b_c", c.unwrap_or_default())
+}
+
+/// The external table `state_parts` (`p`, `c`) of one state's parts, for a statement too long
+/// for the URL.
+fn parts_table(partial: &str, completed: &str) -> ExternalTable {
+    let mut rows = escape_param(partial).into_bytes();
+    rows.push(b'\t');
+    rows.extend(escape_param(completed).into_bytes());
+    rows.push(b'\n');
+    ExternalTable {
+        name: "state_parts".into(),
+        structure: "p String, c String".into(),
+        rows,
+    }
+}
+
 /// What a write of `state` leaves stored.
 fn stored(state: &State) -> Stored {
     Some([
@@ -212,11 +274,6 @@ enum Holding {
     /// The caller's lock, held across writes: a late first attempt could land after a later
     /// write of the same holder and undo it, so a lost answer is `uncertain`.
     CallersLock,
-}
-
-/// A failure whose write may have been applied (so repeating it is not always safe).
-fn is_lost_answer(e: &Error) -> bool {
-    e.kind == ErrorKind::Uncertain
 }
 
 /// A failed DELETE mutation: the server may have registered it before failing (a timeout, an
@@ -304,35 +361,7 @@ impl<T: Transport, P: Platform> StateStore<T, P> {
     /// Opens the store: validates the options, then creates the schema (`create_schema`) or
     /// checks that it exists with the right layout.
     pub fn open(client: Client<T>, platform: P, options: &StoreOptions) -> Result<Self, Error> {
-        check_name("database", &options.database)?;
-        check_name("table", &options.table)?;
-        let lock_table = options.lock_table_name();
-        check_name("lock table", &lock_table)?;
-        if let Some(cluster) = &options.cluster {
-            check_name("cluster", cluster)?;
-            if options.lock_engine == LockEngineChoice::MergeTree {
-                return Err(Error::invalid(
-                    "the merge-tree lock is only sound on one server (block numbers follow commit order only there): on a cluster use the keeper-map lock (or auto)",
-                ));
-            }
-        }
-        if lock_table == options.table {
-            return Err(Error::invalid(
-                "the lock table must differ from the state table",
-            ));
-        }
-        if options.lock.stale_after.is_zero() {
-            return Err(Error::invalid(
-                "the stale-after window must be greater than 0",
-            ));
-        }
-        if options.lock.stale_after > lock::MAX_STALE_AFTER {
-            return Err(Error::invalid(format!(
-                "the stale-after window is at most {} s ({} h); renew a long-held lock instead",
-                lock::MAX_STALE_AFTER.as_secs(),
-                lock::MAX_STALE_AFTER.as_secs() / 3600
-            )));
-        }
+        let lock_table = check_options(options)?;
         let mut tables = Tables {
             database: options.database.clone(),
             state: options.table.clone(),
@@ -383,23 +412,23 @@ impl<T: Transport, P: Platform> StateStore<T, P> {
         }
     }
 
-    fn query(&self, step: Step, sql: &str) -> Query {
+    fn query(&self, step: Step, sql: &str) -> Request {
         step.query(sql)
             .param("db", &self.tables.database)
             .param("t", &self.tables.state)
     }
 
-    fn read_states(&self, step: Step, query: Query) -> Result<Vec<State>, Error> {
+    fn read_states(&self, query: Request) -> Result<Vec<State>, Error> {
         Ok(self
-            .read_stored(step, query)?
+            .read_stored(query)?
             .into_iter()
             .map(|(state, _)| state)
             .collect())
     }
 
     /// [`Self::read_states`], with each state's parts as the server returned them.
-    fn read_stored(&self, step: Step, query: Query) -> Result<Vec<(State, Stored)>, Error> {
-        let response = self.session().execute(step, &query.format("JSONEachRow"))?;
+    fn read_stored(&self, query: Request) -> Result<Vec<(State, Stored)>, Error> {
+        let response = self.session().execute(&query.format("JSONEachRow"))?;
         // One row as the store selects it; any other shape is an error, never a default.
         let rows = json_rows(&response.body, "the state query")?;
         rows.into_iter()
@@ -430,7 +459,7 @@ impl<T: Transport, P: Platform> StateStore<T, P> {
                  WHERE state_id = {id:String} LIMIT 1",
             )
             .param("id", id);
-        let (state, parts) = self.read_stored(Step::Get, query)?.pop().unzip();
+        let (state, parts) = self.read_stored(query)?.pop().unzip();
         self.known.record(id, parts.flatten());
         Ok(state)
     }
@@ -483,9 +512,7 @@ impl<T: Transport, P: Platform> StateStore<T, P> {
             .data(body);
         let result = self
             .session()
-            .send_unless(Step::Set, &lock::write_settings(query), |e| {
-                !repeat_lost && is_lost_answer(e)
-            })
+            .send(&lock::write_settings(query).lost_answer_is_final(!repeat_lost))
             .map(|_| ());
         for state in states {
             self.remember(&state.id, &result, stored(state));
@@ -623,11 +650,10 @@ impl<T: Transport, P: Platform> StateStore<T, P> {
         let Some(ahead) = ahead else {
             return Ok(Tried::NotWritten);
         };
-        let Some((step, query)) = self.fenced_insert(&ahead.new, handle, ahead.base.as_ref())
-        else {
+        let Some(request) = self.fenced_insert(&ahead.new, handle, ahead.base.as_ref()) else {
             return Ok(Tried::NotWritten);
         };
-        match lock::execute_fenced(&self.session(), step, query, handle, true) {
+        match lock::execute_fenced(&self.session(), request, handle) {
             Ok(()) => Ok(Tried::Written),
             Err(e) if e.kind == ErrorKind::Locked => Ok(Tried::NotWritten),
             // The server refused the statement (nothing was written): this store writes ahead
@@ -685,21 +711,16 @@ impl<T: Transport, P: Platform> StateStore<T, P> {
         handle: &LockHandle,
         holding: Holding,
     ) -> Result<(), Error> {
-        let (step, query) = self
+        let request = self
             .fenced_insert(state, handle, None)
-            .ok_or_else(|| Error::invalid("the state does not fit in a request"))?;
-        let result = lock::execute_fenced(
-            &self.session(),
-            step,
-            query,
-            handle,
-            holding == Holding::OwnLock,
-        );
+            .ok_or_else(|| Error::invalid("the state does not fit in a request"))?
+            .lost_answer_is_final(holding == Holding::CallersLock);
+        let result = lock::execute_fenced(&self.session(), request, handle);
         self.remember(&state.id, &result, stored(state));
         result
     }
 
-    /// The fenced INSERT of [`Self::set_fenced`], and its step. With `base` (what the id held when `state`
+    /// The fenced INSERT of [`Self::set_fenced`]. With `base` (what the id held when `state`
     /// was computed from it), it writes only if the stored state is `base` or already `state`
     /// (read in the same statement as the fence), and only with the parts in the URL: `None`
     /// if they do not fit. Without, `None` only if the statement cannot be built at all.
@@ -708,7 +729,7 @@ impl<T: Transport, P: Platform> StateStore<T, P> {
         state: &State,
         handle: &LockHandle,
         base: Option<&Stored>,
-    ) -> Option<(Step, Query)> {
+    ) -> Option<Request> {
         let partial = json::part_text(&state.partial).unwrap_or_default();
         let completed = json::part_text(&state.completed).unwrap_or_default();
         // The stored state, and the condition that it is `base` or the new state.
@@ -723,11 +744,7 @@ impl<T: Transport, P: Platform> StateStore<T, P> {
             ),
         };
         // The two parts, as expressions, and where they come from.
-        let step = if base.is_some() {
-            Step::SetUnlessChanged
-        } else {
-            Step::Set
-        };
+        let step = base.map_or(Step::Set, |_| Step::SetUnlessChanged);
         let insert = |p: &str, c: &str, from: &str| {
             step.query(format!(
                     "INSERT INTO {{db:Identifier}}.{{t:Identifier}} (state_id, partial_state, completed_state)
@@ -737,46 +754,33 @@ impl<T: Transport, P: Platform> StateStore<T, P> {
                 ))
                 .param("t", &self.tables.state)
         };
-        let fenced = |query: Query| {
+        let fenced = |query: Request| {
             lock::write_settings(lock::fence(query, &self.tables, handle, &self.lock_options))
         };
-        let mut in_url = insert("{p:String}", "{c:String}", "")
+        let in_url = insert("{p:String}", "{c:String}", "")
             .param("p", partial.clone())
             .param("c", completed.clone());
-        if let Some(base) = base {
-            let [p, c] = base.clone().unwrap_or_default();
-            let flag = |b: bool| if b { "1" } else { "0" };
-            in_url = in_url
-                .param("b_row", flag(base.is_some()))
-                .param("b_pn", flag(p.is_none()))
-                .param("b_p", p.unwrap_or_default())
-                .param("b_cn", flag(c.is_none()))
-                .param("b_c", c.unwrap_or_default());
-        }
-        let in_url = fenced(in_url);
+        let in_url = fenced(match base {
+            Some(base) => with_base(in_url, base),
+            None => in_url,
+        });
         // The request target as it would be sent (escaped values, the id, the connection's
         // settings): in the URL if it fits, else the parts go in the body (a target too long
         // to build at all is one that does not fit; any other fault of the statement shows
         // when the body's is built).
         let fits = in_url
+            .query()
             .to_http(self.client.endpoint())
             .is_ok_and(|r| r.path_and_query.len() <= MAX_FENCED_URL_BYTES);
         if fits {
-            return Some((step, in_url));
+            return Some(in_url);
         }
         if base.is_some() {
             return None;
         }
-        let mut rows = escape_param(&partial).into_bytes();
-        rows.push(b'\t');
-        rows.extend(escape_param(&completed).into_bytes());
-        rows.push(b'\n');
-        let query = insert("p", "c", " FROM state_parts").external(ExternalTable {
-            name: "state_parts".into(),
-            structure: "p String, c String".into(),
-            rows,
-        });
-        Some((step, fenced(query)))
+        let query =
+            insert("p", "c", " FROM state_parts").external(parts_table(&partial, &completed));
+        Some(fenced(query))
     }
 
     /// Meltano `update` by a caller that already holds the lock on the id (`handle`): reads
@@ -843,10 +847,9 @@ impl<T: Transport, P: Platform> StateStore<T, P> {
                 .setting("mutations_execute_subqueries_on_initiator", "1");
             let sent = self
                 .session()
-                .send_unless(
-                    Step::Delete,
-                    &lock::fence(query, &self.tables, handle, &self.lock_options),
-                    |e| holding == Holding::CallersLock && is_lost_answer(e),
+                .send(
+                    &lock::fence(query, &self.tables, handle, &self.lock_options)
+                        .lost_answer_is_final(holding == Holding::CallersLock),
                 )
                 .map_err(mutation_may_apply)?;
             // A lightweight DELETE reports no row count: check that the fence let it through.
@@ -892,7 +895,7 @@ impl<T: Transport, P: Platform> StateStore<T, P> {
             )
             .param("id", id)
             .format("TabSeparated");
-        let response = self.session().execute(Step::CountRows, &query)?;
+        let response = self.session().execute(&query)?;
         let text = String::from_utf8_lossy(&response.body);
         let (count, version) = text
             .trim_end_matches('\n')
@@ -908,9 +911,7 @@ impl<T: Transport, P: Platform> StateStore<T, P> {
     /// A state written concurrently (after the snapshot) survives and is not counted.
     pub fn clear_all(&self) -> Result<u64, Error> {
         self.known.clear();
-        let response = self.session().execute(
-            Step::ClearAllSnapshot,
-            &self
+        let response = self.session().execute(&self
                 .query(
                     Step::ClearAllSnapshot,
                     "SELECT count(), toUnixTimestamp64Milli(max(updated_at)) FROM {db:Identifier}.{t:Identifier} FINAL",
@@ -929,9 +930,7 @@ impl<T: Transport, P: Platform> StateStore<T, P> {
         if count > 0 {
             // The same bound on every attempt: a repeat deletes nothing more.
             self.session()
-                .execute(
-                    Step::ClearAll,
-                    &self
+                .execute(&self
                         .query(
                             Step::ClearAll,
                             "DELETE FROM {db:Identifier}.{t:Identifier} WHERE toUnixTimestamp64Milli(updated_at) <= {snapshot:Int64}",
@@ -950,9 +949,7 @@ impl<T: Transport, P: Platform> StateStore<T, P> {
             "SELECT state_id FROM {db:Identifier}.{t:Identifier} FINAL",
             pattern,
         );
-        let response = self
-            .session()
-            .execute(Step::Ids, &query.format("JSONEachRow"))?;
+        let response = self.session().execute(&query.format("JSONEachRow"))?;
         let mut ids = Vec::new();
         for line in String::from_utf8_lossy(&response.body).lines() {
             if line.is_empty() {
@@ -976,7 +973,7 @@ impl<T: Transport, P: Platform> StateStore<T, P> {
             "SELECT state_id, partial_state, completed_state FROM {db:Identifier}.{t:Identifier} FINAL",
             pattern,
         );
-        let mut states = self.read_states(Step::GetAll, query)?;
+        let mut states = self.read_states(query)?;
         if let Some(glob) = glob {
             states.retain(|s| glob.matches(&s.id));
         }
@@ -989,7 +986,7 @@ impl<T: Transport, P: Platform> StateStore<T, P> {
         step: Step,
         select: &str,
         pattern: Option<&str>,
-    ) -> (Query, Option<glob::Glob>) {
+    ) -> (Request, Option<glob::Glob>) {
         let glob = pattern.map(glob::Glob::new);
         let (clause, prefix) = match &glob {
             None => ("", None),
@@ -1004,6 +1001,12 @@ impl<T: Transport, P: Platform> StateStore<T, P> {
             query = query.param("p", prefix);
         }
         (query, glob)
+    }
+
+    /// The token holding the lock on `id` now, if any.
+    pub fn holder(&self, id: &str) -> Result<Option<String>, Error> {
+        check_id(id)?;
+        lock::holder(&self.session(), &self.tables, id)
     }
 
     /// Acquires the lock on `id` (see [`lock`]), for writes: the id is checked as one to be
@@ -1024,11 +1027,6 @@ impl<T: Transport, P: Platform> StateStore<T, P> {
         lock::renew(&self.session(), &self.tables, handle, &self.lock_options)
     }
 
-    /// The token holding the lock on `id` now, if any.
-    pub fn holder(&self, id: &str) -> Result<Option<String>, Error> {
-        check_id(id)?;
-        lock::holder(&self.session(), &self.tables, id)
-    }
 }
 
 #[cfg(test)]

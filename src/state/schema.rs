@@ -6,14 +6,14 @@
 
 use serde_json::Value;
 
-use crate::client::error_codes::{BAD_ARGUMENTS, NO_ZOOKEEPER, QUERY_IS_PROHIBITED};
+use crate::client::error_codes::QUERY_IS_PROHIBITED;
 use crate::client::response::json_rows;
 use crate::client::sql::quote_identifier;
 use crate::client::{Error, ErrorKind, Transport};
 use crate::platform::Platform;
 
 use super::lock::keeper_map;
-use super::steps::{Session, Step};
+use super::steps::{is_keeper_map_disabled, Session, Step};
 use super::tables::{LockEngine, LockEngineChoice, Replication, Tables};
 
 /// `CREATE DATABASE IF NOT EXISTS`.
@@ -139,14 +139,12 @@ pub fn prepare<T: Transport, P: Platform>(
     let create = create.unwrap_or_default();
     if create_schema {
         s.execute(
-            Step::CreateSchema,
             &Step::CreateSchema
                 .query(create.statement(CREATE_DATABASE, "{db:Identifier}"))
                 .param("db", &tables.database),
         )
         .map_err(|e| create.explain(e))?;
         s.execute(
-            Step::CreateSchema,
             &Step::CreateSchema
                 .query(create.statement(CREATE_STATE_TABLE, "{t:Identifier}"))
                 .param("db", &tables.database)
@@ -156,31 +154,7 @@ pub fn prepare<T: Transport, P: Platform>(
     }
     let existing = lock_table_engine(s, tables)?;
     let engine = match (existing, choice) {
-        (Some(engine), _) => {
-            let found = if engine.starts_with("KeeperMap") {
-                LockEngine::KeeperMap
-            } else {
-                LockEngine::MergeTree
-            };
-            let wanted = match choice {
-                LockEngineChoice::Auto => found,
-                LockEngineChoice::MergeTree => LockEngine::MergeTree,
-                LockEngineChoice::KeeperMap => LockEngine::KeeperMap,
-            };
-            if wanted != found {
-                return Err(Error::new(
-                    ErrorKind::Misconfigured,
-                    format!(
-                        "the lock table {}.{} exists with engine `{}`, not the {} lock asked for: choose another lock table, or the lock engine auto",
-                        tables.database,
-                        tables.lock,
-                        engine.chars().take(60).collect::<String>(),
-                        wanted.as_str()
-                    ),
-                ));
-            }
-            return Ok(found);
-        }
+        (Some(engine), _) => return existing_engine(tables, &engine, choice),
         (None, _) if !create_schema => match choice {
             // verify() names the missing table.
             LockEngineChoice::KeeperMap => return Ok(LockEngine::KeeperMap),
@@ -203,7 +177,6 @@ pub fn prepare<T: Transport, P: Platform>(
         },
     };
     s.execute(
-        Step::CreateSchema,
         &Step::CreateSchema
             .query(CREATE_LOCK_TABLE)
             .param("db", &tables.database)
@@ -212,33 +185,53 @@ pub fn prepare<T: Transport, P: Platform>(
     Ok(engine)
 }
 
+/// The engine of an existing lock table (`engine`, its `engine_full`), if it is the one
+/// `choice` asks for.
+fn existing_engine(
+    tables: &Tables,
+    engine: &str,
+    choice: LockEngineChoice,
+) -> Result<LockEngine, Error> {
+    let found = if engine.starts_with("KeeperMap") {
+        LockEngine::KeeperMap
+    } else {
+        LockEngine::MergeTree
+    };
+    let wanted = match choice {
+        LockEngineChoice::Auto => found,
+        LockEngineChoice::MergeTree => LockEngine::MergeTree,
+        LockEngineChoice::KeeperMap => LockEngine::KeeperMap,
+    };
+    if wanted != found {
+        return Err(Error::new(
+            ErrorKind::Misconfigured,
+            format!(
+                "the lock table {}.{} exists with engine `{}`, not the {} lock asked for: choose another lock table, or the lock engine auto",
+                tables.database,
+                tables.lock,
+                engine.chars().take(60).collect::<String>(),
+                wanted.as_str()
+            ),
+        ));
+    }
+    Ok(found)
+}
+
 fn create_keeper_table<T: Transport, P: Platform>(
     s: &Session<'_, T, P>,
     tables: &Tables,
     create: &Create<'_>,
 ) -> Result<(), Error> {
     // A server without KeeperMap says so at once: not worth repeating.
-    s.send_unless(
-        Step::CreateSchema,
-        &Step::CreateSchema
+    s.send(
+        &Step::CreateKeeperMapTable
             .query(create.statement(keeper_map::CREATE_TABLE, "{t:Identifier}"))
             .param("db", &tables.database)
             .param("t", &tables.lock)
             .param("path", keeper_map::keeper_path(tables)),
-        is_keeper_map_disabled,
     )
     .map(|_| ())
     .map_err(|e| create.explain(e))
-}
-
-/// The server refuses KeeperMap tables (no `keeper_map_path_prefix`, or no Keeper at all).
-fn is_keeper_map_disabled(e: &Error) -> bool {
-    e.server
-        .as_ref()
-        .is_some_and(|s| s.code == BAD_ARGUMENTS || s.code == NO_ZOOKEEPER)
-        && (e.message.contains("KeeperMap is disabled")
-            || e.message.contains("keeper_map_path_prefix")
-            || e.message.contains("ZooKeeper"))
 }
 
 fn keeper_unavailable(e: Error, tables: &Tables) -> Error {
@@ -261,9 +254,7 @@ fn lock_table_engine<T: Transport, P: Platform>(
     s: &Session<'_, T, P>,
     tables: &Tables,
 ) -> Result<Option<String>, Error> {
-    let response = s.execute(
-        Step::VerifySchema,
-        &Step::VerifySchema.query(
+    let response = s.execute(&Step::VerifySchema.query(
             "SELECT engine_full FROM system.tables WHERE database = {db:String} AND name = {t:String}",
         )
         .param("db", &tables.database)
@@ -336,7 +327,6 @@ fn read_tables<T: Transport, P: Platform>(
     tables: &Tables,
 ) -> Result<Vec<FoundTable>, Error> {
     let response = s.execute(
-        Step::VerifySchema,
         &Step::VerifySchema
             .query(
                 "SELECT t.name AS table, t.engine_full AS engine,

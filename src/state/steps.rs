@@ -1,6 +1,14 @@
 //! Every request the state store and its lock send, named and classified in one place, and the
 //! [`Session`] that sends them with retries.
 //!
+//! A request is made only by [`Step::query`], which returns a [`Request`]: the query and its
+//! step. [`Session::send`] is the only way to send one, and it repeats it as the step says
+//! ([`Step::repeat`]), stopping at once on an answer the step names final
+//! ([`Step::is_final`]); a call site only gives what the step's rule needs: whether a lost
+//! answer may be repeated, which depends on whose lock a write runs under
+//! ([`Request::lost_answer_is_final`]), and the end of the lease a release keeps trying until
+//! ([`Request::until`]).
+//!
 //! Each request can be repeated, in the way its [`Repeat`] says: reads; DDL with `IF NOT
 //! EXISTS`; writes that carry the same values and the same lock token on every attempt, so a
 //! repeat either finds its work done or does it (a release or withdrawal of a token is final;
@@ -16,8 +24,9 @@
 use std::borrow::Cow;
 use std::time::Duration;
 
+use crate::client::error_codes::{BAD_ARGUMENTS, KEEPER_EXCEPTION, NO_ZOOKEEPER};
 use crate::client::retry::{self, Retried, RetryPolicy};
-use crate::client::{Client, Error, Query, Response, Transport};
+use crate::client::{Client, Error, ErrorKind, ExternalTable, Query, Response, Transport};
 use crate::platform::Platform;
 
 use super::tables::Replication;
@@ -41,6 +50,9 @@ pub enum Repeat {
 pub enum Step {
     /// `CREATE ... IF NOT EXISTS` of the database and tables.
     CreateSchema,
+    /// `CREATE ... IF NOT EXISTS` of the KeeperMap lock table: a server without KeeperMap (or
+    /// without Keeper) says so at once. Logged as `create-schema`, as the other DDL.
+    CreateKeeperMapTable,
     /// Reads of `system.tables` / `system.columns` that check the layout.
     VerifySchema,
     /// Reading one state.
@@ -63,10 +75,11 @@ pub enum Step {
     ClearAllSnapshot,
     /// `clear-all`'s DELETE up to the snapshot: the same bound on repeat.
     ClearAll,
-    /// The row that makes a contender (merge-tree: an `acquire` row, never repeated with its
-    /// token; keeper-map: the creation of the id's row, whose repeat fails with "node exists"
-    /// and the next read decides).
+    /// Merge-tree: the `acquire` row that makes a contender, never repeated with its token.
     Acquire,
+    /// Keeper-map: the creation of the id's row (once per id, ever), whose repeat fails with
+    /// "node exists" and the next read decides. Logged as `lock`, as the merge-tree claim.
+    CreateLockRow,
     /// Keeper-map: taking over a row whose lease ended (conditional; a repeat finds it ours).
     TakeOver,
     /// Who holds the lock (and, for `update`, the stored state in the same query).
@@ -83,7 +96,7 @@ impl Step {
     /// The operation name sent in the `x-component-operation` header.
     pub fn name(self) -> &'static str {
         match self {
-            Step::CreateSchema => "create-schema",
+            Step::CreateSchema | Step::CreateKeeperMapTable => "create-schema",
             Step::VerifySchema => "verify-schema",
             Step::Get => "get",
             Step::Ids => "ids",
@@ -94,7 +107,7 @@ impl Step {
             Step::Delete => "delete",
             Step::ClearAllSnapshot => "clear-all-snapshot",
             Step::ClearAll => "clear-all",
-            Step::Acquire => "lock",
+            Step::Acquire | Step::CreateLockRow => "lock",
             Step::TakeOver => "lock-takeover",
             Step::Holder => "lock-holder",
             Step::Release => "unlock",
@@ -112,6 +125,7 @@ impl Step {
                 | Step::Delete
                 | Step::ClearAll
                 | Step::Acquire
+                | Step::CreateLockRow
                 | Step::TakeOver
                 | Step::Release
                 | Step::Renew
@@ -124,6 +138,23 @@ impl Step {
             Step::Release => Repeat::UntilLeaseEnds,
             Step::Acquire => Repeat::WithNewToken,
             _ => Repeat::Retries,
+        }
+    }
+
+    /// Whether `e` is an answer that ends the step's repeats at once, whatever its kind: one a
+    /// repeat would only meet again, whose meaning the caller reads. Keeper's "the key exists"
+    /// for the creation of a lock row (someone created it: the next read decides); a
+    /// strict-mode conflict for the conditional updates of a KeeperMap row (someone changed
+    /// it); a server without KeeperMap, or without Keeper, for the KeeperMap table's DDL (the
+    /// configuration will not change between attempts; the `auto` lock engine then falls back
+    /// at once). Other DDL is repeated on the same errors: on a cluster a Replicated table's
+    /// `NO_ZOOKEEPER` can be a Keeper reconnecting.
+    pub fn is_final(self, e: &Error) -> bool {
+        match self {
+            Step::CreateLockRow => is_node_exists(e),
+            Step::TakeOver | Step::Renew | Step::Release => is_conflict(e),
+            Step::CreateKeeperMapTable => is_keeper_map_disabled(e),
+            _ => false,
         }
     }
 
@@ -173,14 +204,125 @@ impl Step {
         }
     }
 
-    /// A query for this step (its name, read or write). The reads whose answer grows with the
+    /// A request of this step (its name, read or write). The reads whose answer grows with the
     /// store (`ids`, `get-all`: listing and exporting every state) ask for it compressed.
-    pub fn query(self, sql: impl Into<String>) -> Query {
-        match self {
+    pub fn query(self, sql: impl Into<String>) -> Request {
+        let query = match self {
             Step::Ids | Step::GetAll => Query::read(self.name(), sql).compressed_answer(),
             _ if self.writes() => Query::write(self.name(), sql),
             _ => Query::read(self.name(), sql),
+        };
+        Request {
+            step: self,
+            query,
+            lost_answer_is_final: false,
+            until: None,
         }
+    }
+}
+
+/// Whether an error is Keeper's "the key exists" (a strict insert lost the race).
+pub fn is_node_exists(e: &Error) -> bool {
+    e.server
+        .as_ref()
+        .is_some_and(|s| s.code == KEEPER_EXCEPTION)
+        && e.message.contains("Node exists")
+}
+
+/// Whether an error is a strict-mode conflict (someone changed the KeeperMap row meanwhile).
+pub fn is_conflict(e: &Error) -> bool {
+    e.server
+        .as_ref()
+        .is_some_and(|s| s.code == KEEPER_EXCEPTION)
+        && (e.message.contains("Bad version") || e.message.contains("No node"))
+}
+
+/// The server refuses KeeperMap tables (no `keeper_map_path_prefix`, or no Keeper at all).
+pub fn is_keeper_map_disabled(e: &Error) -> bool {
+    e.server
+        .as_ref()
+        .is_some_and(|s| s.code == BAD_ARGUMENTS || s.code == NO_ZOOKEEPER)
+        && (e.message.contains("KeeperMap is disabled")
+            || e.message.contains("keeper_map_path_prefix")
+            || e.message.contains("ZooKeeper"))
+}
+
+/// One request: a query and its step, made by [`Step::query`] and sent by [`Session::send`],
+/// which repeats it as the step says. The query is built through the methods below, which
+/// keep the step.
+#[derive(Clone, Debug)]
+#[must_use = "a request does nothing until a session sends it"]
+pub struct Request {
+    step: Step,
+    query: Query,
+    lost_answer_is_final: bool,
+    until: Option<Duration>,
+}
+
+impl Request {
+    /// Its step.
+    pub fn step(&self) -> Step {
+        self.step
+    }
+
+    /// Its query.
+    pub fn query(&self) -> &Query {
+        &self.query
+    }
+
+    /// With a typed parameter ([`Query::param`]).
+    pub fn param(self, name: &str, value: impl Into<String>) -> Self {
+        self.map(|q| q.param(name, value))
+    }
+
+    /// With a setting ([`Query::setting`]).
+    pub fn setting(self, name: &str, value: impl Into<String>) -> Self {
+        self.map(|q| q.setting(name, value))
+    }
+
+    /// With an output format ([`Query::format`]).
+    pub fn format(self, format: &str) -> Self {
+        self.map(|q| q.format(format))
+    }
+
+    /// With INSERT data ([`Query::data`]).
+    pub fn data(self, data: Vec<u8>) -> Self {
+        self.map(|q| q.data(data))
+    }
+
+    /// With an external table ([`Query::external`]).
+    pub fn external(self, table: ExternalTable) -> Self {
+        self.map(|q| q.external(table))
+    }
+
+    fn map(mut self, f: impl FnOnce(Query) -> Query) -> Self {
+        self.query = f(self.query);
+        self
+    }
+
+    /// If `yes`, an attempt whose answer was lost (`uncertain`) is not repeated, whatever the
+    /// step allows: for a write whose first attempt could land late, after a later write of
+    /// the same caller, and undo it (an unfenced `set`; a write under a lock the caller keeps
+    /// across writes). Under the call's own lock, released when it returns, a late attempt is
+    /// fenced out by then, and the answer may be repeated.
+    pub fn lost_answer_is_final(mut self, yes: bool) -> Self {
+        self.lost_answer_is_final = yes;
+        self
+    }
+
+    /// For a [`Repeat::UntilLeaseEnds`] step: the end of the lease (platform time), after
+    /// which no attempt starts. Without it, a lease from when it is sent.
+    pub fn until(mut self, lease_ends: Duration) -> Self {
+        debug_assert_eq!(self.step.repeat(), Repeat::UntilLeaseEnds);
+        self.until = Some(lease_ends);
+        self
+    }
+
+    /// Whether a failed attempt is repeated (within the step's bounds).
+    fn worth_repeating(&self, e: &Error) -> bool {
+        retry::is_worth_retrying(e.kind)
+            && !self.step.is_final(e)
+            && !(self.lost_answer_is_final && e.kind == ErrorKind::Uncertain)
     }
 }
 
@@ -225,66 +367,45 @@ impl<T: Transport, P: Platform> Session<'_, T, P> {
         }
     }
 
-    /// Sends a query built by [`Step::query`], repeating it up to the store's retries while
-    /// the error is worth retrying.
-    pub fn send(&self, step: Step, query: &Query) -> Result<Retried<Response>, Error> {
-        self.send_unless(step, query, |_| false)
-    }
-
-    /// As [`Session::send`], but an error `stop` accepts is returned at once (e.g. a Keeper
-    /// conflict that a repeat would only meet again, or a lost answer that must not be
-    /// repeated).
-    pub fn send_unless(
-        &self,
-        step: Step,
-        query: &Query,
-        stop: impl Fn(&Error) -> bool,
-    ) -> Result<Retried<Response>, Error> {
-        debug_assert_eq!(query.name, step.name());
-        let query = self.consistent(step, query);
-        retry::run(
-            &self.policy(),
-            self.platform,
-            None,
-            || self.client.execute(&query),
-            |e| retry::is_worth_retrying(e.kind) && !stop(e),
-        )
-    }
-
-    /// Sends it once (the caller decides what a failure means).
-    pub fn send_once(&self, step: Step, query: &Query) -> Result<Response, Error> {
-        debug_assert_eq!(query.name, step.name());
-        self.client.execute(&self.consistent(step, query))
-    }
-
-    /// Sends it, repeating it whatever the store's retries say until it succeeds, `stop`
-    /// accepts the error, or the next attempt would start after `until` (platform time: the
-    /// end of a lease).
-    pub fn send_until(
-        &self,
-        step: Step,
-        query: &Query,
-        until: Duration,
-        stop: impl Fn(&Error) -> bool,
-    ) -> Result<Retried<Response>, Error> {
-        debug_assert_eq!(query.name, step.name());
-        let policy = RetryPolicy {
-            retries: u32::MAX,
-            ..self.policy()
+    /// Sends `request`, repeating it as its step says ([`Step::repeat`]) while the error is
+    /// worth retrying and not final ([`Step::is_final`], [`Request::lost_answer_is_final`]):
+    /// up to the store's retries; never, for a step repeated only with a new token; or
+    /// whatever the retries, until the next attempt would start after the end of the lease.
+    pub fn send(&self, request: &Request) -> Result<Retried<Response>, Error> {
+        let (policy, until) = match request.step.repeat() {
+            Repeat::Retries => (self.policy(), None),
+            Repeat::WithNewToken => (
+                RetryPolicy {
+                    retries: 0,
+                    ..self.policy()
+                },
+                None,
+            ),
+            Repeat::UntilLeaseEnds => (
+                RetryPolicy {
+                    retries: u32::MAX,
+                    ..self.policy()
+                },
+                Some(
+                    request
+                        .until
+                        .unwrap_or_else(|| self.platform.now() + self.lease),
+                ),
+            ),
         };
-        let query = self.consistent(step, query);
+        let query = self.consistent(request.step, &request.query);
         retry::run(
             &policy,
             self.platform,
-            Some(until),
+            until,
             || self.client.execute(&query),
-            |e| retry::is_worth_retrying(e.kind) && !stop(e),
+            |e| request.worth_repeating(e),
         )
     }
 
     /// [`Session::send`], keeping only the answer.
-    pub fn execute(&self, step: Step, query: &Query) -> Result<Response, Error> {
-        self.send(step, query).map(|r| r.value)
+    pub fn execute(&self, request: &Request) -> Result<Response, Error> {
+        self.send(request).map(|r| r.value)
     }
 
     /// Pauses before retry number `retry` of a step the caller repeats itself; `false` (and no
@@ -318,6 +439,7 @@ mod tests {
     }
     every_step!(
         CreateSchema,
+        CreateKeeperMapTable,
         VerifySchema,
         Get,
         Ids,
@@ -329,6 +451,7 @@ mod tests {
         ClearAllSnapshot,
         ClearAll,
         Acquire,
+        CreateLockRow,
         TakeOver,
         Holder,
         Release,
@@ -338,10 +461,19 @@ mod tests {
 
     #[test]
     fn names_are_distinct() {
-        let mut names: Vec<_> = ALL.iter().map(|s| s.name()).collect();
+        // The two engines' claims are logged alike (`lock`): no store sends both; and the
+        // KeeperMap table's DDL as the other DDL.
+        let alike = [Step::CreateLockRow, Step::CreateKeeperMapTable];
+        let mut names: Vec<_> = ALL
+            .iter()
+            .filter(|s| !alike.contains(s))
+            .map(|s| s.name())
+            .collect();
         names.sort();
         names.dedup();
-        assert_eq!(names.len(), ALL.len());
+        assert_eq!(names.len(), ALL.len() - alike.len());
+        assert_eq!(Step::CreateLockRow.name(), Step::Acquire.name());
+        assert_eq!(Step::CreateKeeperMapTable.name(), Step::CreateSchema.name());
     }
 
     #[test]
@@ -383,8 +515,10 @@ mod tests {
             // The lock's own rows live in KeeperMap (or a plain MergeTree): no setting.
             for step in [
                 Step::CreateSchema,
+                Step::CreateKeeperMapTable,
                 Step::VerifySchema,
                 Step::Acquire,
+                Step::CreateLockRow,
                 Step::TakeOver,
                 Step::Release,
                 Step::Renew,
@@ -430,12 +564,159 @@ mod tests {
         );
     }
 
+    mod sending {
+        use super::*;
+        use crate::client::error::TransportFailure;
+        use crate::client::testing::{fail, written, Scripted};
+        use crate::client::{ConnectionOptions, HttpResponse};
+        use crate::platform::testing::FakePlatform;
+
+        /// A server error with `code` and `message`.
+        fn server_error(
+            code: i32,
+            message: &str,
+        ) -> Result<HttpResponse, crate::client::error::TransportError> {
+            Ok(HttpResponse {
+                status: 500,
+                headers: vec![(
+                    "x-clickhouse-exception-code".into(),
+                    code.to_string().into_bytes(),
+                )],
+                body: format!("Code: {code}. DB::Exception: {message}").into_bytes(),
+                elapsed_us: 1,
+            })
+        }
+
+        /// Sends `request` with 2 retries and a lease of 10 s through a transport that answers
+        /// `answers` in turn; the result and the number of requests sent.
+        fn send(
+            request: Request,
+            answers: Vec<Result<HttpResponse, crate::client::error::TransportError>>,
+        ) -> (Result<Retried<Response>, Error>, usize) {
+            let t = Scripted::new(answers);
+            let client = Client::new(&ConnectionOptions::from_url("http://h"), &t).unwrap();
+            let platform = FakePlatform::default();
+            let session = Session {
+                client: &client,
+                platform: &platform,
+                retry: RetryPolicy::new(2),
+                lease: Duration::from_secs(10),
+                replication: Replication::None,
+            };
+            let result = session.send(&request);
+            let sent = t.sent.borrow().len();
+            (result, sent)
+        }
+
+        fn failures(
+            n: usize,
+            failure: TransportFailure,
+        ) -> Vec<Result<HttpResponse, crate::client::error::TransportError>> {
+            (0..n).map(|_| fail(failure.clone())).collect()
+        }
+
+        #[test]
+        fn a_step_is_repeated_as_its_repeat_says() {
+            // Retries: up to the store's retries (2), then the error.
+            let (result, sent) = send(
+                Step::Set.query("INSERT"),
+                failures(5, TransportFailure::Refused),
+            );
+            assert_eq!(
+                (result.unwrap_err().kind, sent),
+                (ErrorKind::Disconnected, 3)
+            );
+            // With a new token only: sent once.
+            let (result, sent) = send(
+                Step::Acquire.query("INSERT"),
+                failures(5, TransportFailure::Refused),
+            );
+            assert_eq!((result.is_err(), sent), (true, 1));
+            // Until the lease ends: past the retries, and stops once the lease is over (pauses
+            // are at most a tenth of the 10 s lease).
+            let mut answers = failures(6, TransportFailure::Refused);
+            answers.push(written(1));
+            let (result, sent) = send(Step::Release.query("INSERT"), answers);
+            assert_eq!((result.unwrap().retries, sent), (6, 7));
+            let (result, sent) = send(
+                Step::Release
+                    .query("INSERT")
+                    .until(Duration::from_millis(1)),
+                failures(5, TransportFailure::Refused),
+            );
+            assert_eq!((result.is_err(), sent), (true, 1));
+            let (result, sent) = send(
+                Step::Release.query("INSERT"),
+                failures(500, TransportFailure::Refused),
+            );
+            assert!(result.is_err());
+            assert!(
+                (11..500).contains(&sent),
+                "{sent} attempts within the lease"
+            );
+        }
+
+        #[test]
+        fn final_answers_end_the_repeats() {
+            let node_exists = || server_error(KEEPER_EXCEPTION, "Node exists");
+            let (result, sent) = send(Step::CreateLockRow.query("INSERT"), vec![node_exists()]);
+            assert!(is_node_exists(&result.unwrap_err()));
+            assert_eq!(sent, 1);
+            // The same answer to a step it is not final for is repeated (Keeper errors are
+            // transient).
+            let (result, sent) = send(
+                Step::Set.query("INSERT"),
+                vec![node_exists(), node_exists(), written(1)],
+            );
+            assert_eq!((result.is_ok(), sent), (true, 3));
+            let conflict = || server_error(KEEPER_EXCEPTION, "Bad version");
+            for step in [Step::TakeOver, Step::Renew, Step::Release] {
+                let (result, sent) = send(step.query("ALTER"), vec![conflict()]);
+                assert!(is_conflict(&result.unwrap_err()), "{step:?}");
+                assert_eq!(sent, 1, "{step:?}");
+            }
+            let no_keeper = || server_error(NO_ZOOKEEPER, "Cannot get ZooKeeper");
+            let (result, sent) = send(
+                Step::CreateKeeperMapTable.query("CREATE"),
+                vec![no_keeper()],
+            );
+            assert!(is_keeper_map_disabled(&result.unwrap_err()));
+            assert_eq!(sent, 1);
+            // Other DDL: repeated (a Replicated table's Keeper may be reconnecting).
+            let (result, sent) = send(
+                Step::CreateSchema.query("CREATE"),
+                vec![no_keeper(), written(0)],
+            );
+            assert_eq!((result.is_ok(), sent), (true, 2));
+        }
+
+        #[test]
+        fn a_lost_answer_ends_the_repeats_where_the_request_says_so() {
+            let lost = || failures(1, TransportFailure::Timeout).remove(0);
+            let (result, sent) = send(Step::Set.query("INSERT"), vec![lost(), written(1)]);
+            assert_eq!((result.unwrap().after_uncertain, sent), (true, 2));
+            let (result, sent) = send(
+                Step::Set.query("INSERT").lost_answer_is_final(true),
+                vec![lost(), written(1)],
+            );
+            assert_eq!((result.unwrap_err().kind, sent), (ErrorKind::Uncertain, 1));
+            // Nothing reached the server: repeated all the same.
+            let (result, sent) = send(
+                Step::Set.query("INSERT").lost_answer_is_final(true),
+                vec![fail(TransportFailure::Refused), written(1)],
+            );
+            assert_eq!((result.is_ok(), sent), (true, 2));
+        }
+    }
+
     #[test]
     fn writes_are_classified_as_writes() {
         for &step in ALL {
-            let q = step.query("SELECT 1");
+            let request = step.query("SELECT 1");
+            assert_eq!(request.step(), step);
+            let q = request.query();
             assert_eq!(
-                q.operation == crate::client::Operation::Write,
+                q.operation == crate::client::error::Operation::Write,
                 step.writes(),
                 "{step:?}"
             );

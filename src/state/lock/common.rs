@@ -9,10 +9,10 @@ use crate::client::error::tenths;
 use serde_json::Value;
 
 use crate::client::response::json_rows;
-use crate::client::{Error, ErrorKind, Query, Transport};
+use crate::client::{Error, ErrorKind, Transport};
 use crate::platform::Platform;
 use crate::state::ids::shorten;
-use crate::state::steps::{Session, Step};
+use crate::state::steps::{Request, Session, Step};
 use crate::state::tables::Tables;
 
 /// Default time to wait for a lock.
@@ -78,12 +78,6 @@ impl LockHandle {
         }
     }
 
-    pub(super) fn new(id: &str, token: String, lease_ends: Duration) -> LockHandle {
-        let handle = LockHandle::held_elsewhere(id, token);
-        handle.lease_ends_by(lease_ends);
-        handle
-    }
-
     /// The lease has certainly ended by then (platform time), if known.
     pub fn lease_ends(&self) -> Option<Duration> {
         match self
@@ -126,7 +120,12 @@ impl PartialEq for LockHandle {
 impl Eq for LockHandle {}
 
 /// Binds the parameters of the fence condition ([`super::holds`]) for `handle`.
-pub fn fence(query: Query, tables: &Tables, handle: &LockHandle, options: &LockOptions) -> Query {
+pub fn fence(
+    query: Request,
+    tables: &Tables,
+    handle: &LockHandle,
+    options: &LockOptions,
+) -> Request {
     query
         .param("db", &tables.database)
         .param("lt", &tables.lock)
@@ -138,25 +137,22 @@ pub fn fence(query: Query, tables: &Tables, handle: &LockHandle, options: &LockO
 /// Settings every write of the store and the lock sends: a synchronous insert (read-after-write
 /// and the lock need it, whatever the connection's profile says), and never a deduplication
 /// token inherited from the connection.
-pub fn write_settings(query: Query) -> Query {
+pub fn write_settings(query: Request) -> Request {
     query
         .setting("async_insert", "0")
         .setting("insert_deduplication_token", "")
 }
 
-/// Runs a fenced write (repeated as its step allows); `locked` when the fence let nothing
-/// through, `uncertain` when it let nothing through after an attempt whose answer was lost (that
-/// attempt may have landed before the lock was lost).
+/// Runs a fenced write (repeated as its step and [`Request::lost_answer_is_final`] allow);
+/// `locked` when the fence let nothing through, `uncertain` when it let nothing through after
+/// an attempt whose answer was lost (that attempt may have landed before the lock was lost).
 pub fn execute_fenced<T: Transport, P: Platform>(
     s: &Session<'_, T, P>,
-    step: Step,
-    query: Query,
+    request: Request,
     handle: &LockHandle,
-    repeat_lost_answers: bool,
 ) -> Result<(), Error> {
-    let sent = s.send_unless(step, &write_settings(query), |e| {
-        !repeat_lost_answers && e.kind == ErrorKind::Uncertain
-    })?;
+    let step = request.step();
+    let sent = s.send(&write_settings(request))?;
     match sent.value.summary {
         Some(summary) if summary.written_rows > 0 => Ok(()),
         // A renewal fenced out proves the lease is gone (a lost earlier renewal that landed
@@ -220,6 +216,76 @@ pub(super) fn tried_first(first: First<'_>, handle: &LockHandle) -> Result<Tried
     }
 }
 
+/// What a lock engine supplies to the one acquire algorithm ([`acquire_with`]): its claim, its
+/// reading of who holds the lock, and what it does when someone else holds it, after a fault,
+/// and before the acquire fails.
+pub(super) trait Contender {
+    /// The handle of the current claim.
+    fn handle(&self) -> &LockHandle;
+    /// Sends the claim.
+    fn claim(&mut self) -> Result<(), Error>;
+    /// Whether the claim made this contender the holder: `Some` (with `also`, read in the
+    /// same query) if it did.
+    fn confirm(&mut self, also: Option<&AlsoRead>) -> Result<Option<Option<Value>>, Error>;
+    /// Someone else holds the lock: waits for a turn to claim again; an error ends the acquire.
+    fn wait_turn(&mut self) -> Result<(), Error>;
+    /// An attempt failed with `e`: `Ok` to claim again, or the error that ends the acquire.
+    fn after_fault(&mut self, e: Error) -> Result<(), Error>;
+    /// Ends whatever this contender may hold, before the acquire fails.
+    fn abandon(&mut self);
+}
+
+/// The acquire of both engines ([`super::acquire_trying`]): claim; try `first` right after the
+/// first claim (its fence is the confirmation when it lands), else confirm the claim; held,
+/// or the engine waits for a turn or handles the fault, and claims again. A contender whose
+/// `first` was lost and that does not hold the lock fails `uncertain`. Whatever ends the
+/// acquire without the lock, the engine first abandons what the contender may hold.
+pub(super) fn acquire_with<C: Contender, P: Platform>(
+    contender: &mut C,
+    platform: &P,
+    stale_after: Duration,
+    also: Option<&AlsoRead>,
+    first: Option<First<'_>>,
+) -> Result<Acquired, Error> {
+    let mut first = first;
+    let mut tried = None;
+    loop {
+        let attempt = contender.claim().and_then(|()| {
+            if let Some(first) = first.take() {
+                // The claim was sent before now: its lease has certainly ended a lease from now.
+                let handle = contender.handle();
+                handle.lease_ends_by(platform.now() + stale_after);
+                let result = tried_first(first, handle)?;
+                tried = Some(result);
+                if result == Tried::Written {
+                    // Its fence proved that this contender holds the lock; nothing was read.
+                    return Ok(Some(None));
+                }
+            }
+            contender.confirm(also)
+        });
+        let ended = match attempt {
+            Ok(Some(read)) => {
+                let handle = contender.handle();
+                handle.lease_ends_by(platform.now() + stale_after);
+                return Ok(Acquired {
+                    handle: handle.clone(),
+                    read,
+                    first: tried,
+                });
+            }
+            // The write tried first may have landed: whatever else happened, nothing is known.
+            _ if tried == Some(Tried::Unknown) => Err(first_unknown(&contender.handle().id)),
+            Ok(None) => contender.wait_turn(),
+            Err(e) => contender.after_fault(e),
+        };
+        if let Err(e) = ended {
+            contender.abandon();
+            return Err(e);
+        }
+    }
+}
+
 /// A contender whose first write's answer was lost and that does not hold the lock: the write
 /// may have landed while it held it (a lease can end within one attempt), so nothing is known.
 pub(super) fn first_unknown(id: &str) -> Error {
@@ -264,7 +330,7 @@ pub(crate) fn holder_and<T: Transport, P: Platform>(
             query = query.param(name, value.clone());
         }
     }
-    let response = s.execute(Step::Holder, &query)?;
+    let response = s.send(&query)?.value;
     // The answer's one row; any other shape is an error, never a default.
     let mut rows = json_rows(&response.body, "the lock query")?;
     let (Some(mut row), None) = (rows.pop(), rows.pop()) else {
@@ -369,10 +435,8 @@ mod tests {
         let client = Client::new(&ConnectionOptions::from_url("http://h"), &t).unwrap();
         let e = execute_fenced(
             &session(&client, &platform, 3),
-            Step::Set,
             Step::Set.query("INSERT"),
             &handle,
-            true,
         )
         .unwrap_err();
         assert_eq!(e.kind, ErrorKind::Uncertain, "{e}");
@@ -381,10 +445,8 @@ mod tests {
         let client = Client::new(&ConnectionOptions::from_url("http://h"), &t).unwrap();
         let e = execute_fenced(
             &session(&client, &platform, 3),
-            Step::Set,
             Step::Set.query("INSERT"),
             &handle,
-            true,
         )
         .unwrap_err();
         assert_eq!(e.kind, ErrorKind::Locked, "{e}");
@@ -393,10 +455,8 @@ mod tests {
         let client = Client::new(&ConnectionOptions::from_url("http://h"), &t).unwrap();
         execute_fenced(
             &session(&client, &platform, 3),
-            Step::Set,
             Step::Set.query("INSERT"),
             &handle,
-            true,
         )
         .unwrap();
     }
@@ -409,10 +469,8 @@ mod tests {
         let client = Client::new(&ConnectionOptions::from_url("http://h"), &t).unwrap();
         let e = execute_fenced(
             &session(&client, &platform, 5),
-            Step::Set,
-            Step::Set.query("INSERT"),
+            Step::Set.query("INSERT").lost_answer_is_final(true),
             &handle,
-            false,
         )
         .unwrap_err();
         assert_eq!(e.kind, ErrorKind::Uncertain, "{e}");

@@ -25,20 +25,19 @@
 
 use std::time::Duration;
 
-use std::cell::Cell;
+use serde_json::Value;
 
-use crate::client::error_codes::KEEPER_EXCEPTION;
 use crate::client::url::encode_component;
-use crate::client::{Error, ErrorKind, Query, Transport};
+use crate::client::{Error, ErrorKind, Transport};
 use crate::platform::Platform;
 
 use crate::state::ids::shorten;
-use crate::state::steps::{Session, Step};
+use crate::state::steps::{is_conflict, is_node_exists, Request, Session, Step};
 use crate::state::tables::Tables;
 
 use super::common::{
-    first_unknown, holder_and, not_acquired, pause_or_give_up, tried_first, write_settings,
-    Acquired, AlsoRead, First, LockHandle, LockOptions, Tried,
+    acquire_with, holder_and, not_acquired, pause_or_give_up, write_settings, Acquired, AlsoRead,
+    Contender, First, LockHandle, LockOptions,
 };
 
 /// The lock table: one row per state id.
@@ -74,28 +73,12 @@ pub const HOLDS: &str = "(SELECT count() FROM {db:Identifier}.{lt:Identifier}
         WHERE state_id = {id:String} AND token = {token:String}
           AND expires_at > now64(3) + toIntervalMillisecond({margin_ms:UInt64})) = 1";
 
-fn strict(query: Query, tables: &Tables, id: &str) -> Query {
+fn strict(query: Request, tables: &Tables, id: &str) -> Request {
     write_settings(query)
         .setting("keeper_map_strict_mode", "1")
         .param("db", &tables.database)
         .param("lt", &tables.lock)
         .param("id", id)
-}
-
-/// Whether an error is Keeper's "the key exists" (a strict insert lost the race).
-fn is_node_exists(e: &Error) -> bool {
-    e.server
-        .as_ref()
-        .is_some_and(|s| s.code == KEEPER_EXCEPTION)
-        && e.message.contains("Node exists")
-}
-
-/// Whether an error is a strict-mode conflict (someone changed the row meanwhile).
-fn is_conflict(e: &Error) -> bool {
-    e.server
-        .as_ref()
-        .is_some_and(|s| s.code == KEEPER_EXCEPTION)
-        && (e.message.contains("Bad version") || e.message.contains("No node"))
 }
 
 /// A strict-mode conflict as the caller should see it: the row changed under us, so the lock
@@ -122,14 +105,14 @@ fn try_create<T: Transport, P: Platform>(
     token: &str,
     lease: Duration,
 ) -> Result<(), Error> {
-    let query = Step::Acquire
+    let query = Step::CreateLockRow
         .query(
             "INSERT INTO {db:Identifier}.{lt:Identifier} (state_id, token, expires_at)
              SELECT {id:String}, {token:String}, now64(3) + toIntervalMillisecond({lease_ms:UInt64})",
         )
         .param("token", token)
         .param("lease_ms", lease.as_millis().to_string());
-    match s.send_unless(Step::Acquire, &strict(query, tables, id), is_node_exists) {
+    match s.send(&strict(query, tables, id)) {
         Err(e) if !is_node_exists(&e) => Err(e),
         _ => Ok(()),
     }
@@ -152,7 +135,7 @@ fn take_over_stale<T: Transport, P: Platform>(
         )
         .param("token", token)
         .param("lease_ms", lease.as_millis().to_string());
-    match s.send_unless(Step::TakeOver, &strict(query, tables, id), is_conflict) {
+    match s.send(&strict(query, tables, id)) {
         Ok(_) => Ok(()),
         Err(e) if is_conflict(&e) => Ok(()),
         Err(e) => Err(e),
@@ -215,82 +198,93 @@ pub fn acquire_trying<T: Transport, P: Platform>(
     also: Option<&AlsoRead>,
     first: Option<First<'_>>,
 ) -> Result<Acquired, Error> {
-    let started = s.platform.now();
-    let token = s.platform.random_uuid();
-    let handle = LockHandle::held_elsewhere(id, token.clone());
-    // Whether a write of ours may have given us the row: it reached the server, whatever the
-    // answer (a Keeper error can hide an applied write). Then giving up must end its lease
-    // (a conditional no-op if the row is not ours).
-    let maybe_ours = Cell::new(false);
-    let wrote = |result: Result<(), Error>| {
+    let mut contender = KeeperMapContender {
+        s,
+        tables,
+        options,
+        started: s.platform.now(),
+        handle: LockHandle::held_elsewhere(id, s.platform.random_uuid()),
+        maybe_ours: false,
+    };
+    acquire_with(&mut contender, s.platform, options.stale_after, also, first)
+}
+
+/// A contender on the Keeper-backed lock: one token for the whole acquire, claimed by taking
+/// over the row when its lease has ended (or creating it, for an id without one). Its steps
+/// repeat themselves, so a fault ends the acquire.
+struct KeeperMapContender<'a, 's, T: Transport, P: Platform> {
+    s: &'a Session<'s, T, P>,
+    tables: &'a Tables,
+    options: &'a LockOptions,
+    started: Duration,
+    handle: LockHandle,
+    /// Whether a write of ours may have given us the row: it reached the server, whatever the
+    /// answer (a Keeper error can hide an applied write). Then giving up must end its lease (a
+    /// conditional no-op if the row is not ours).
+    maybe_ours: bool,
+}
+
+impl<T: Transport, P: Platform> KeeperMapContender<'_, '_, T, P> {
+    /// Notes a write that may have given us the row.
+    fn wrote(&mut self, result: Result<(), Error>) -> Result<(), Error> {
         if result
             .as_ref()
             .map_or_else(|e| e.kind != ErrorKind::Disconnected, |()| true)
         {
-            maybe_ours.set(true);
+            self.maybe_ours = true;
         }
         result
-    };
-    let give_up = |e: Error| -> Error {
-        if maybe_ours.get() {
-            // Keep the first error; the release repeats until the lease has ended.
-            let _ = release(s, tables, &handle);
-        }
-        e
-    };
-    let first = Cell::new(first);
-    let tried = Cell::new(None);
-    /// How one attempt ended: held (and `also` read, unless `first` was written), or not.
-    enum Attempt {
-        Held(Option<serde_json::Value>),
-        NotHeld,
     }
-    let attempt = || -> Result<Attempt, Error> {
-        wrote(take_over_stale(s, tables, id, &token, options.stale_after))?;
-        if let Some(first) = first.take() {
-            // The takeover was sent before now: its lease has certainly ended a lease from now.
-            handle.lease_ends_by(s.platform.now() + options.stale_after);
-            let result = tried_first(first, &handle)?;
-            tried.set(Some(result));
-            if result == Tried::Written {
-                return Ok(Attempt::Held(None));
-            }
-        }
-        let (exists, holder, read) = row_and_holder(s, tables, id, also)?;
-        if holder.as_deref() == Some(token.as_str()) {
-            return Ok(Attempt::Held(read));
+
+    /// Whether the current holder is this contender.
+    fn ours(&self, holder: Option<String>) -> bool {
+        holder.as_deref() == Some(self.handle.token.as_str())
+    }
+}
+
+impl<T: Transport, P: Platform> Contender for KeeperMapContender<'_, '_, T, P> {
+    fn handle(&self) -> &LockHandle {
+        &self.handle
+    }
+
+    fn claim(&mut self) -> Result<(), Error> {
+        let (id, token) = (&self.handle.id, &self.handle.token);
+        let taken = take_over_stale(self.s, self.tables, id, token, self.options.stale_after);
+        self.wrote(taken)
+    }
+
+    /// Who holds the row; for an id without one, creates it (once per state id, ever) and
+    /// looks again.
+    fn confirm(&mut self, also: Option<&AlsoRead>) -> Result<Option<Option<Value>>, Error> {
+        let id = self.handle.id.clone();
+        let (exists, holder, read) = row_and_holder(self.s, self.tables, &id, also)?;
+        if self.ours(holder) {
+            return Ok(Some(read));
         }
         if exists {
-            return Ok(Attempt::NotHeld);
+            return Ok(None);
         }
-        // No row yet: create it (once per state id, ever), then look again.
-        wrote(try_create(s, tables, id, &token, options.stale_after))?;
-        let (_, holder, read) = row_and_holder(s, tables, id, also)?;
-        Ok(if holder.as_deref() == Some(token.as_str()) {
-            Attempt::Held(read)
-        } else {
-            Attempt::NotHeld
-        })
-    };
-    loop {
-        let outcome = attempt();
-        if tried.get() == Some(Tried::Unknown) && !matches!(outcome, Ok(Attempt::Held(_))) {
-            return Err(give_up(first_unknown(id)));
+        let token = self.handle.token.clone();
+        let created = try_create(self.s, self.tables, &id, &token, self.options.stale_after);
+        self.wrote(created)?;
+        let (_, holder, read) = row_and_holder(self.s, self.tables, &id, also)?;
+        Ok(self.ours(holder).then_some(read))
+    }
+
+    fn wait_turn(&mut self) -> Result<(), Error> {
+        pause_or_give_up(self.s.platform, &self.handle.id, self.options, self.started)
+    }
+
+    fn after_fault(&mut self, e: Error) -> Result<(), Error> {
+        Err(not_acquired(e, &self.handle.id))
+    }
+
+    fn abandon(&mut self) {
+        if self.maybe_ours {
+            // Keep the error that ended the acquire; the release repeats until the lease has
+            // ended.
+            let _ = release(self.s, self.tables, &self.handle);
         }
-        let read = match outcome {
-            Ok(Attempt::Held(read)) => read,
-            Ok(Attempt::NotHeld) => {
-                pause_or_give_up(s.platform, id, options, started).map_err(give_up)?;
-                continue;
-            }
-            Err(e) => return Err(give_up(not_acquired(e, id))),
-        };
-        handle.lease_ends_by(s.platform.now() + options.stale_after);
-        return Ok(Acquired {
-            handle: handle.clone(),
-            read,
-            first: tried.get(),
-        });
     }
 }
 
@@ -314,13 +308,9 @@ pub fn release<T: Transport, P: Platform>(
                  UPDATE expires_at = toDateTime64(0, 3)
                  WHERE state_id = {id:String} AND token = {token:String}",
             )
-            .param("token", &handle.token);
-        match s.send_until(
-            Step::Release,
-            &strict(query, tables, &handle.id),
-            until,
-            is_conflict,
-        ) {
+            .param("token", &handle.token)
+            .until(until);
+        match s.send(&strict(query, tables, &handle.id)) {
             Err(e) if is_conflict(&e) && conflicts < 3 => conflicts += 1,
             Err(e) if is_conflict(&e) => return Err(lost(e, &handle.id)),
             other => return other.map(|_| ()),
@@ -347,7 +337,7 @@ pub fn renew<T: Transport, P: Platform>(
         .param("token", &handle.token)
         .param("lease_ms", options.stale_after.as_millis().to_string())
         .param("margin_ms", margin.clone());
-    match s.send_unless(Step::Renew, &strict(query, tables, &handle.id), is_conflict) {
+    match s.send(&strict(query, tables, &handle.id)) {
         Ok(_) => {}
         // Someone changed the row: the read below says whether it is still ours.
         Err(e) if is_conflict(&e) => {}
@@ -361,7 +351,7 @@ pub fn renew<T: Transport, P: Platform>(
         .param("token", &handle.token)
         .param("margin_ms", margin)
         .format("TabSeparated");
-    let response = s.execute(Step::ConfirmRenew, &check)?;
+    let response = s.send(&check)?.value;
     if String::from_utf8_lossy(&response.body).trim() == "1" {
         handle.lease_ends_by(s.platform.now() + options.stale_after);
         Ok(())
@@ -379,6 +369,7 @@ pub fn renew<T: Transport, P: Platform>(
 #[cfg(test)]
 mod tests {
     use super::super::common::testing::session;
+    use super::super::common::Tried;
     use super::*;
     use crate::client::testing::{ok, operation, param, written, Answering};
     use crate::client::{Client, ConnectionOptions, HttpRequest};

@@ -29,14 +29,16 @@
 use std::time::Duration;
 
 use crate::client::retry;
-use crate::client::{Error, ErrorKind, Query, Transport};
+use crate::client::{Error, ErrorKind, Transport};
 use crate::platform::Platform;
-use crate::state::steps::{Session, Step};
+use crate::state::steps::{Request, Session, Step};
 use crate::state::tables::Tables;
 
+use serde_json::Value;
+
 use super::common::{
-    execute_fenced, fence, first_unknown, holder_and, not_acquired, pause_or_give_up, tried_first,
-    write_settings, Acquired, AlsoRead, First, LockHandle, LockOptions, Tried, MAX_STALE_AFTER,
+    acquire_with, execute_fenced, fence, holder_and, not_acquired, pause_or_give_up,
+    write_settings, Acquired, AlsoRead, Contender, First, LockHandle, LockOptions, MAX_STALE_AFTER,
 };
 
 const INSERT_ACQUIRE: &str = "INSERT INTO {db:Identifier}.{lt:Identifier} (state_id, token, kind, expires_at)
@@ -80,11 +82,8 @@ fn insert_acquire<T: Transport, P: Platform>(
     let query = Step::Acquire
         .query(INSERT_ACQUIRE)
         .param("lease_ms", lease.as_millis().to_string());
-    s.send_once(
-        Step::Acquire,
-        &write_settings(bind(query, tables, id, token)),
-    )
-    .map(|_| ())
+    s.send(&write_settings(bind(query, tables, id, token)))
+        .map(|_| ())
 }
 
 /// Writes the `release` row of a token (release by the holder, or withdrawal by a contender),
@@ -98,17 +97,13 @@ fn insert_release<T: Transport, P: Platform>(
 ) -> Result<(), Error> {
     let query = Step::Release
         .query(INSERT_RELEASE)
-        .param("keep_ms", MAX_STALE_AFTER.as_millis().to_string());
-    s.send_until(
-        Step::Release,
-        &write_settings(bind(query, tables, id, token)),
-        lease_ends,
-        |_| false,
-    )
-    .map(|_| ())
+        .param("keep_ms", MAX_STALE_AFTER.as_millis().to_string())
+        .until(lease_ends);
+    s.send(&write_settings(bind(query, tables, id, token)))
+        .map(|_| ())
 }
 
-fn bind(query: Query, tables: &Tables, id: &str, token: &str) -> Query {
+fn bind(query: Request, tables: &Tables, id: &str, token: &str) -> Request {
     query
         .param("db", &tables.database)
         .param("lt", &tables.lock)
@@ -137,78 +132,107 @@ pub fn acquire_trying<T: Transport, P: Platform>(
     also: Option<&AlsoRead>,
     first: Option<First<'_>>,
 ) -> Result<Acquired, Error> {
-    let started = s.platform.now();
-    let mut first = first;
-    // Failed attempts (a fault, not someone else holding the lock), each with its own token.
-    let mut faults = 0;
-    loop {
-        let token = s.platform.random_uuid();
-        let mut tried = None;
-        let claim = insert_acquire(s, tables, id, &token, options.stale_after);
-        // Whether our row may exist: it reached the server, whatever failed after it.
-        let claimed = claim
+    let mut contender = MergeTreeContender {
+        s,
+        tables,
+        options,
+        started: s.platform.now(),
+        handle: LockHandle::held_elsewhere(id, ""),
+        claimed: false,
+        faults: 0,
+    };
+    acquire_with(&mut contender, s.platform, options.stale_after, also, first)
+}
+
+/// A contender on the commit-order lock: each claim is an acquire row with a new token, and
+/// every claim that did not win is withdrawn (a release row) before the next.
+struct MergeTreeContender<'a, 's, T: Transport, P: Platform> {
+    s: &'a Session<'s, T, P>,
+    tables: &'a Tables,
+    options: &'a LockOptions,
+    started: Duration,
+    handle: LockHandle,
+    /// Whether the current token's acquire row may exist: it reached the server, whatever
+    /// failed after it, and it was not withdrawn yet.
+    claimed: bool,
+    /// Failed attempts (a fault, not someone else holding the lock), each with its own token.
+    faults: u32,
+}
+
+impl<T: Transport, P: Platform> MergeTreeContender<'_, '_, T, P> {
+    /// Withdraws the current token's acquire row if it may exist, for good (a release row
+    /// outlives every acquire row of its token); tried once per claim.
+    fn withdraw(&mut self) -> Result<(), Error> {
+        if !std::mem::take(&mut self.claimed) {
+            return Ok(());
+        }
+        let lease_ends = self.s.platform.now() + self.options.stale_after;
+        let (id, token) = (&self.handle.id, &self.handle.token);
+        insert_release(self.s, self.tables, id, token, lease_ends).map_err(|e| not_acquired(e, id))
+    }
+}
+
+impl<T: Transport, P: Platform> Contender for MergeTreeContender<'_, '_, T, P> {
+    fn handle(&self) -> &LockHandle {
+        &self.handle
+    }
+
+    fn claim(&mut self) -> Result<(), Error> {
+        let token = self.s.platform.random_uuid();
+        self.handle = LockHandle::held_elsewhere(self.handle.id.clone(), token);
+        let claim = insert_acquire(
+            self.s,
+            self.tables,
+            &self.handle.id,
+            &self.handle.token,
+            self.options.stale_after,
+        );
+        self.claimed = claim
             .as_ref()
             .map_or_else(|e| e.kind != ErrorKind::Disconnected, |()| true);
-        let attempt = claim.and_then(|()| {
-            if let Some(first) = first.take() {
-                // The lease was set before now: it has certainly ended a lease from now.
-                let lease_ends = s.platform.now() + options.stale_after;
-                let result = tried_first(first, &LockHandle::new(id, token.clone(), lease_ends))?;
-                tried = Some(result);
-                if result == Tried::Written {
-                    // Its fence proved that this token is the winner; nothing was read.
-                    return Ok((Some(token.clone()), None));
-                }
-            }
-            holder_and(s, tables, id, WINNER, also)
-        });
-        let error = match attempt {
-            Ok((Some(winner), read)) if winner == token => {
-                let lease_ends = s.platform.now() + options.stale_after;
-                return Ok(Acquired {
-                    handle: LockHandle::new(id, token, lease_ends),
-                    read,
-                    first: tried,
-                });
-            }
-            // Someone else holds it.
-            Ok(_) => None,
-            Err(e) => Some(e),
-        };
-        // Our row may exist (written, or its answer lost): withdraw it, for good (a release
-        // row outlives every acquire row of its token).
-        let withdrawn = if claimed {
-            let lease_ends = s.platform.now() + options.stale_after;
-            insert_release(s, tables, id, &token, lease_ends)
-        } else {
-            Ok(())
-        };
-        // The write tried first may have landed: whatever else failed, nothing is known.
-        if tried == Some(Tried::Unknown) {
-            return Err(first_unknown(id));
-        }
-        withdrawn.map_err(|e| not_acquired(e, id))?;
-        if let Some(e) = error {
-            faults += 1;
-            if faults > s.retry.retries || !retry::is_worth_retrying(e.kind) {
-                return Err(not_acquired(e, id));
-            }
-            // Try again with a new token after a pause (within the lock timeout).
-            if !s.pause(faults, started + options.timeout) {
-                return Err(not_acquired(e, id));
-            }
-            continue;
-        }
-        // Someone else holds it: wait until nobody does, then try again.
+        claim
+    }
+
+    fn confirm(&mut self, also: Option<&AlsoRead>) -> Result<Option<Option<Value>>, Error> {
+        let (winner, read) = holder_and(self.s, self.tables, &self.handle.id, WINNER, also)?;
+        Ok((winner.as_deref() == Some(self.handle.token.as_str())).then_some(read))
+    }
+
+    /// Withdraws, then waits until nobody holds the lock.
+    fn wait_turn(&mut self) -> Result<(), Error> {
+        self.withdraw()?;
+        let id = self.handle.id.as_str();
         loop {
-            pause_or_give_up(s.platform, id, options, started)?;
-            if holder(s, tables, id)
+            pause_or_give_up(self.s.platform, id, self.options, self.started)?;
+            if holder(self.s, self.tables, id)
                 .map_err(|e| not_acquired(e, id))?
                 .is_none()
             {
-                break;
+                return Ok(());
             }
         }
+    }
+
+    /// Withdraws, then tries again with a new token after a pause, up to the store's retries
+    /// and within the lock timeout.
+    fn after_fault(&mut self, e: Error) -> Result<(), Error> {
+        self.withdraw()?;
+        self.faults += 1;
+        let id = self.handle.id.as_str();
+        if self.faults > self.s.retry.retries
+            || !retry::is_worth_retrying(e.kind)
+            || !self
+                .s
+                .pause(self.faults, self.started + self.options.timeout)
+        {
+            return Err(not_acquired(e, id));
+        }
+        Ok(())
+    }
+
+    fn abandon(&mut self) {
+        // Keep the error that ended the acquire.
+        let _ = self.withdraw();
     }
 }
 
@@ -246,13 +270,7 @@ pub fn renew<T: Transport, P: Platform>(
              WHERE {RENEW_IF}"
         ))
         .param("lease_ms", options.stale_after.as_millis().to_string());
-    execute_fenced(
-        s,
-        Step::Renew,
-        fence(query, tables, handle, options),
-        handle,
-        true,
-    )?;
+    execute_fenced(s, fence(query, tables, handle, options), handle)?;
     handle.lease_ends_by(s.platform.now() + options.stale_after);
     Ok(())
 }
@@ -260,6 +278,7 @@ pub fn renew<T: Transport, P: Platform>(
 #[cfg(test)]
 mod tests {
     use super::super::common::testing::session;
+    use super::super::common::Tried;
     use super::*;
     use crate::client::error::TransportFailure;
     use crate::client::testing::{fail, ok, operation, param, written, Answering, Scripted};
@@ -456,7 +475,8 @@ mod tests {
         // Configured lease 12 h, but this handle's lease ends 3 s from now.
         let mut s = session(&client, &platform, 0);
         s.lease = MAX_STALE_AFTER;
-        let handle = LockHandle::new("job", "tok".into(), Duration::from_secs(3));
+        let handle = LockHandle::held_elsewhere("job", "tok");
+        handle.lease_ends_by(Duration::from_secs(3));
         release(&s, &tables(), &handle).unwrap_err();
         assert!(
             platform.now() <= Duration::from_secs(3),
