@@ -5,18 +5,44 @@
 //! The core ([`client`], [`server`], [`state`], [`sink`], [`platform`]) is plain Rust that compiles natively for unit tests; the
 //! WIT glue ([`glue`], wasm32 only) only converts between WIT types and core types.
 
-#[cfg(feature = "command")]
-pub mod cli;
-pub mod client;
-pub mod hex;
+// Natively, without `test-util`, the crate is what a host links: `host_api`, and the component's
+// core behind it unreached (the component's own entry points are the wasm32 glue, so what is
+// dead code is decided by the wasm32 builds).
+#![cfg_attr(
+    not(any(target_arch = "wasm32", feature = "test-util")),
+    allow(dead_code, unused_imports)
+)]
+
+/// Declares modules of the component's core: private, and public only under the feature
+/// `test-util`, for the workspace's integration tests and benchmarks (never enabled by a host's
+/// or the component's build): a host reaches the crate only through [`host_api`].
+macro_rules! core_modules {
+    ($($(#[$attr:meta])* $name:ident;)*) => {$(
+        $(#[$attr])*
+        #[cfg(feature = "test-util")]
+        pub mod $name;
+        $(#[$attr])*
+        #[cfg(not(feature = "test-util"))]
+        mod $name;
+    )*};
+}
+
 pub mod host_api;
-pub mod platform;
-pub mod server;
-pub mod sink;
-pub mod state;
-#[cfg(feature = "command")]
-pub mod target;
-pub mod text;
+
+core_modules! {
+    #[cfg(feature = "command")]
+    cli;
+    client;
+    platform;
+    sink;
+    state;
+    #[cfg(feature = "command")]
+    target;
+}
+
+mod hex;
+mod server;
+mod text;
 
 #[cfg(all(target_arch = "wasm32", feature = "command"))]
 mod command;

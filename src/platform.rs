@@ -119,8 +119,8 @@ pub mod std_platform {
 
 /// A platform for unit tests: a clock that moves only when slept on (so backoff costs no time),
 /// and a counter for randomness (so tokens differ and runs repeat).
-#[cfg(test)]
-pub(crate) mod testing {
+#[cfg(any(test, feature = "test-util"))]
+pub mod testing {
     use super::Platform;
     use std::cell::{Cell, RefCell};
     use std::time::Duration;
@@ -128,8 +128,11 @@ pub(crate) mod testing {
     /// Fake clock, counting "random" values, and a record of every sleep.
     #[derive(Default)]
     pub struct FakePlatform {
+        /// The clock.
         pub now: Cell<Duration>,
+        /// Every sleep, in order.
         pub slept: RefCell<Vec<Duration>>,
+        /// The last "random" value given.
         pub counter: Cell<u64>,
     }
 

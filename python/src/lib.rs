@@ -18,9 +18,9 @@ use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
-use clickhouse_component::client::{ConnectionOptions, Endpoint, Error, ErrorKind, Redactor};
+use clickhouse_component::host_api::rows::{self as encode, Value as JsonValue};
 use clickhouse_component::host_api::{Compression as CoreCompression, LockEngineChoice};
-use clickhouse_component::sink::encode::{self, Value as JsonValue};
+use clickhouse_component::host_api::{ConnectionOptions, Endpoint, Error, ErrorKind, Redactor};
 use clickhouse_component_host::config::HostArgs;
 use clickhouse_component_host::runtime::runner_message;
 use clickhouse_component_host::{

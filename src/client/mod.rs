@@ -23,9 +23,9 @@ pub mod wasi_http;
 
 pub use compression::Compression;
 pub use dsn::{ConnectionOptions, Endpoint};
-pub use error::{Error, ErrorKind, Operation, ServerError};
+pub use error::{Error, ErrorKind, ServerError};
 pub use request::{escape_param, ExternalTable, HttpRequest, Query};
-pub use response::{HttpResponse, QuerySummary, Response};
+pub use response::{HttpResponse, Response};
 pub use secrets::Redactor;
 pub use transport::{InFlight, Transport};
 
@@ -78,11 +78,6 @@ impl<T: Transport> Client<T> {
             ),
             answer => answer,
         }
-    }
-
-    /// As [`Client::execute`], moving the query's data into the request (no copy).
-    pub fn execute_owned(&self, query: Query) -> Result<Response, Error> {
-        self.send(&query.into_http(&self.endpoint)?)
     }
 
     /// Builds the HTTP request of a query once (moving its data), for [`Client::send`] to send
@@ -159,8 +154,8 @@ fn describe_failure(failure: &error::TransportFailure) -> &'static str {
     }
 }
 
-#[cfg(test)]
-pub(crate) mod testing {
+#[cfg(any(test, feature = "test-util"))]
+pub mod testing {
     //! An in-memory transport for unit tests of request flow (never a stand-in for ClickHouse
     //! in integration tests).
     use super::*;
@@ -169,11 +164,14 @@ pub(crate) mod testing {
     /// Replays canned answers and records requests.
     #[derive(Default)]
     pub struct Scripted {
+        /// The answers left, the next one last.
         pub answers: RefCell<Vec<Result<HttpResponse, error::TransportError>>>,
+        /// The requests sent so far.
         pub sent: RefCell<Vec<HttpRequest>>,
     }
 
     impl Scripted {
+        /// Answers `answers` in order.
         pub fn new(answers: Vec<Result<HttpResponse, error::TransportError>>) -> Self {
             let mut answers = answers;
             answers.reverse();
@@ -196,7 +194,9 @@ pub(crate) mod testing {
 
     /// Answers each request with a function of it and of how many came before; records them.
     pub struct Answering<F> {
+        /// The answer to a request, given it and how many came before.
         pub answer: F,
+        /// The requests sent so far.
         pub sent: RefCell<Vec<HttpRequest>>,
     }
 
@@ -204,6 +204,7 @@ pub(crate) mod testing {
     where
         F: Fn(&HttpRequest, usize) -> Result<HttpResponse, error::TransportError>,
     {
+        /// Answers with `answer`.
         pub fn new(answer: F) -> Self {
             Answering {
                 answer,
@@ -267,6 +268,7 @@ pub(crate) mod testing {
         Err(error::TransportError::new(failure, ""))
     }
 
+    /// A success with `body`.
     pub fn ok(body: &str) -> Result<HttpResponse, error::TransportError> {
         Ok(HttpResponse {
             status: 200,

@@ -48,6 +48,7 @@ pub struct Receipt {
 
 impl Receipt {
     /// Adds another receipt's counts to this one.
+    #[cfg(any(test, feature = "command"))]
     pub fn add(&mut self, other: &Receipt) {
         self.rows += other.rows;
         self.chunks += other.chunks;
@@ -200,11 +201,6 @@ impl<T: Transport, P: Platform> Sink<T, P> {
                 ),
             )),
         }
-    }
-
-    /// The validated configuration.
-    pub fn config(&self) -> &SinkConfig {
-        &self.config
     }
 
     fn check_open(&self) -> Result<(), Error> {
@@ -532,6 +528,7 @@ impl<T: Transport, P: Platform> Sink<T, P> {
 
     /// Checks every row of `data` as [`Sink::prepare_json`] does, and keeps nothing (no
     /// chunk bodies, no compression): the CLI's first pass over a file.
+    #[cfg(any(test, feature = "command"))]
     pub fn check_json(&self, data: &[u8]) -> Result<(), Error> {
         self.check_open()?;
         let encoded = encode_json(data, self.columns().as_deref())?;
@@ -543,6 +540,7 @@ impl<T: Transport, P: Platform> Sink<T, P> {
     /// Sends the first chunk of a prepared send without waiting for its answer. A resumable
     /// sink ([`Sink::resume`]) refuses it: each of its sends needs a position
     /// ([`Sink::start_at`]).
+    #[cfg(any(test, feature = "command"))]
     pub fn start(&self, prepared: PreparedSend) -> Result<StartedSend, Error> {
         self.check_plain()?;
         Ok(self.start_unchecked(prepared, false))
@@ -605,12 +603,14 @@ impl<T: Transport, P: Platform> Sink<T, P> {
     /// rows twice on purpose (the Singer target: the same records after two different STATE
     /// messages) tells the sends apart, while a send repeated with the same salt still gets
     /// the same tokens.
+    #[cfg(any(test, feature = "command"))]
     pub fn set_token_salt(&self, salt: &[u8]) {
         *self.token_salt.borrow_mut() = salt.to_vec();
     }
 
     /// The checkpoint's committed position and rows, and the position of the send that was
     /// in flight when it was written (which must be sent first); `None` without a checkpoint.
+    #[cfg(any(test, feature = "command"))]
     pub fn progress(&self) -> Option<(Option<String>, u64, Option<String>)> {
         let checkpoints = self.checkpoints.borrow();
         let current = &checkpoints.as_ref()?.current;
@@ -1226,7 +1226,7 @@ mod tests {
             },
         )
         .unwrap();
-        let query = sink.insert_query(&sink.config().columns.clone().unwrap(), Format::JsonEachRow);
+        let query = sink.insert_query(&sink.config.columns.clone().unwrap(), Format::JsonEachRow);
         assert_eq!(
             query.sql,
             "INSERT INTO {t:Identifier} (`id`, `weird col`, `a\\`b`, `x.y`, `{c0:Identifier}`) FORMAT JSONEachRow"

@@ -6,6 +6,7 @@
 //! float text are never re-encoded).
 
 use std::borrow::Cow;
+#[cfg(any(test, feature = "command"))]
 use std::io::BufRead;
 use std::io::Write;
 
@@ -63,15 +64,12 @@ pub struct Encoded<'a> {
     source: Source,
 }
 
+// A count of rows found, never asked whether it is zero (an empty input is refused earlier).
+#[allow(clippy::len_without_is_empty)]
 impl Encoded<'_> {
     /// Number of rows.
     pub fn len(&self) -> usize {
         self.spans.len()
-    }
-
-    /// Whether there are no rows.
-    pub fn is_empty(&self) -> bool {
-        self.spans.is_empty()
     }
 
     /// Row `n`'s JSON text.
@@ -311,6 +309,7 @@ pub fn encode_json<'a>(data: &'a [u8], columns: Option<&[String]>) -> Result<Enc
 /// Reads one line onto `buf` (through its `\n`, or to the end of the input) as `read_until`
 /// does, but refuses a line over [`MAX_ROW_BYTES`] (plus its line end) having read no more of
 /// it than that: whatever the input, a line takes bounded memory. Returns the bytes read.
+#[cfg(any(test, feature = "command"))]
 pub fn read_line(
     reader: &mut impl BufRead,
     buf: &mut Vec<u8>,

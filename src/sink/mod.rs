@@ -23,7 +23,8 @@ pub mod scalars;
 pub mod types;
 
 pub use columns::Format;
-pub use config::{SinkConfig, SinkOptions};
-pub use driver::{PreparedSend, Receipt, Sink, StartedSend};
+pub use config::SinkOptions;
+#[cfg(any(test, feature = "command"))]
+pub use driver::StartedSend;
+pub use driver::{Receipt, Sink};
 pub use encode::{Row, Value};
-pub use resume::{Checkpoint, InFlightSend, CHECKPOINT_KEY};

@@ -1321,6 +1321,7 @@ pub fn object_keys_until(row: &[u8]) -> (Vec<Vec<u8>>, Option<Refusal>) {
 }
 
 /// An object's key, unescaped (borrowed from the text when it has no escape).
+#[cfg(any(test, feature = "command"))]
 pub type Key<'a> = Cow<'a, [u8]>;
 
 /// The fields of a JSON object: each key (unescaped) and its value's text, in order; the
@@ -1328,6 +1329,7 @@ pub type Key<'a> = Cow<'a, [u8]>;
 /// parsed: for a caller that routes on a few fields (the Singer target's messages). With
 /// `inner`, the keys of the field named `inner.0`, when its value is an object, are collected
 /// into `inner.1` in the same pass (that object's depth counted from itself, as a row's).
+#[cfg(any(test, feature = "command"))]
 pub fn object_fields<'a>(
     row: &'a [u8],
     mut inner: Option<(&[u8], &mut Vec<Key<'a>>)>,
@@ -1424,6 +1426,7 @@ impl Block {
     }
 
     /// Rows read.
+    #[cfg(test)]
     pub fn rows(&self) -> u64 {
         self.rows
     }

@@ -812,6 +812,7 @@ impl<T: Transport, P: Platform> StateStore<T, P> {
 
     /// Overwrites both parts of one state under its lock (waits for it like [`Self::lock`]);
     /// the write is fenced, so a holder that lost its lock writes nothing.
+    #[cfg(any(test, feature = "command"))]
     pub fn set_locked(&self, state: &State) -> Result<(), Error> {
         check_new_id(&state.id)?;
         let handle = self.lock(&state.id)?;
@@ -1003,7 +1004,8 @@ impl<T: Transport, P: Platform> StateStore<T, P> {
         (query, glob)
     }
 
-    /// The token holding the lock on `id` now, if any.
+    /// The token holding the lock on `id` now, if any (for the integration tests).
+    #[cfg(feature = "test-util")]
     pub fn holder(&self, id: &str) -> Result<Option<String>, Error> {
         check_id(id)?;
         lock::holder(&self.session(), &self.tables, id)

@@ -518,3 +518,49 @@ fn the_dependency_rules_hold() {
         broken.join("\n")
     );
 }
+
+/// The crate's surface is `host_api` (docs/architecture.md): `src/lib.rs` declares no other
+/// public module outside `core_modules!` (public only under `test-util`), the host and the
+/// Python binding reach the crate only through `host_api`, and only the tests and the
+/// benchmarks enable `test-util`.
+#[test]
+fn hosts_reach_the_crate_only_through_host_api() {
+    let lib = std::fs::read_to_string(root().join("src/lib.rs")).unwrap();
+    let public: Vec<&str> = lib
+        .lines()
+        .map(str::trim)
+        .filter(|l| l.starts_with("pub mod ") && !l.starts_with("pub mod $"))
+        .collect();
+    assert_eq!(
+        public,
+        ["pub mod host_api;"],
+        "public modules of src/lib.rs"
+    );
+    for dir in ["host/src", "python/src"] {
+        let mut files = Vec::new();
+        rust_files(&root().join(dir), &mut files);
+        for file in files {
+            let text = std::fs::read_to_string(&file).unwrap();
+            for (n, line) in text.lines().enumerate() {
+                if let Some(at) = line.find("clickhouse_component::") {
+                    let path = &line[at + "clickhouse_component::".len()..];
+                    assert!(
+                        path.starts_with("host_api")
+                            || path.starts_with('{') && path[1..].starts_with("host_api"),
+                        "{}:{}: {line}",
+                        file.display(),
+                        n + 1
+                    );
+                }
+            }
+        }
+    }
+    for manifest in ["Cargo.toml", "host/Cargo.toml", "python/Cargo.toml"] {
+        let text = std::fs::read_to_string(root().join(manifest)).unwrap();
+        let enabled = text
+            .lines()
+            .filter(|l| !l.trim_start().starts_with('#') && !l.starts_with("test-util ="))
+            .any(|l| l.contains("test-util"));
+        assert!(!enabled, "{manifest} enables test-util");
+    }
+}

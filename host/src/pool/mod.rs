@@ -362,7 +362,7 @@ impl Destination {
 fn operation(request: &http::Request<WasiBody>) -> String {
     request
         .headers()
-        .get(clickhouse_component::client::request::OPERATION_HEADER)
+        .get(clickhouse_component::host_api::OPERATION_HEADER)
         .and_then(|v| v.to_str().ok())
         .unwrap_or("-")
         .to_string()

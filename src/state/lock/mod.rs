@@ -19,12 +19,11 @@ use crate::state::steps::Session;
 use crate::state::tables::Tables;
 
 pub(crate) use crate::state::ids::shorten;
-pub use crate::state::tables::{LockEngine, LockEngineChoice};
+pub use crate::state::tables::LockEngine;
 pub use common::{
     execute_fenced, fence, write_settings, Acquired, AlsoRead, First, LockHandle, LockOptions,
-    Tried, DEFAULT_RETRY, DEFAULT_STALE_AFTER, DEFAULT_TIMEOUT, MAX_STALE_AFTER,
+    Tried, MAX_STALE_AFTER,
 };
-pub use merge_tree::HOLDS;
 
 /// The fence condition of the store's lock engine ([`merge_tree::HOLDS`] or
 /// [`keeper_map::HOLDS`]).
@@ -35,7 +34,8 @@ pub fn holds(tables: &Tables) -> &'static str {
     })
 }
 
-/// The token that holds the lock on `id` now, if any.
+/// The token that holds the lock on `id` now, if any (for the integration tests).
+#[cfg(feature = "test-util")]
 pub fn holder<T: Transport, P: Platform>(
     s: &Session<'_, T, P>,
     tables: &Tables,
