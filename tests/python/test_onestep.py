@@ -239,6 +239,7 @@ def test_a_task_cancelled_mid_send_waits_for_the_send_to_end():
     """asyncio cancellation does not cut a send short behind the caller's back: the cancelled
     task ends only once the blocking send has ended (here: transient, its first read timing
     out)."""
+    import select
     import socket
 
     listener = socket.socket()
@@ -252,7 +253,10 @@ def test_a_task_cancelled_mid_send_waits_for_the_send_to_end():
         )
         sink = connector.table_sink(table="t")
         task = asyncio.create_task(sink.send(Envelope(body=[{"a": 1}])))
-        await asyncio.sleep(0.1)
+        # The send has a request in flight once its connection is waiting to be accepted.
+        loop = asyncio.get_running_loop()
+        ready, _, _ = await loop.run_in_executor(None, select.select, [listener], [], [], 30)
+        assert ready, "the send never connected"
         started = time.monotonic()
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
