@@ -13,7 +13,7 @@ use std::time::Instant;
 use clickhouse_component_tests::native::Sql;
 use clickhouse_component_tests::{clickhouse, unique_name, Server};
 
-use super::count_rows;
+use super::{cli, count_rows};
 
 /// Records between STATE messages in the replayed file.
 const STATE_EVERY: usize = 1000;
@@ -143,14 +143,6 @@ fn set_engine(path: &Path, engine: &str) {
 fn make_executable(path: &Path) {
     use std::os::unix::fs::PermissionsExt;
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755)).unwrap();
-}
-
-fn cli() -> PathBuf {
-    std::env::current_exe()
-        .unwrap()
-        .parent()
-        .unwrap()
-        .join("clickhouse-component")
 }
 
 /// Our target's config for `database` (on `server`).

@@ -321,6 +321,31 @@ fn event_batches(rows: usize, batch: usize) -> Vec<Vec<u8>> {
     batches
 }
 
+/// The reference CLI, built beside this binary.
+fn cli() -> std::path::PathBuf {
+    std::env::current_exe()
+        .unwrap()
+        .parent()
+        .unwrap()
+        .join("clickhouse-component")
+}
+
+/// Runs the CLI once before anything is timed: the first run after a build compiles the
+/// component into the cache (seconds of CPU and tens of MiB), which the first measured run
+/// would otherwise count as its own.
+fn warm_up(server: &clickhouse_component_tests::Server) {
+    let out = server
+        .export_to(&mut std::process::Command::new(cli()))
+        .arg("check")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
 fn count_rows(sql: &Sql, table: &str) -> u64 {
     let (db, t) = table.split_once('.').unwrap();
     sql.count(
@@ -399,22 +424,8 @@ async fn bench_sink(title: &str, rows: usize, batch: usize, embedded: bool) {
     };
 
     // The component's CLI, reading the file, as a pipeline runs it.
-    let cli = std::env::current_exe()
-        .unwrap()
-        .parent()
-        .unwrap()
-        .join("clickhouse-component");
-    // Once before timing: the first run compiles the component into the cache.
-    let warm = server
-        .export_to(&mut std::process::Command::new(&cli))
-        .arg("check")
-        .output()
-        .unwrap();
-    assert!(
-        warm.status.success(),
-        "{}",
-        String::from_utf8_lossy(&warm.stderr)
-    );
+    let cli = cli();
+    warm_up(server);
     // BENCH_BASELINE_COMPONENT=FILE: the same CLI run with another component (a build of an
     // earlier commit), side by side in this run.
     let baseline = std::env::var_os("BENCH_BASELINE_COMPONENT");

@@ -19,7 +19,7 @@ use clickhouse_component::sink::types::Type;
 use clickhouse_component_tests::native::Sql;
 use clickhouse_component_tests::{clickhouse, unique_name, Server};
 
-use super::{count_rows, native_insert, python_bench};
+use super::{cli, count_rows, native_insert, python_bench, warm_up};
 
 /// A table shape: its columns (name, type) and its rows as NDJSON lines.
 struct Shape {
@@ -176,34 +176,9 @@ fn measure<T>(cpu: &ServerCpu, f: impl FnOnce() -> T) -> (T, f64, Option<f64>) {
     (out, seconds, used)
 }
 
-/// The CLI.
-fn cli_path() -> std::path::PathBuf {
-    std::env::current_exe()
-        .unwrap()
-        .parent()
-        .unwrap()
-        .join("clickhouse-component")
-}
-
-/// Runs the CLI once before anything is timed: the first run after a build compiles the
-/// component into the cache (seconds of CPU and tens of MiB), which the first measured run
-/// (the defaults, at batch 10,000) would otherwise count as its whole-file pass.
-fn warm_up(server: &Server) {
-    let out = server
-        .export_to(&mut Command::new(cli_path()))
-        .arg("check")
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
 /// The CLI's `sink` of `input` into `table`, through GNU time: its CPU and peak RSS.
 fn cli_run(server: &Server, table: &str, batch: usize, input: &Path, extra: &[&str]) -> (f64, u64) {
-    let cli = cli_path();
+    let cli = cli();
     let times = std::env::temp_dir().join(format!("bench-typed-time-{}", std::process::id()));
     let mut command = Command::new("/usr/bin/time");
     command.args(["-f", "%U %S %M", "-o"]).arg(&times).arg(&cli);

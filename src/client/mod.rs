@@ -268,6 +268,19 @@ pub mod testing {
         Err(error::TransportError::new(failure, ""))
     }
 
+    /// ClickHouse's error `code` with `message` (status 500, the code in its header).
+    pub fn server_error(code: i32, message: &str) -> Result<HttpResponse, error::TransportError> {
+        Ok(HttpResponse {
+            status: 500,
+            headers: vec![(
+                "x-clickhouse-exception-code".into(),
+                code.to_string().into_bytes(),
+            )],
+            body: format!("Code: {code}. DB::Exception: {message}").into_bytes(),
+            elapsed_us: 1,
+        })
+    }
+
     /// A success with `body`.
     pub fn ok(body: &str) -> Result<HttpResponse, error::TransportError> {
         Ok(HttpResponse {
@@ -345,15 +358,10 @@ mod tests {
     #[test]
     fn a_refused_compressed_answer_setting_is_asked_once_more_without_it() {
         let refused = |code: i32| {
-            Ok(HttpResponse {
-                status: 500,
-                headers: vec![(
-                    "x-clickhouse-exception-code".into(),
-                    code.to_string().into_bytes(),
-                )],
-                body: format!("Code: {code}. DB::Exception: Cannot modify 'enable_http_compression' setting in readonly mode. (READONLY)").into_bytes(),
-                elapsed_us: 1,
-            })
+            testing::server_error(
+                code,
+                "Cannot modify 'enable_http_compression' setting in readonly mode. (READONLY)",
+            )
         };
         for code in [
             error_codes::READONLY,

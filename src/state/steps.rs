@@ -567,25 +567,9 @@ mod tests {
     mod sending {
         use super::*;
         use crate::client::error::TransportFailure;
-        use crate::client::testing::{fail, written, Scripted};
+        use crate::client::testing::{fail, server_error, written, Scripted};
         use crate::client::{ConnectionOptions, HttpResponse};
         use crate::platform::testing::FakePlatform;
-
-        /// A server error with `code` and `message`.
-        fn server_error(
-            code: i32,
-            message: &str,
-        ) -> Result<HttpResponse, crate::client::error::TransportError> {
-            Ok(HttpResponse {
-                status: 500,
-                headers: vec![(
-                    "x-clickhouse-exception-code".into(),
-                    code.to_string().into_bytes(),
-                )],
-                body: format!("Code: {code}. DB::Exception: {message}").into_bytes(),
-                elapsed_us: 1,
-            })
-        }
 
         /// Sends `request` with 2 retries and a lease of 10 s through a transport that answers
         /// `answers` in turn; the result and the number of requests sent.

@@ -40,8 +40,9 @@ pub struct Report {
     pub ops: BTreeMap<String, (usize, usize, usize)>,
     /// Confirmed leases.
     pub leases: usize,
-    /// Leases that ended without a release before another holder took the lock.
-    pub takeovers: usize,
+    /// The id of each lease that ended without a release before another holder took the lock
+    /// (a takeover).
+    pub taken_over: Vec<String>,
     /// Fenced writes refused because their lease was gone (`locked`).
     pub fenced_out: usize,
     /// Every anomaly, one line each.
@@ -86,7 +87,9 @@ impl fmt::Display for Report {
         writeln!(
             f,
             "confirmed leases: {}, takeovers: {}, fenced writes refused: {}",
-            self.leases, self.takeovers, self.fenced_out
+            self.leases,
+            self.taken_over.len(),
+            self.fenced_out
         )?;
         writeln!(f, "linearizability search: {} steps", self.search_steps)?;
         for id in &self.inconclusive {
@@ -255,7 +258,7 @@ fn mutual_exclusion(leases: &[Lease], records: &[Record], t0: u64, report: &mut 
                 && r.end >= a.lease_end
         });
         if taken {
-            report.takeovers += 1;
+            report.taken_over.push(a.id.clone());
         }
     }
 }
@@ -725,7 +728,7 @@ mod tests {
         ];
         let r = check(&legal);
         assert!(r.legal(), "{r}");
-        assert_eq!((r.leases, r.takeovers), (2, 1));
+        assert_eq!((r.leases, r.taken_over.len()), (2, 1));
         // a renews at 500 (confirmed until 1250): b's lease overlaps it.
         let mut overlap = legal.to_vec();
         overlap.push(lock("a", "renew", "ta", 500, 510));

@@ -116,7 +116,7 @@ impl RunResult {
             self.report.unknown(),
             self.report.leases,
             self.cli_leases,
-            self.report.takeovers,
+            self.report.taken_over.len(),
             self.report.fenced_out,
             self.writes_ahead,
             faults.join(", "),
@@ -672,12 +672,11 @@ pub fn run(config: &Config) -> RunResult {
     }
     let records = crate::history::read(&config.history).expect("reading the history");
     let report = checker::check(&records);
-    let random: Vec<_> = records
+    let random_takeovers = report
+        .taken_over
         .iter()
-        .filter(|r| r.id != DIRECTED_ID)
-        .cloned()
-        .collect();
-    let random_takeovers = checker::check(&random).takeovers;
+        .filter(|id| *id != DIRECTED_ID)
+        .count();
     let cli_leases = records
         .iter()
         .filter(|r| r.op == "acquire" && r.outcome == Outcome::Ok && r.process.starts_with("pid-"))

@@ -216,6 +216,14 @@ pub(super) fn tried_first(first: First<'_>, handle: &LockHandle) -> Result<Tried
     }
 }
 
+/// Whether a lock write reached the server, whatever its answer: then it may have been
+/// applied, and a contender that gives up must undo it.
+pub(super) fn reached_server(result: &Result<(), Error>) -> bool {
+    result
+        .as_ref()
+        .map_or_else(|e| e.kind != ErrorKind::Disconnected, |()| true)
+}
+
 /// What a lock engine supplies to the one acquire algorithm ([`acquire_with`]): its claim, its
 /// reading of who holds the lock, and what it does when someone else holds it, after a fault,
 /// and before the acquire fails.

@@ -36,7 +36,7 @@ use crate::state::steps::{is_conflict, is_node_exists, Request, Session, Step};
 use crate::state::tables::Tables;
 
 use super::common::{
-    acquire_with, holder_and, not_acquired, pause_or_give_up, write_settings, Acquired, AlsoRead,
+    acquire_with, reached_server, holder_and, not_acquired, pause_or_give_up, write_settings, Acquired, AlsoRead,
     Contender, First, LockHandle, LockOptions,
 };
 
@@ -227,12 +227,7 @@ struct KeeperMapContender<'a, 's, T: Transport, P: Platform> {
 impl<T: Transport, P: Platform> KeeperMapContender<'_, '_, T, P> {
     /// Notes a write that may have given us the row.
     fn wrote(&mut self, result: Result<(), Error>) -> Result<(), Error> {
-        if result
-            .as_ref()
-            .map_or_else(|e| e.kind != ErrorKind::Disconnected, |()| true)
-        {
-            self.maybe_ours = true;
-        }
+        self.maybe_ours |= reached_server(&result);
         result
     }
 

@@ -29,7 +29,7 @@
 use std::time::Duration;
 
 use crate::client::retry;
-use crate::client::{Error, ErrorKind, Transport};
+use crate::client::{Error, Transport};
 use crate::platform::Platform;
 use crate::state::steps::{Request, Session, Step};
 use crate::state::tables::Tables;
@@ -37,7 +37,7 @@ use crate::state::tables::Tables;
 use serde_json::Value;
 
 use super::common::{
-    acquire_with, execute_fenced, fence, holder_and, not_acquired, pause_or_give_up,
+    acquire_with, reached_server, execute_fenced, fence, holder_and, not_acquired, pause_or_give_up,
     write_settings, Acquired, AlsoRead, Contender, First, LockHandle, LockOptions, MAX_STALE_AFTER,
 };
 
@@ -187,9 +187,7 @@ impl<T: Transport, P: Platform> Contender for MergeTreeContender<'_, '_, T, P> {
             &self.handle.token,
             self.options.stale_after,
         );
-        self.claimed = claim
-            .as_ref()
-            .map_or_else(|e| e.kind != ErrorKind::Disconnected, |()| true);
+        self.claimed = reached_server(&claim);
         claim
     }
 
@@ -279,6 +277,7 @@ pub fn renew<T: Transport, P: Platform>(
 mod tests {
     use super::super::common::testing::session;
     use super::super::common::Tried;
+    use crate::client::ErrorKind;
     use super::*;
     use crate::client::error::TransportFailure;
     use crate::client::testing::{fail, ok, operation, param, written, Answering, Scripted};
