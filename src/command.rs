@@ -1,6 +1,8 @@
 //! Command mode (wasm32 only): the `wasi:cli/run` export runs the shared command line with the
 //! arguments and environment the runner gives, over wasi:http and WASI clocks, reading WASI
-//! stdin. `CLICKHOUSE_PROGRESS=1` in the environment shows sink progress on stderr.
+//! stdin. `CLICKHOUSE_PROGRESS=1` in the environment shows sink progress on stderr;
+//! `CLICKHOUSE_MAX_MEMORY_MIB` is the memory the host lets the component use (the reference host
+//! sets it to its `--max-memory-mib`).
 
 use clap::Parser;
 
@@ -25,6 +27,10 @@ pub fn main() -> i32 {
         stdin: Box::new(std::io::stdin()),
         stderr: &mut stderr,
         progress: std::env::var("CLICKHOUSE_PROGRESS").is_ok_and(|v| v == "1"),
+        memory_limit: std::env::var("CLICKHOUSE_MAX_MEMORY_MIB")
+            .ok()
+            .and_then(|v| v.trim().parse::<u64>().ok())
+            .map(|mib| mib.saturating_mul(1 << 20)),
     };
     cli::run(&cli, &mut runner, &mut stdout)
 }

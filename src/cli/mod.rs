@@ -280,7 +280,14 @@ pub struct Runner<'a, T, P> {
     pub stderr: &'a mut dyn Write,
     /// Whether to show progress on stderr (a terminal).
     pub progress: bool,
+    /// The most memory the component may use, in bytes, as its host says
+    /// (`CLICKHOUSE_MAX_MEMORY_MIB`); `None` when not said ([`DEFAULT_MEMORY_LIMIT`] is
+    /// assumed). What `sink` keeps of its first pass over a file is a quarter of it.
+    pub memory_limit: Option<u64>,
 }
+
+/// The memory limit assumed when the host names none: the reference host's default.
+pub const DEFAULT_MEMORY_LIMIT: u64 = 1 << 30;
 
 /// Runs a parsed command line: prints the result (or the error) and returns the exit code.
 pub fn run<T, P>(cli: &Cli, runner: &mut Runner<'_, T, P>, stdout: &mut dyn Write) -> i32

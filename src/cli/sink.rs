@@ -22,10 +22,10 @@ use crate::hex::hex;
 use crate::platform::Platform;
 use crate::sink::encode::{read_line, MAX_ROW_BYTES};
 use crate::sink::native::{array_elements, object_keys_until};
-use crate::sink::{Receipt, Sink, SinkOptions, StartedSend};
+use crate::sink::{PreparedSend, Receipt, Sink, SinkOptions, StartedSend};
 use crate::state::StateStore;
 
-use super::{GlobalArgs, Output, Runner, StoreArgs};
+use super::{GlobalArgs, Output, Runner, StoreArgs, DEFAULT_MEMORY_LIMIT};
 
 /// Arguments of `sink`.
 #[derive(Args, Debug, Clone)]
@@ -141,6 +141,16 @@ struct Stream<'r, 'a, T: Transport + Clone, P: Platform + Clone> {
     batches: u64,
     /// The first pass over a file: batches are checked, not sent.
     checking: bool,
+    /// The first pass's batches, prepared (read, checked, encoded, compressed) and kept with
+    /// their positions while their bodies fit in `keep_budget` bytes: when the whole input
+    /// fits, the second pass sends them as they are, without reading the input again (the
+    /// bytes sent are the bytes checked, from one read of the file). `None` once they do not
+    /// fit: the rest of the first pass only checks, and the second pass reads the input again.
+    kept: Option<Vec<(PreparedSend, Option<Position>)>>,
+    /// Body bytes of the batches kept so far.
+    kept_bytes: usize,
+    /// The most body bytes the first pass keeps.
+    keep_budget: usize,
 }
 
 impl<T: Transport + Clone, P: Platform + Clone> Stream<'_, '_, T, P> {
@@ -168,9 +178,22 @@ impl<T: Transport + Clone, P: Platform + Clone> Stream<'_, '_, T, P> {
         }
         let sink = self.sink.as_ref().expect("opened");
         if self.checking {
-            return sink
-                .check_json(batch)
-                .map_err(|e| counted_from_the_start(e, before));
+            let Some(kept) = self.kept.as_mut() else {
+                return sink
+                    .check_json(batch)
+                    .map_err(|e| counted_from_the_start(e, before));
+            };
+            let prepared = sink
+                .prepare_json(batch)
+                .map_err(|e| counted_from_the_start(e, before))?;
+            self.kept_bytes = self.kept_bytes.saturating_add(prepared.body_bytes());
+            if self.kept_bytes <= self.keep_budget {
+                kept.push((prepared, position.cloned()));
+            } else {
+                // Too much to keep: freed now; the second pass reads the input again.
+                self.kept = None;
+            }
+            return Ok(());
         }
         // Read and checked (and compressed) while the previous batch is on the wire; sent
         // only once that one is acknowledged.
@@ -181,15 +204,32 @@ impl<T: Transport + Clone, P: Platform + Clone> Stream<'_, '_, T, P> {
                 return Err(counted_from_the_start(e, before));
             }
         };
+        self.start(prepared, position)
+    }
+
+    /// Waits for the batch in flight, then starts `prepared`. With --checkpoint the checkpoint
+    /// is written first: this batch in flight (its end in the input, so a rerun sends the same
+    /// bytes, the same tokens, even if the input has grown meanwhile), every batch before it
+    /// committed.
+    fn start(
+        &mut self,
+        prepared: PreparedSend,
+        position: Option<&Position>,
+    ) -> Result<(), Error> {
         self.complete()?;
         let sink = self.sink.as_ref().expect("opened");
-        // With --checkpoint the checkpoint is written first: this batch in flight (its end in
-        // the input, so a rerun sends the same bytes, the same tokens, even if the input has
-        // grown meanwhile), every batch before it committed.
         self.in_flight = Some(match position {
             Some(position) => sink.start_at(prepared, &position_text(position))?,
             None => sink.start(prepared)?,
         });
+        Ok(())
+    }
+
+    /// The second pass over a file whose first pass kept every batch: sends them in order.
+    fn send_kept(&mut self, kept: Vec<(PreparedSend, Option<Position>)>) -> Result<(), Error> {
+        for (prepared, position) in kept {
+            self.start(prepared, position.as_ref())?;
+        }
         Ok(())
     }
 
@@ -297,15 +337,31 @@ pub fn run<T: Transport + Clone, P: Platform + Clone>(
         last_progress: started,
         in_flight: None,
         checking: whole.is_some(),
+        kept: whole.is_some().then(Vec::new),
+        kept_bytes: 0,
+        keep_budget: usize::try_from(runner.memory_limit.unwrap_or(DEFAULT_MEMORY_LIMIT) / 4)
+            .unwrap_or(usize::MAX),
         runner,
     };
+    let mut kept = None;
+    // How long the first pass took, and whether it kept every batch.
+    let mut first_pass = None;
     if let Some(mut file) = whole {
         // First pass: every row checked (the sink opened, the column types read), nothing
-        // sent; the second pass reads `input` from its start.
+        // sent; what it prepared is sent as it is if all of it was kept, else the second pass
+        // reads `input` from its start.
         stream.read(&mut file, resume.clone())?;
         stream.checking = false;
+        kept = stream.kept.take();
+        first_pass = Some((
+            (stream.runner.platform.now() - started).as_secs_f64(),
+            kept.is_some(),
+        ));
     }
-    let outcome = stream.read(&mut input, resume);
+    let outcome = match kept {
+        Some(kept) => stream.send_kept(kept),
+        None => stream.read(&mut input, resume),
+    };
     // The last batch is still on the wire (also when reading failed): its outcome decides
     // what was committed, so its failure comes first.
     let outcome = match (outcome, stream.complete()) {
@@ -345,7 +401,7 @@ pub fn run<T: Transport + Clone, P: Platform + Clone>(
     if stream.batches == 0 && resumed_rows == 0 {
         return Err(Error::invalid("the input has no rows"));
     }
-    Ok(summary(args, &total, resumed_rows, seconds))
+    Ok(summary(args, &total, resumed_rows, seconds, first_pass))
 }
 
 /// The option rules `sink` checks before anything else; the retries to use.
@@ -448,7 +504,15 @@ fn failure(e: Error, total: &Receipt, args: &SinkArgs, checkpoint_rows: Option<u
 }
 
 /// The receipt of a run that succeeded, as text and JSON.
-fn summary(args: &SinkArgs, total: &Receipt, resumed_rows: u64, seconds: f64) -> Output {
+/// The run's summary; `first_pass`: the seconds of the first pass over a FILE, and whether it
+/// kept every batch (then the file was read once).
+fn summary(
+    args: &SinkArgs,
+    total: &Receipt,
+    resumed_rows: u64,
+    seconds: f64,
+    first_pass: Option<(f64, bool)>,
+) -> Output {
     let rate = total.rows as f64 / seconds.max(1e-9);
     let resumed = if resumed_rows > 0 {
         format!(", after {resumed_rows} rows committed by earlier runs")
@@ -495,6 +559,8 @@ fn summary(args: &SinkArgs, total: &Receipt, resumed_rows: u64, seconds: f64) ->
             "checkpoint": args.checkpoint,
             "seconds": seconds,
             "rows_per_second": rate,
+            "first_pass_seconds": first_pass.map(|(seconds, _)| seconds),
+            "first_pass_kept": first_pass.map(|(_, kept)| kept),
         }),
     )
 }

@@ -1071,6 +1071,7 @@ mod tests {
                 stdin: Box::new(stdin.as_bytes()),
                 stderr: &mut stderr,
                 progress: false,
+                memory_limit: None,
             };
             crate::cli::run(&cli, &mut runner, &mut stdout)
         };

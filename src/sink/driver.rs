@@ -77,6 +77,14 @@ pub struct PreparedSend {
     format: Format,
 }
 
+impl PreparedSend {
+    /// The bytes of its request bodies (what holding it costs).
+    #[cfg(any(test, feature = "command"))]
+    pub fn body_bytes(&self) -> usize {
+        self.chunks.iter().map(|c| c.request.body.len()).sum()
+    }
+}
+
 /// A send whose first INSERT is on the wire ([`Sink::start`]); [`Sink::finish`] completes it.
 pub struct StartedSend {
     chunks: VecDeque<ChunkRequest>,

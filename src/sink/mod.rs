@@ -25,6 +25,6 @@ pub mod types;
 pub use columns::Format;
 pub use config::SinkOptions;
 #[cfg(any(test, feature = "command"))]
-pub use driver::StartedSend;
+pub use driver::{PreparedSend, StartedSend};
 pub use driver::{Receipt, Sink};
 pub use encode::{Row, Value};

@@ -769,10 +769,6 @@ fn run_measuring_rss(cmd: &mut std::process::Command) -> (i32, u64, Vec<u8>) {
 
 #[test]
 fn cli_streams_a_million_rows_with_bounded_memory() {
-    let t = table(
-        "event_id String, occurred_at DateTime64(3), kind LowCardinality(String), payload String",
-        "",
-    );
     let file = std::env::temp_dir().join(format!("{}.ndjson", unique_name("million")));
     {
         let mut w = std::io::BufWriter::new(std::fs::File::create(&file).unwrap());
@@ -790,22 +786,41 @@ fn cli_streams_a_million_rows_with_bounded_memory() {
         }
     }
     let size = std::fs::metadata(&file).unwrap().len();
-    let (code, rss, out) = run_measuring_rss(
-        cli(clickhouse())
-            .args(["--json", "sink", "--table", &t, "--batch-size", "10000"])
-            .arg(&file),
-    );
+    // Streamed (`--stream`: one batch read, one on the wire), and read twice: the first pass
+    // keeps batches only up to a quarter of the memory limit (32 MiB of 128 here, against
+    // ~230 MB of uncompressed Native bodies), then frees them, checks the rest, and the
+    // second pass reads the file again.
+    for (extra, first_pass_kept) in [
+        (&["sink", "--stream"][..], None),
+        (
+            &["--max-memory-mib", "128", "sink", "--compression", "none"][..],
+            Some(false),
+        ),
+    ] {
+        let t = table(
+            "event_id String, occurred_at DateTime64(3), kind LowCardinality(String), payload String",
+            "",
+        );
+        let (code, rss, out) = run_measuring_rss(
+            cli(clickhouse())
+                .arg("--json")
+                .args(extra)
+                .args(["--table", &t, "--batch-size", "10000"])
+                .arg(&file),
+        );
+        assert_eq!(code, 0, "{extra:?}: {}", String::from_utf8_lossy(&out));
+        let receipt: Json = serde_json::from_slice(&out).unwrap();
+        assert_eq!(receipt["rows"], 1_000_000);
+        assert_eq!(receipt["chunks"], 100);
+        assert_eq!(receipt["first_pass_kept"].as_bool(), first_pass_kept);
+        assert_eq!(count(&t), 1_000_000);
+        eprintln!("{extra:?}: input {size} bytes, peak RSS {rss} bytes");
+        assert!(
+            rss < size / 3,
+            "{extra:?}: peak RSS {rss} is not well under the input size {size}"
+        );
+    }
     let _ = std::fs::remove_file(&file);
-    assert_eq!(code, 0, "{}", String::from_utf8_lossy(&out));
-    let receipt: Json = serde_json::from_slice(&out).unwrap();
-    assert_eq!(receipt["rows"], 1_000_000);
-    assert_eq!(receipt["chunks"], 100);
-    assert_eq!(count(&t), 1_000_000);
-    eprintln!("input {size} bytes, peak RSS {rss} bytes");
-    assert!(
-        rss < size / 3,
-        "peak RSS {rss} is not well under the input size {size}"
-    );
 }
 
 #[test]
@@ -963,6 +978,73 @@ fn cli_prepares_the_next_batch_while_one_is_on_the_wire_and_sends_in_order() {
     );
     assert_eq!(inserts(&proxy.log()), 3);
     assert_eq!(count(&t), 3 * BATCH as u64);
+}
+
+/// A FILE whose first pass the sink could keep (its batches prepared, within a quarter of the
+/// component's memory limit) is sent as that pass read it: the second pass does not read it
+/// again. The proxy holds the first INSERT while the file's last rows are rewritten in place
+/// (the same length; the CLI reads ahead at most a batch and its 1 MiB buffer, so a second
+/// pass that read the file would meet the new rows): none of them lands. With
+/// `--max-memory-mib 48` the same file's 15 MB of bodies are more than the first pass may keep
+/// (12 MiB): it keeps nothing, the second pass reads the file again and checks each batch as it
+/// sends it, and the rewritten rows land. The host tells the component its limit.
+#[test]
+fn cli_sends_a_file_as_its_first_pass_read_it_when_its_batches_fit_in_memory() {
+    use std::time::Duration;
+
+    const BATCH: usize = 5000;
+    let server = clickhouse();
+    let file = std::env::temp_dir().join(format!("{}.ndjson", unique_name("kept")));
+    for (extra, rewritten_land) in [(&[][..], false), (&["--max-memory-mib", "48"][..], true)] {
+        let data = ndjson((0..3 * BATCH).map(|n| json!({"n": n, "s": "a".repeat(1000)})));
+        std::fs::write(&file, &data).unwrap();
+        let proxy = Proxy::start(&server.url);
+        let proxied = proxy.server(server);
+        let t = table("n UInt32, s String", "");
+        proxy.add(Rule::url_contains("INSERT", Fault::Pause).times(1));
+        let child = cli(&proxied)
+            .args(extra)
+            .args(["sink", "--table", &t, "--compression", "none"])
+            .args(["--batch-size", &BATCH.to_string()])
+            .arg(&file)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        proxy.wait_held(1, Duration::from_secs(60));
+        // The last 500 rows: their `a`s become `b`s.
+        let line_ends: Vec<usize> = (0..data.len()).filter(|&i| data[i] == b'\n').collect();
+        let tail = line_ends[line_ends.len() - 501] + 1;
+        let rewritten: Vec<u8> = data[tail..]
+            .iter()
+            .map(|&b| if b == b'a' { b'b' } else { b })
+            .collect();
+        {
+            use std::io::{Seek, SeekFrom};
+            let mut f = std::fs::OpenOptions::new().write(true).open(&file).unwrap();
+            f.seek(SeekFrom::Start(tail as u64)).unwrap();
+            f.write_all(&rewritten).unwrap();
+        }
+        proxy.release_all();
+        let out = child.wait_with_output().unwrap();
+        assert!(
+            out.status.success(),
+            "{extra:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert_eq!(count(&t), 3 * BATCH as u64);
+        let (db, name) = t.split_once('.').unwrap();
+        let landed = sql().count(
+            "SELECT countIf(startsWith(s, 'b')) FROM {db:Identifier}.{t:Identifier}",
+            &[("db", db), ("t", name)],
+        );
+        assert_eq!(
+            landed,
+            if rewritten_land { 500 } else { 0 },
+            "{extra:?}: rows rewritten after the first pass that landed"
+        );
+    }
+    let _ = std::fs::remove_file(&file);
 }
 
 /// A checkpoint that cannot be written stops the run before the batch it would record, with
