@@ -761,12 +761,98 @@ fn write_json_value(
             return Ok(true);
         }
     }
+    if v.is_exact_instance_of::<PyList>()
+        || v.is_exact_instance_of::<PyTuple>()
+        || v.is_exact_instance_of::<PyDict>()
+    {
+        let start = json.len();
+        if write_json_nested(json, v, 0) {
+            return Ok(true);
+        }
+        // Something `json.dumps` writes its own way (a big int, NaN, a key that is not a
+        // str, a deep or circular value): it writes the whole value, or names the problem.
+        json.truncate(start);
+    }
     let value = to_value(py, v, dumps)?;
     if matches!(&value, JsonValue::Bytes(b) if std::str::from_utf8(b).is_err()) {
         return Ok(false);
     }
     encode::write_value(json, &value)?;
     Ok(true)
+}
+
+/// A list, tuple or dict (a JSON column's value, an array's elements) as JSON, written from the
+/// exact built-in types as `json.dumps` would write them (the same values; strings escaped as
+/// the component escapes them). `false`: a value or key it leaves to `json.dumps`; `json` then
+/// holds a partial value the caller removes.
+fn write_json_nested(json: &mut Vec<u8>, v: &Bound<'_, PyAny>, depth: usize) -> bool {
+    if depth > 32 {
+        return false;
+    }
+    if v.is_none() {
+        json.extend_from_slice(b"null");
+    } else if v.is_exact_instance_of::<PyBool>() {
+        json.extend_from_slice(if v.is_truthy().unwrap_or(false) {
+            b"true"
+        } else {
+            b"false"
+        });
+    } else if v.is_exact_instance_of::<PyString>() {
+        let Ok(text) = v.cast::<PyString>().map(|s| s.to_str()) else {
+            return false;
+        };
+        let Ok(text) = text else {
+            return false;
+        };
+        encode::write_json_string(json, text.as_bytes());
+    } else if v.is_exact_instance_of::<PyInt>() {
+        let Ok(i) = v.extract::<i64>() else {
+            return false;
+        };
+        json.extend_from_slice(itoa::Buffer::new().format(i).as_bytes());
+    } else if v.is_exact_instance_of::<PyFloat>() {
+        let Ok(f) = v.cast::<PyFloat>().map(|f| f.value()) else {
+            return false;
+        };
+        if encode::write_value(json, &JsonValue::Float(f)).is_err() {
+            return false;
+        }
+    } else if v.is_exact_instance_of::<PyList>() || v.is_exact_instance_of::<PyTuple>() {
+        let Ok(items) = v.try_iter() else {
+            return false;
+        };
+        json.push(b'[');
+        for (n, item) in items.enumerate() {
+            if n > 0 {
+                json.push(b',');
+            }
+            let Ok(item) = item else {
+                return false;
+            };
+            if !write_json_nested(json, &item, depth + 1) {
+                return false;
+            }
+        }
+        json.push(b']');
+    } else if let Ok(dict) = v.cast_exact::<PyDict>() {
+        json.push(b'{');
+        for (n, (key, value)) in dict.iter().enumerate() {
+            if n > 0 {
+                json.push(b',');
+            }
+            if !key.is_exact_instance_of::<PyString>() || !write_json_nested(json, &key, depth) {
+                return false;
+            }
+            json.push(b':');
+            if !write_json_nested(json, &value, depth + 1) {
+                return false;
+            }
+        }
+        json.push(b'}');
+    } else {
+        return false;
+    }
+    true
 }
 
 /// The JSONEachRow text of `rows` (a list of dicts), one line per row, keys in each dict's

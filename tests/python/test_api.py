@@ -442,6 +442,33 @@ def test_rows_written_from_python_objects_keep_each_rows_own_keys_and_values(con
     ]
 
 
+def test_nested_values_are_written_as_json_dumps_would_write_them(conn, database):
+    # Lists, tuples and dicts of plain values are written by the binding itself; a value only
+    # json.dumps writes (an int past 64 bits) goes through it, and one it refuses (NaN) is
+    # named by row and column, nothing sent.
+    sql(f"CREATE DATABASE `{database}`")
+    sql(
+        f"CREATE TABLE `{database}`.t (id Int64, tags Array(String), m Map(String, Int64), "
+        "n Array(Array(Int64)), big Array(UInt128)) ENGINE = MergeTree ORDER BY id"
+    )
+    rows = [
+        {"id": 1, "tags": ["a", 'q"\\'], "m": {"x": 1, "y": -2}, "n": [[1, 2], [3]], "big": []},
+        {"id": 2, "tags": ("c",), "m": {}, "n": [], "big": [2**70, 1]},
+        {"id": 3, "tags": [], "m": {"z": 2**62}, "n": [[]], "big": [0]},
+    ]
+    with cc.Sink(conn, f"{database}.t") as sink:
+        assert sink.send(rows).rows == 3
+        with pytest.raises(cc.InvalidInputError, match=r"row 2, column 'n'"):
+            sink.send([rows[0], {**rows[1], "n": [[math.nan]]}])
+    stored = sql(
+        f"SELECT id, tags, m, n, big FROM `{database}`.t ORDER BY id "
+        "FORMAT JSONCompactEachRow SETTINGS output_format_json_quote_64bit_integers = 0"
+    )
+    assert [json.loads(line) for line in stored.splitlines()] == [
+        [row["id"], list(row["tags"]), row["m"], row["n"], row["big"]] for row in rows
+    ]
+
+
 def test_a_million_rows_in_one_send(conn, database):
     # As typed rows, 1,000,000 rows of five columns took more than the component's 1 GiB.
     sql(f"CREATE DATABASE `{database}`")
