@@ -28,6 +28,9 @@ use wasmtime::component::{ComponentExportIndex, InstancePre, ResourceAny, TypedF
 /// The export command mode runs (the full component has it; the library component does not).
 const RUN_INTERFACE: &str = "wasi:cli/run@0.2.12";
 
+/// The variable a command-mode instance reads its memory limit from (MiB).
+const MEMORY_LIMIT_VAR: &str = "CLICKHOUSE_MAX_MEMORY_MIB";
+
 /// Engine, compiled component and linker: load once, share (it is cheap to clone). Each
 /// instance it makes gets its [`Limits`].
 #[derive(Clone)]
@@ -123,7 +126,9 @@ impl Runtime {
     /// A fresh instance set up to run as a command ([`Instance::run_command`]): these
     /// arguments (the first is the program name) and environment, stdin from `stdin`, stdout
     /// into `stdout` (or the host's own stdout), stderr inherited, and the directories in
-    /// `readable` preopened read-only (nothing else of the filesystem).
+    /// `readable` preopened read-only (nothing else of the filesystem). The environment's
+    /// `CLICKHOUSE_MAX_MEMORY_MIB` is always this runtime's memory limit, in MiB (the
+    /// command line's `sink` keeps at most a quarter of it of a file's first pass).
     pub async fn instantiate_command(
         &self,
         allow: AllowList,
@@ -134,7 +139,16 @@ impl Runtime {
         readable: &[ReadableDir],
     ) -> anyhow::Result<Instance> {
         let mut wasi = WasiCtx::builder();
-        wasi.args(args).envs(env).inherit_stderr();
+        let env: Vec<(String, String)> = env
+            .iter()
+            .filter(|(k, _)| k != MEMORY_LIMIT_VAR)
+            .cloned()
+            .chain([(
+                MEMORY_LIMIT_VAR.to_string(),
+                (self.limits.max_memory_bytes >> 20).to_string(),
+            )])
+            .collect();
+        wasi.args(args).envs(&env).inherit_stderr();
         for dir in readable {
             wasi.preopened_dir(&dir.host, &dir.guest, wasmtime_wasi::FsPerms::ReadOnly)
                 .map_err(|e| anyhow::anyhow!("cannot open {}: {e}", dir.host.display()))?;

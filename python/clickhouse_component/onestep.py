@@ -256,17 +256,9 @@ class ClickHouseTableSink(Sink):
             )
         if not body:
             raise ClickHousePayloadError("payload sequence must not be empty")
-        # A plain dict is passed as it is (the binding only reads it); another mapping is
-        # copied into one. One pass: copying 1,000,000 dicts cost 0.25 s.
-        rows = []
-        for item in body:
-            if type(item) is dict:
-                rows.append(item)
-            elif isinstance(item, Mapping):
-                rows.append(dict(item))
-            else:
-                raise ClickHousePayloadError("every payload item must be a mapping")
-        return rows
+        if any(not isinstance(item, Mapping) for item in body):
+            raise ClickHousePayloadError("every payload item must be a mapping")
+        return [dict(item) for item in body]
 
     def _send_blocking(self, rows: list[dict[str, Any]]) -> Any:
         return self._open_blocking().send(rows)

@@ -781,10 +781,12 @@ fn write_json_value(
     Ok(true)
 }
 
-/// A list, tuple or dict (a JSON column's value, an array's elements) as JSON, written from the
-/// exact built-in types as `json.dumps` would write them (the same values; strings escaped as
-/// the component escapes them). `false`: a value or key it leaves to `json.dumps`; `json` then
-/// holds a partial value the caller removes.
+/// A list, tuple or dict (a JSON column's value, an array's elements, a String column's JSON
+/// text) as JSON, written from the exact built-in types byte for byte as `json.dumps` writes
+/// them (the component's string escapes are the same but for backspace, form feed and DEL).
+/// `false`: a value or key it leaves to `json.dumps` (floats, whose shortest forms differ,
+/// strings with those three characters, big ints, other types); `json` then holds a partial
+/// value the caller removes.
 fn write_json_nested(json: &mut Vec<u8>, v: &Bound<'_, PyAny>, depth: usize) -> bool {
     if depth > 32 {
         return false;
@@ -804,19 +806,15 @@ fn write_json_nested(json: &mut Vec<u8>, v: &Bound<'_, PyAny>, depth: usize) -> 
         let Ok(text) = text else {
             return false;
         };
+        if text.bytes().any(|b| matches!(b, 0x08 | 0x0c | 0x7f)) {
+            return false;
+        }
         encode::write_json_string(json, text.as_bytes());
     } else if v.is_exact_instance_of::<PyInt>() {
         let Ok(i) = v.extract::<i64>() else {
             return false;
         };
         json.extend_from_slice(itoa::Buffer::new().format(i).as_bytes());
-    } else if v.is_exact_instance_of::<PyFloat>() {
-        let Ok(f) = v.cast::<PyFloat>().map(|f| f.value()) else {
-            return false;
-        };
-        if encode::write_value(json, &JsonValue::Float(f)).is_err() {
-            return false;
-        }
     } else if v.is_exact_instance_of::<PyList>() || v.is_exact_instance_of::<PyTuple>() {
         let Ok(items) = v.try_iter() else {
             return false;

@@ -1,7 +1,8 @@
 //! `sink --table T [--columns a,b] [--batch-size N] [--compression C] [--dedup [--retries N]] [--checkpoint ID]
 //! [FILE|-]`: stream NDJSON (or a JSON array) into a table. Input is read batch by batch (a JSON
-//! array element by element), so memory stays bounded by a batch whatever the input size; each
-//! batch is one `send-json`, so one acknowledged INSERT per batch.
+//! array element by element); each batch is one `send-json`, so one acknowledged INSERT per
+//! batch. Memory stays bounded whatever the input size: by a batch or two when streaming, and a
+//! FILE's first pass keeps its prepared batches only up to a quarter of the memory limit.
 //!
 //! With `--checkpoint ID` the progress (input bytes and rows committed, and what identifies the
 //! input, the table, the columns and the batch size) is written to the state store under `ID`
@@ -52,10 +53,11 @@ pub struct SinkArgs {
     /// NDJSON input; the store is chosen by the --state-* options).
     #[arg(long)]
     pub checkpoint: Option<String>,
-    /// Send each batch as soon as it is read and checked. Without it a FILE is read twice:
-    /// every row checked first (nothing is sent if one is refused), then sent. Standard input
-    /// (and a FIFO or other unseekable file) is always streamed: a row refused in a later batch
-    /// leaves the earlier batches committed (`uncertain`).
+    /// Send each batch as soon as it is read and checked. Without it every row of a FILE is
+    /// checked first (nothing is sent if one is refused), then sent: from what that pass kept
+    /// when it fits in a quarter of the memory limit, else by reading the file again. Standard
+    /// input (and a FIFO or other unseekable file) is always streamed: a row refused in a later
+    /// batch leaves the earlier batches committed (`uncertain`).
     #[arg(long)]
     pub stream: bool,
     /// Where checkpoints live, and --retries (default 5 with --dedup, else 0; resends need
@@ -142,14 +144,14 @@ struct Stream<'r, 'a, T: Transport + Clone, P: Platform + Clone> {
     /// The first pass over a file: batches are checked, not sent.
     checking: bool,
     /// The first pass's batches, prepared (read, checked, encoded, compressed) and kept with
-    /// their positions while their bodies fit in `keep_budget` bytes: when the whole input
+    /// their positions while they fit in `keep_budget` bytes: when the whole input
     /// fits, the second pass sends them as they are, without reading the input again (the
     /// bytes sent are the bytes checked, from one read of the file). `None` once they do not
     /// fit: the rest of the first pass only checks, and the second pass reads the input again.
     kept: Option<Vec<(PreparedSend, Option<Position>)>>,
-    /// Body bytes of the batches kept so far.
+    /// Memory the batches kept so far hold ([`PreparedSend::held_bytes`], their positions).
     kept_bytes: usize,
-    /// The most body bytes the first pass keeps.
+    /// The most memory the first pass keeps batches in.
     keep_budget: usize,
 }
 
@@ -183,10 +185,14 @@ impl<T: Transport + Clone, P: Platform + Clone> Stream<'_, '_, T, P> {
                     .check_json(batch)
                     .map_err(|e| counted_from_the_start(e, before));
             };
-            let prepared = sink
+            let mut prepared = sink
                 .prepare_json(batch)
                 .map_err(|e| counted_from_the_start(e, before))?;
-            self.kept_bytes = self.kept_bytes.saturating_add(prepared.body_bytes());
+            prepared.shrink();
+            let held = prepared.held_bytes()
+                + std::mem::size_of::<(PreparedSend, Option<Position>)>()
+                + position.map_or(0, |p| p.sha256.capacity());
+            self.kept_bytes = self.kept_bytes.saturating_add(held);
             if self.kept_bytes <= self.keep_budget {
                 kept.push((prepared, position.cloned()));
             } else {
@@ -425,9 +431,9 @@ fn check_args(args: &SinkArgs) -> Result<u32, Error> {
 }
 
 /// The input (stdin, or the FILE), and, for a regular FILE checked whole before anything is
-/// sent (unless --stream), the same file opened again for that first pass (WASI has no dup;
-/// the second pass checks every batch again as it sends it, so a file changed in between is
-/// safe).
+/// sent (unless --stream), the same file opened again for that first pass (WASI has no dup).
+/// The second pass sends what the first kept, or reads the file again and checks every batch
+/// again as it sends it: either way a file changed in between sends only checked rows.
 fn open_input<'r, T, P>(
     args: &SinkArgs,
     runner: &mut Runner<'r, T, P>,

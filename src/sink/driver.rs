@@ -77,11 +77,35 @@ pub struct PreparedSend {
     format: Format,
 }
 
+#[cfg(any(test, feature = "command"))]
 impl PreparedSend {
-    /// The bytes of its request bodies (what holding it costs).
-    #[cfg(any(test, feature = "command"))]
-    pub fn body_bytes(&self) -> usize {
-        self.chunks.iter().map(|c| c.request.body.len()).sum()
+    /// Gives back what its request bodies hold beyond their bytes (an lz4 body's buffer is
+    /// made for a third of the uncompressed body): before it is kept a while.
+    pub fn shrink(&mut self) {
+        for chunk in &mut self.chunks {
+            chunk.request.body.shrink_to_fit();
+        }
+    }
+
+    /// The memory holding it takes: every chunk's request (body, statement, headers, as
+    /// allocated) and token, not only the bodies' bytes (a send of one small row holds far
+    /// more statement than body).
+    pub fn held_bytes(&self) -> usize {
+        let strings = |c: &ChunkRequest| {
+            let r = &c.request;
+            r.body.capacity()
+                + r.path_and_query.capacity()
+                + r.authority.capacity()
+                + r.headers.capacity() * std::mem::size_of::<(String, Vec<u8>)>()
+                + r.headers
+                    .iter()
+                    .map(|(k, v)| k.capacity() + v.capacity())
+                    .sum::<usize>()
+                + c.token.capacity()
+        };
+        std::mem::size_of::<Self>()
+            + self.chunks.capacity() * std::mem::size_of::<ChunkRequest>()
+            + self.chunks.iter().map(strings).sum::<usize>()
     }
 }
 

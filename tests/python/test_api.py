@@ -456,6 +456,21 @@ def test_nested_values_are_written_as_json_dumps_would_write_them(conn, database
         {"id": 2, "tags": ("c",), "m": {}, "n": [], "big": [2**70, 1]},
         {"id": 3, "tags": [], "m": {"z": 2**62}, "n": [[]], "big": [0]},
     ]
+    sql(f"CREATE TABLE `{database}`.docs (id Int64, doc String) ENGINE = MergeTree ORDER BY id")
+    # A String column stores a dict's JSON text: exactly as json.dumps writes it (floats,
+    # backspace, form feed and DEL are left to json.dumps itself).
+    docs = [
+        {"id": 1, "doc": {"f": [1e-05, 1e16, 0.1]}},
+        {"id": 2, "doc": {"s": "a\bb"}},
+        {"id": 3, "doc": ["c\fd", "\x7f"]},
+        {"id": 4, "doc": [{"k": None, "t": True}, ["x", -3, ' d\u00e9\n"\\']]},
+    ]
+    with cc.Sink(conn, f"{database}.docs") as sink:
+        assert sink.send(docs).rows == 4
+    stored = sql(f"SELECT doc FROM `{database}`.docs ORDER BY id FORMAT JSONCompactEachRow")
+    assert [json.loads(line)[0] for line in stored.splitlines()] == [
+        json.dumps(d["doc"], separators=(",", ":"), ensure_ascii=False) for d in docs
+    ]
     with cc.Sink(conn, f"{database}.t") as sink:
         assert sink.send(rows).rows == 3
         with pytest.raises(cc.InvalidInputError, match=r"row 2, column 'n'"):

@@ -1047,6 +1047,54 @@ fn cli_sends_a_file_as_its_first_pass_read_it_when_its_batches_fit_in_memory() {
     let _ = std::fs::remove_file(&file);
 }
 
+/// What the first pass keeps is counted as the memory it holds, not as its bodies' bytes: with
+/// `--batch-size 1` each kept batch is an INSERT statement, headers and a few bytes of body,
+/// about a kilobyte for a 30-byte body. 100,000 rows under `--max-memory-mib 64` would hold
+/// ~100 MB if kept whole (counted by bodies they looked like 3 MB, within the 16 MiB budget, and
+/// the component ran out of memory); counted as held, the pass stops keeping at the budget,
+/// reaches the refused last row, and nothing is sent.
+#[test]
+fn cli_first_pass_counts_what_it_keeps_as_held_memory() {
+    let server = clickhouse();
+    let proxy = Proxy::start(&server.url);
+    let proxied = proxy.server(server);
+    let t = table("n UInt8", "");
+    let mut data = ndjson((0..100_000).map(|n| json!({"n": n % 200})));
+    data.extend_from_slice(b"{\"n\":\"x\"}\n");
+    let file = std::env::temp_dir().join(format!("{}.ndjson", unique_name("held")));
+    std::fs::write(&file, &data).unwrap();
+    let out = cli(&proxied)
+        .args(["--max-memory-mib", "64", "--json", "sink", "--table", &t])
+        .args(["--batch-size", "1"])
+        .arg(&file)
+        .output()
+        .unwrap();
+    let _ = std::fs::remove_file(&file);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        out.status.code(),
+        Some(2),
+        "{stdout} {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: Json = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["error"]["kind"], "invalid-input");
+    assert!(
+        v["error"]["message"]
+            .as_str()
+            .unwrap()
+            .starts_with("line 100001"),
+        "{stdout}"
+    );
+    let inserts = proxy
+        .log()
+        .iter()
+        .filter(|r| r.target_decoded().contains("INSERT"))
+        .count();
+    assert_eq!(inserts, 0);
+    assert_eq!(count(&t), 0);
+}
+
 /// A checkpoint that cannot be written stops the run before the batch it would record, with
 /// the rows committed counted once: the proxy lets the first checkpoint write through (batch
 /// 1 in flight) and refuses the rest, so batch 1 (1,000 rows) commits, the write before batch

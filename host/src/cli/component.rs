@@ -14,10 +14,9 @@ use clickhouse_component_host::{
 
 use super::HostCli;
 
-/// Environment variables the component may see; `CLICKHOUSE_MAX_MEMORY_MIB` is always the
-/// instance's memory limit in MiB (its `--max-memory-mib`, or the default): the sink keeps a
-/// quarter of it of a file's first pass.
-fn component_env(max_memory_bytes: usize) -> Vec<(String, String)> {
+/// Environment variables the component may see (the runtime adds its memory limit,
+/// `CLICKHOUSE_MAX_MEMORY_MIB`: [`Runtime::instantiate_command`]).
+fn component_env() -> Vec<(String, String)> {
     let mut env: Vec<(String, String)> = std::env::vars()
         .filter(|(k, _)| k.starts_with("CLICKHOUSE_") || k.starts_with("MELTANO_STATE_BACKEND_"))
         .filter(|(k, _)| {
@@ -26,14 +25,9 @@ fn component_env(max_memory_bytes: usize) -> Vec<(String, String)> {
                 "CLICKHOUSE_ALLOW_HOSTS"
                     | "CLICKHOUSE_COMPONENT"
                     | "CLICKHOUSE_COMPONENT_CACHE_DIR"
-                    | "CLICKHOUSE_MAX_MEMORY_MIB"
             )
         })
         .collect();
-    env.push((
-        "CLICKHOUSE_MAX_MEMORY_MIB".into(),
-        (max_memory_bytes >> 20).to_string(),
-    ));
     if std::io::stderr().is_terminal() {
         env.push(("CLICKHOUSE_PROGRESS".into(), "1".into()));
     }
@@ -78,13 +72,11 @@ pub async fn run_component(
         Some(network) => network,
         None => cli.host.network().map_err(CallError::Component)?,
     };
-    let limits = cli.host.limits().map_err(CallError::Component)?;
     let runtime = Runtime::new(&cli.host.component_source(), &cli.host.cache_policy())?
-        .with_limits(limits)
+        .with_limits(cli.host.limits().map_err(CallError::Component)?)
         .with_network(network);
-    let env = component_env(limits.max_memory_bytes);
     let mut instance = runtime
-        .instantiate_command(allow, &args, &env, stdin, stdout, readable)
+        .instantiate_command(allow, &args, &component_env(), stdin, stdout, readable)
         .await?;
     instance.run_command().await
 }
