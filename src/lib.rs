@@ -13,32 +13,40 @@
     allow(dead_code, unused_imports)
 )]
 
-/// Declares modules of the component's core: private, and public only under the feature
-/// `test-util`, for the workspace's integration tests and benchmarks (never enabled by a host's
-/// or the component's build): a host reaches the crate only through [`host_api`].
-macro_rules! core_modules {
-    ($($(#[$attr:meta])* $name:ident;)*) => {$(
-        $(#[$attr])*
-        #[cfg(feature = "test-util")]
-        pub mod $name;
-        $(#[$attr])*
-        #[cfg(not(feature = "test-util"))]
-        mod $name;
-    )*};
-}
-
 pub mod host_api;
 
-core_modules! {
-    #[cfg(feature = "command")]
-    cli;
-    client;
-    platform;
-    sink;
-    state;
-    #[cfg(feature = "command")]
-    target;
-}
+// The component's core: private, and public only under the feature `test-util`, for the
+// workspace's integration tests and benchmarks (never enabled by a host's or the component's
+// build): a host reaches the crate only through [`host_api`]. Each module is declared twice,
+// not by a macro: rustfmt formats only the modules it sees declared.
+#[cfg(feature = "command")]
+#[cfg(feature = "test-util")]
+pub mod cli;
+#[cfg(feature = "command")]
+#[cfg(not(feature = "test-util"))]
+mod cli;
+#[cfg(feature = "test-util")]
+pub mod client;
+#[cfg(not(feature = "test-util"))]
+mod client;
+#[cfg(feature = "test-util")]
+pub mod platform;
+#[cfg(not(feature = "test-util"))]
+mod platform;
+#[cfg(feature = "test-util")]
+pub mod sink;
+#[cfg(not(feature = "test-util"))]
+mod sink;
+#[cfg(feature = "test-util")]
+pub mod state;
+#[cfg(not(feature = "test-util"))]
+mod state;
+#[cfg(feature = "command")]
+#[cfg(feature = "test-util")]
+pub mod target;
+#[cfg(feature = "command")]
+#[cfg(not(feature = "test-util"))]
+mod target;
 
 mod hex;
 mod server;

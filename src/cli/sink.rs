@@ -217,11 +217,7 @@ impl<T: Transport + Clone, P: Platform + Clone> Stream<'_, '_, T, P> {
     /// is written first: this batch in flight (its end in the input, so a rerun sends the same
     /// bytes, the same tokens, even if the input has grown meanwhile), every batch before it
     /// committed.
-    fn start(
-        &mut self,
-        prepared: PreparedSend,
-        position: Option<&Position>,
-    ) -> Result<(), Error> {
+    fn start(&mut self, prepared: PreparedSend, position: Option<&Position>) -> Result<(), Error> {
         self.complete()?;
         let sink = self.sink.as_ref().expect("opened");
         self.in_flight = Some(match position {

@@ -1028,7 +1028,6 @@ impl<T: Transport, P: Platform> StateStore<T, P> {
     pub fn renew(&self, handle: &LockHandle) -> Result<(), Error> {
         lock::renew(&self.session(), &self.tables, handle, &self.lock_options)
     }
-
 }
 
 #[cfg(test)]

@@ -519,18 +519,29 @@ fn the_dependency_rules_hold() {
     );
 }
 
-/// The crate's surface is `host_api` (docs/architecture.md): `src/lib.rs` declares no other
-/// public module outside `core_modules!` (public only under `test-util`), the host and the
+/// The crate's surface is `host_api` (docs/architecture.md): `src/lib.rs` declares every other
+/// module public only under `test-util` (and private otherwise), the host and the
 /// Python binding reach the crate only through `host_api`, and only the tests and the
 /// benchmarks enable `test-util`.
 #[test]
 fn hosts_reach_the_crate_only_through_host_api() {
     let lib = std::fs::read_to_string(root().join("src/lib.rs")).unwrap();
-    let public: Vec<&str> = lib
-        .lines()
-        .map(str::trim)
-        .filter(|l| l.starts_with("pub mod ") && !l.starts_with("pub mod $"))
-        .collect();
+    let lines: Vec<&str> = lib.lines().map(str::trim).collect();
+    let mut public = Vec::new();
+    for (n, line) in lines.iter().enumerate() {
+        let Some(name) = line.strip_prefix("pub mod ") else {
+            continue;
+        };
+        if n > 0 && lines[n - 1] == "#[cfg(feature = \"test-util\")]" {
+            // Its private twin, declared when `test-util` is off.
+            let twin = lines[n + 1..].windows(2).any(|w| {
+                w[0] == "#[cfg(not(feature = \"test-util\"))]" && w[1] == format!("mod {name}")
+            });
+            assert!(twin, "src/lib.rs: `{line}` has no private twin");
+        } else {
+            public.push(*line);
+        }
+    }
     assert_eq!(
         public,
         ["pub mod host_api;"],

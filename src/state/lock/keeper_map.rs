@@ -36,8 +36,8 @@ use crate::state::steps::{is_conflict, is_node_exists, Request, Session, Step};
 use crate::state::tables::Tables;
 
 use super::common::{
-    acquire_with, reached_server, holder_and, not_acquired, pause_or_give_up, write_settings, Acquired, AlsoRead,
-    Contender, First, LockHandle, LockOptions,
+    acquire_with, holder_and, not_acquired, pause_or_give_up, reached_server, write_settings,
+    Acquired, AlsoRead, Contender, First, LockHandle, LockOptions,
 };
 
 /// The lock table: one row per state id.

@@ -37,8 +37,9 @@ use crate::state::tables::Tables;
 use serde_json::Value;
 
 use super::common::{
-    acquire_with, reached_server, execute_fenced, fence, holder_and, not_acquired, pause_or_give_up,
-    write_settings, Acquired, AlsoRead, Contender, First, LockHandle, LockOptions, MAX_STALE_AFTER,
+    acquire_with, execute_fenced, fence, holder_and, not_acquired, pause_or_give_up,
+    reached_server, write_settings, Acquired, AlsoRead, Contender, First, LockHandle, LockOptions,
+    MAX_STALE_AFTER,
 };
 
 const INSERT_ACQUIRE: &str = "INSERT INTO {db:Identifier}.{lt:Identifier} (state_id, token, kind, expires_at)
@@ -277,10 +278,10 @@ pub fn renew<T: Transport, P: Platform>(
 mod tests {
     use super::super::common::testing::session;
     use super::super::common::Tried;
-    use crate::client::ErrorKind;
     use super::*;
     use crate::client::error::TransportFailure;
     use crate::client::testing::{fail, ok, operation, param, written, Answering, Scripted};
+    use crate::client::ErrorKind;
     use crate::client::{Client, ConnectionOptions, HttpRequest, HttpResponse};
     use crate::platform::testing::FakePlatform;
     use crate::state::tables::LockEngine;
