@@ -697,12 +697,12 @@ enum Rows {
     Typed(Vec<Vec<(String, Value)>>),
 }
 
-/// Calls `each(index, key, value)` for every value of every row, in order.
-fn each_value(
-    py: Python<'_>,
-    rows: &Bound<'_, PyAny>,
-    mut each: impl FnMut(usize, Option<(String, JsonValue)>) -> Result<bool, String>,
-) -> Result<bool, String> {
+/// The rows of a `send`, as an iterator, and the `json.dumps` its values that only Python can
+/// write go through.
+fn rows_and_dumps<'py>(
+    py: Python<'py>,
+    rows: &Bound<'py, PyAny>,
+) -> Result<(Bound<'py, PyAny>, Bound<'py, pyo3::types::PyIterator>), String> {
     let dumps = py
         .import("clickhouse_component.errors")
         .and_then(|m| m.getattr("_json_dumps"))
@@ -710,6 +710,16 @@ fn each_value(
     let iter = rows
         .try_iter()
         .map_err(|_| "rows must be a list of dicts".to_string())?;
+    Ok((dumps, iter))
+}
+
+/// Calls `each(index, key, value)` for every value of every row, in order.
+fn each_value(
+    py: Python<'_>,
+    rows: &Bound<'_, PyAny>,
+    mut each: impl FnMut(usize, Option<(String, JsonValue)>) -> Result<bool, String>,
+) -> Result<bool, String> {
+    let (dumps, iter) = rows_and_dumps(py, rows)?;
     for (index, row) in (1..).zip(iter) {
         let row = row.map_err(|e| e.to_string())?;
         let Ok(dict) = row.cast::<PyDict>() else {
@@ -800,10 +810,7 @@ fn write_json_nested(json: &mut Vec<u8>, v: &Bound<'_, PyAny>, depth: usize) -> 
             b"false"
         });
     } else if v.is_exact_instance_of::<PyString>() {
-        let Ok(text) = v.cast::<PyString>().map(|s| s.to_str()) else {
-            return false;
-        };
-        let Ok(text) = text else {
+        let Some(text) = v.cast::<PyString>().ok().and_then(|s| s.to_str().ok()) else {
             return false;
         };
         if text.bytes().any(|b| matches!(b, 0x08 | 0x0c | 0x7f)) {
@@ -859,13 +866,7 @@ fn write_json_nested(json: &mut Vec<u8>, v: &Bound<'_, PyAny>, depth: usize) -> 
 /// same code share their key strings) is written from the previous row's escaped bytes.
 /// `Ok(None)`: a bytes value is not UTF-8.
 fn write_json_rows(py: Python<'_>, rows: &Bound<'_, PyAny>) -> Result<Option<Vec<u8>>, String> {
-    let dumps = py
-        .import("clickhouse_component.errors")
-        .and_then(|m| m.getattr("_json_dumps"))
-        .map_err(|e| e.to_string())?;
-    let iter = rows
-        .try_iter()
-        .map_err(|_| "rows must be a list of dicts".to_string())?;
+    let (dumps, iter) = rows_and_dumps(py, rows)?;
     let mut json = Vec::new();
     // The previous row's keys, in order, held (so their addresses stay theirs), with their
     // JSON (`"key":`).

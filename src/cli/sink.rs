@@ -505,9 +505,8 @@ fn failure(e: Error, total: &Receipt, args: &SinkArgs, checkpoint_rows: Option<u
     }
 }
 
-/// The receipt of a run that succeeded, as text and JSON.
-/// The run's summary; `first_pass`: the seconds of the first pass over a FILE, and whether it
-/// kept every batch (then the file was read once).
+/// The receipt of a run that succeeded, as text and JSON; `first_pass`: the seconds of the first
+/// pass over a FILE, and whether it kept every batch (then the file was read once).
 fn summary(
     args: &SinkArgs,
     total: &Receipt,
