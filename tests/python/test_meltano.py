@@ -292,9 +292,12 @@ def test_lock_held_by_our_cli_blocks_meltano(project):
 def test_two_concurrent_runs_keep_every_partial_key(project):
     """Two `meltano run --force --state-strategy merge` of one job at once, from taps emitting
     different bookmark keys: Meltano's update() merges each partial state under our lock
-    (fenced), so no write of one run is lost to the other's. The taps meet at a barrier after
-    their first STATE (a tap exits 1 if the other never comes): both runs are certainly
-    streaming at the same moment, each with eleven STATEs still to write."""
+    (fenced), so no write of one run is lost to the other's. The taps meet at a barrier twice
+    (a tap exits 1 if the other never comes). Before any output: each run has read the state
+    it starts from, so neither tap echoes a bookmark of the other (its STATEs would put that
+    bookmark back, as Meltano's merge lets the newer partial state win; 2026-12-03's CI run
+    lost beta's bookmarks so). After their first STATE: both runs are certainly streaming at
+    the same moment, each with eleven STATEs still to write."""
     args = ("run", "--force", "--state-strategy", "merge", "tap-counter", "target-collect")
     # The system database (Meltano's jobs) first: two runs would both create it.
     project.meltano("upgrade", "database")
@@ -320,7 +323,10 @@ def test_two_concurrent_runs_keep_every_partial_key(project):
     for run in runs:
         _, stderr = run.communicate(timeout=300)
         assert run.returncode == 0, stderr[-4000:]
-    assert sorted(os.listdir(project.root / "barrier")) == ["alpha", "beta"]
+    for point in ("start", "first"):
+        assert sorted(os.listdir(project.root / "barrier" / point)) == ["alpha", "beta"]
+    starts = sorted(json.loads(line)["keys"] for line in project.log.read_text().splitlines())
+    assert starts == [[], []]  # neither tap started from the other's bookmark
     merged = json.loads(cli("get", JOB, database=project.database).stdout)
     assert merged["singer_state"]["bookmarks"] == {"alpha": {"last": 12}, "beta": {"last": 12}}
     stored = cli_get(JOB, database=project.database)

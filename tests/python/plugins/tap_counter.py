@@ -3,9 +3,11 @@
 after the bookmark (`bookmarks.<key>.last` of --state), a STATE after each record. Config
 (--config): count (records per run), key (bookmark key, default `counter`), fail_after
 (exit 1 after that many records, their states emitted), log (a file to append the starting
-bookmark to), barrier (a directory: after its first record and STATE the tap announces itself
-there and waits, up to 120 s, until a second tap has too; exit 1 if none comes: two runs are
-then certainly streaming at the same time)."""
+bookmark and the bookmark keys of --state to), barrier (a directory: the tap meets a second tap
+there twice, waiting up to 120 s each time and exiting 1 if none comes. First before any
+output: Meltano reads the state it passes with --state before it starts a tap, so neither
+tap's starting state holds what the other run writes. Then after its first record and STATE:
+two runs are then certainly streaming at the same time)."""
 
 import argparse
 import json
@@ -35,7 +37,11 @@ def main() -> int:
     last = int(state.get("bookmarks", {}).get(key, {}).get("last", 0))
     if config.get("log"):
         with open(config["log"], "a") as log:
-            log.write(json.dumps({"key": key, "start": last}) + "\n")
+            keys = sorted(state.get("bookmarks", {}))
+            log.write(json.dumps({"key": key, "start": last, "keys": keys}) + "\n")
+    if config.get("barrier") and not meet(os.path.join(config["barrier"], "start"), key):
+        print("tap_counter: no second tap came to the start", file=sys.stderr)
+        return 1
     out = sys.stdout
     schema = {"type": "object", "properties": {"id": {"type": "integer"}}}
     out.write(
@@ -57,7 +63,11 @@ def main() -> int:
         bookmarks[key] = {"last": i}
         out.write(json.dumps({"type": "STATE", "value": {"bookmarks": bookmarks}}) + "\n")
         out.flush()
-        if n == 0 and config.get("barrier") and not meet(config["barrier"], key):
+        if (
+            n == 0
+            and config.get("barrier")
+            and not meet(os.path.join(config["barrier"], "first"), key)
+        ):
             print("tap_counter: no second tap came to the barrier", file=sys.stderr)
             return 1
     return 0
