@@ -915,7 +915,7 @@ fn read_moment(token: &Token<'_>, precision: Option<u8>) -> Result<Moment, Refus
 /// a day inside those bounds: which instant it is depends on the zone's offset, and the
 /// server's conversion clamps one past the range without an error (measured: `1970-01-01
 /// 08:59:59` into `DateTime('Asia/Tokyo')` is stored as 09:00:00).
-fn in_range(moment: Moment, precision: Option<u8>) -> Result<i128, Why> {
+fn in_range(moment: Moment, precision: Option<u8>) -> Result<i64, Why> {
     let (ticks, margin) = match moment {
         Moment::Instant(ticks) => (ticks, 0),
         Moment::Local(ticks) => (ticks, 86_400),
@@ -924,8 +924,8 @@ fn in_range(moment: Moment, precision: Option<u8>) -> Result<i128, Why> {
         "too near the edge of the type's range for a column whose zone the sink has no rules for (within a day: the server would clamp it)".into()
     };
     match precision {
-        None if (0..=i128::from(u32::MAX)).contains(&ticks) => {
-            if (margin..=i128::from(u32::MAX) - margin).contains(&ticks) {
+        None if (0..=i64::from(u32::MAX)).contains(&ticks) => {
+            if (margin..=i64::from(u32::MAX) - margin).contains(&ticks) {
                 Ok(ticks)
             } else {
                 Err(near())
@@ -935,18 +935,13 @@ fn in_range(moment: Moment, precision: Option<u8>) -> Result<i128, Why> {
             "out of the range of DateTime (1970-01-01 00:00:00 to 2106-02-07 06:28:15 UTC)".into(),
         ),
         Some(p) => {
-            // (64-bit division: 128-bit division costs the component kilobytes.)
-            let secs = i64::try_from(ticks)
-                .map(|t| t.div_euclid(10i64.pow(u32::from(p))))
-                .unwrap_or(i64::MAX);
+            let secs = ticks.div_euclid(10i64.pow(u32::from(p)));
             if !(DATETIME64_RANGE.0..=DATETIME64_RANGE.1).contains(&secs) {
                 Err(
                     "out of the range of DateTime64 (1900-01-01 00:00:00 to 2299-12-31 23:59:59)"
                         .into(),
                 )
-            } else if !(DATETIME64_RANGE.0 + margin as i64..=DATETIME64_RANGE.1 - margin as i64)
-                .contains(&secs)
-            {
+            } else if !(DATETIME64_RANGE.0 + margin..=DATETIME64_RANGE.1 - margin).contains(&secs) {
                 Err(near())
             } else {
                 Ok(ticks)
@@ -969,12 +964,9 @@ fn token_text<'t>(token: &'t Token<'_>) -> &'t [u8] {
 /// A moment as the text a zoned column is sent as: a wall-clock time as
 /// `YYYY-MM-DD hh:mm:ss[.f]`, an instant as a Unix time `[-]s[.f]`.
 fn write_moment_text(out: &mut String, moment: Moment, precision: u8) {
-    // In range ([`in_range`]), so 64 bits hold it.
     let scale = 10i64.pow(u32::from(precision));
-    let ticks64 = |t: i128| i64::try_from(t).unwrap_or_default();
     match moment {
         Moment::Instant(ticks) => {
-            let ticks = ticks64(ticks);
             let sign = if ticks < 0 { "-" } else { "" };
             let t = ticks.abs();
             let _ = write!(out, "{sign}{}", t / scale);
@@ -988,7 +980,6 @@ fn write_moment_text(out: &mut String, moment: Moment, precision: u8) {
             }
         }
         Moment::Local(ticks) => {
-            let ticks = ticks64(ticks);
             let secs = ticks.div_euclid(scale);
             let frac = ticks.rem_euclid(scale);
             let days = secs.div_euclid(86_400);
@@ -1176,7 +1167,7 @@ impl Scalar {
                 };
                 let ticks = in_range(instant, *precision).map_err(fail)?;
                 if precision.is_some() {
-                    data.extend_from_slice(&(ticks as i64).to_le_bytes());
+                    data.extend_from_slice(&ticks.to_le_bytes());
                 } else {
                     data.extend_from_slice(&(ticks as u32).to_le_bytes());
                 }
