@@ -48,6 +48,7 @@ __all__ = [
     "MisconfiguredError",
     "NotFoundError",
     "PermanentError",
+    "PreparedRows",
     "Receipt",
     "RunnerError",
     "ServerError",
@@ -59,6 +60,7 @@ __all__ = [
     "TransientError",
     "UncertainError",
     "connect",
+    "prepare_rows",
     "warm_up",
 ]
 
@@ -557,10 +559,13 @@ class Sink:
             _str("cluster", cluster, optional=True),
         )
 
-    def send(self, rows: Iterable[Mapping[str, Any]], *, position: str | None = None) -> Receipt:
+    def send(
+        self, rows: Iterable[Mapping[str, Any]] | PreparedRows, *, position: str | None = None
+    ) -> Receipt:
         """Sends rows, each a dict of column name to value: None, bool, int, float, str,
-        bytes, or a dict/list (sent as JSON). Values are never coerced. A resumable sink
-        (`resume`) needs the ``position`` the rows end at."""
+        bytes, or a dict/list (sent as JSON). Values are never coerced. Or rows that
+        `prepare_rows` converted earlier. A resumable sink (`resume`) needs the ``position``
+        the rows end at."""
         if isinstance(rows, Mapping):
             raise InvalidInputError("send takes a list of rows (dicts), not one row")
         return _by_name(Receipt, self._native.send(rows, _str("position", position, optional=True)))
@@ -590,6 +595,20 @@ class Sink:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+PreparedRows = _native.PreparedRows
+
+
+def prepare_rows(rows: Iterable[Mapping[str, Any]]) -> PreparedRows:
+    """Converts rows (dicts, as `Sink.send` takes them) now, for a later `Sink.send`: what
+    is sent is the rows as they are at this call, the lists and dicts inside them too, so
+    they may be changed or reused meanwhile. A value `send` would refuse for its Python type
+    is refused here (`InvalidInputError`); the columns' types are checked by the send.
+    ``len()`` is the number of rows."""
+    if isinstance(rows, Mapping):
+        raise InvalidInputError("prepare_rows takes a list of rows (dicts), not one row")
+    return _native.prepare_rows(rows)
 
 
 def warm_up() -> tuple[str, float]:

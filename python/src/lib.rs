@@ -935,6 +935,39 @@ fn to_rows(py: Python<'_>, rows: &Bound<'_, PyAny>) -> Result<Rows, String> {
     Ok(Rows::Typed(out))
 }
 
+/// Rows converted for `send` at once and sent later (`prepare_rows`): what is sent is the
+/// rows as they were when they were converted, the lists and dicts inside them too, so a
+/// caller may change or reuse them meanwhile without a copy of its own. onestep's sink
+/// converts each `send`'s rows before it waits for the send before it (a shallow copy of each
+/// dict there cost more than the conversion, through Python's garbage collector).
+#[pyclass(frozen, module = "clickhouse_component._native")]
+struct PreparedRows {
+    rows: Arc<Rows>,
+    count: usize,
+}
+
+#[pymethods]
+impl PreparedRows {
+    /// The number of rows.
+    fn __len__(&self) -> usize {
+        self.count
+    }
+}
+
+/// Converts rows (a list of dicts) as `send` does, to send later (`PreparedRows`).
+#[pyfunction]
+fn prepare_rows(py: Python<'_>, rows: &Bound<'_, PyAny>) -> PyResult<PreparedRows> {
+    let rows = to_rows(py, rows).map_err(|m| invalid(py, m))?;
+    let count = match &rows {
+        Rows::Json(json) => json.iter().filter(|b| **b == b'\n').count(),
+        Rows::Typed(rows) => rows.len(),
+    };
+    Ok(PreparedRows {
+        rows: Arc::new(rows),
+        count,
+    })
+}
+
 /// A refused row of a `send` as the caller gave it: the component names a `send-json` line
 /// `line N` (from 1); the rows of a list are `row N`, as the typed path names them.
 fn as_rows(e: CallError) -> CallError {
@@ -1029,11 +1062,14 @@ impl NativeSink {
         rows: &Bound<'_, PyAny>,
         position: Option<String>,
     ) -> PyResult<NativeReceipt> {
-        let rows = to_rows(py, rows).map_err(|m| invalid(py, m))?;
+        let rows = match rows.cast::<PreparedRows>() {
+            Ok(prepared) => Arc::clone(&prepared.get().rows),
+            Err(_) => Arc::new(to_rows(py, rows).map_err(|m| invalid(py, m))?),
+        };
         let s = self.sink;
         on_instance!(py, self, |i| {
             let at = position.as_deref();
-            Ok(receipt(match (&rows, at) {
+            Ok(receipt(match (&*rows, at) {
                 (Rows::Json(json), None) => i.sink_send_json(s, json).await.map_err(as_rows)?,
                 (Rows::Json(json), Some(at)) => {
                     i.sink_send_json_at(s, json, at).await.map_err(as_rows)?
@@ -1204,6 +1240,8 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<NativeState>()?;
     m.add_class::<NativeReceipt>()?;
     m.add_class::<NativeServerInfo>()?;
+    m.add_class::<PreparedRows>()?;
+    m.add_function(wrap_pyfunction!(prepare_rows, m)?)?;
     m.add_function(wrap_pyfunction!(py_warm_up, m)?)?;
     m.add_function(wrap_pyfunction!(_after_fork_in_child, m)?)?;
     m.add(

@@ -203,6 +203,42 @@ def test_python_api_mirrors_onestep_clickhouse(database):
     assert sql(f"SELECT count(), sum(id) FROM `{database}`.t FORMAT TSV").split() == ["4", "10"]
 
 
+def test_a_send_sends_its_rows_as_they_were_when_it_was_called(database):
+    """A task's send waits for the send before it; the rows it was given are read at the
+    call, so changing them meanwhile (a value, a nested list, the list of rows) changes
+    nothing that is sent. Fails without the snapshot (no copy: every change lands) and with a
+    copy of each dict only (the nested list's change lands)."""
+    sql(f"CREATE DATABASE `{database}`")
+    sql(
+        f"CREATE TABLE `{database}`.t (id UInt32, v String, tags Array(String)) "
+        "ENGINE = MergeTree ORDER BY id"
+    )
+
+    async def main() -> None:
+        connector = ClickHouseConnector(dsn=dsn())
+        sink = connector.table_sink(table=f"{database}.t")
+        first = asyncio.create_task(
+            sink.send(Envelope(body=[{"id": i, "v": "x", "tags": []} for i in range(1, 1001)]))
+        )
+        rows = [{"id": 2000, "v": "before", "tags": ["a"]}]
+        second = asyncio.create_task(sink.send(Envelope(body=rows)))
+        await asyncio.sleep(0)  # both tasks run to their first wait
+        assert not first.done() and not second.done()
+        rows[0]["v"] = "after"
+        rows[0]["tags"].append("b")
+        rows.append({"id": 3000, "v": "late", "tags": []})
+        await first
+        await second
+        await sink.close()
+        await connector.close()
+
+    asyncio.run(main())
+    stored = sql(
+        f"SELECT id, v, tags FROM `{database}`.t WHERE id >= 2000 FORMAT JSONCompactEachRow"
+    )
+    assert [json.loads(line) for line in stored.splitlines()] == [[2000, "before", ["a"]]]
+
+
 def test_an_unanswered_send_stays_uncertain(database):
     """An INSERT whose answer is lost (the real server behind the fault proxy, every reply
     dropped once a first send has read the table's columns and landed) may have committed:
