@@ -297,6 +297,7 @@ const MONTHS: [&str; 12] = [
     "December",
 ];
 
+#[inline]
 fn digits_at(t: &[u8], from: usize, n: usize) -> Option<u32> {
     let part = t.get(from..from + n)?;
     part.iter()
@@ -380,7 +381,9 @@ pub fn moment(t: &[u8], precision: u8, number: bool) -> Result<Moment, Why> {
         }
         Ok(v)
     };
-    if let Some((negative, secs, frac)) = unix_shape(t) {
+    // A date's fifth byte is its dash: no Unix time has one there (most texts are dates).
+    let dated = t.get(4) == Some(&b'-');
+    if let Some((negative, secs, frac)) = unix_shape(t).filter(|_| !dated) {
         // A Unix time: a JSON number, or a text of five digits or more (as the server reads
         // one; a shorter text is no date either).
         if !number && secs.len() < 5 {
