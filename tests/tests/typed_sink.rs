@@ -457,6 +457,20 @@ fn corpus(seed: u64) -> Vec<Entry> {
         "-1.5".into(),
         text("1969-12-31 23:59:58.500"),
     );
+    // DateTime64(9)'s ticks end at 2^63 - 1 ns (the sink's ticks are 64 bits, as the
+    // column's; the server refuses the next nanosecond).
+    let d9 = "DateTime64(9, 'UTC')";
+    let last = "2262-04-11 23:47:16.854775807";
+    add(d9, q(last), text(last));
+    add(d9, "9223372036.854775807".into(), text(last));
+    add(d9, q("2262-04-11 23:47:16.854775808"), None);
+    add(d9, q("2262-04-12 00:00:00"), None);
+    add(d9, "9223372036.854775808".into(), None);
+    add(
+        d9,
+        q("1900-01-01 00:00:00"),
+        text("1900-01-01 00:00:00.000000000"),
+    );
 
     // Enums.
     let e = "Enum8('a' = 1, 'b' = -2, 'c d' = 3)";
