@@ -935,13 +935,17 @@ fn in_range(moment: Moment, precision: Option<u8>) -> Result<i64, Why> {
             "out of the range of DateTime (1970-01-01 00:00:00 to 2106-02-07 06:28:15 UTC)".into(),
         ),
         Some(p) => {
-            let secs = ticks.div_euclid(10i64.pow(u32::from(p)));
+            let scale = 10i64.pow(u32::from(p));
+            let secs = ticks.div_euclid(scale);
             if !(DATETIME64_RANGE.0..=DATETIME64_RANGE.1).contains(&secs) {
                 Err(
                     "out of the range of DateTime64 (1900-01-01 00:00:00 to 2299-12-31 23:59:59)"
                         .into(),
                 )
-            } else if !(DATETIME64_RANGE.0 + margin..=DATETIME64_RANGE.1 - margin).contains(&secs) {
+            } else if !(DATETIME64_RANGE.0 + margin..=DATETIME64_RANGE.1 - margin).contains(&secs)
+                // DateTime64(9)'s range ends at its last 64-bit tick, before 2299.
+                || ticks.checked_add(margin * scale).is_none()
+            {
                 Err(near())
             } else {
                 Ok(ticks)
@@ -968,7 +972,8 @@ fn write_moment_text(out: &mut String, moment: Moment, precision: u8) {
     match moment {
         Moment::Instant(ticks) => {
             let sign = if ticks < 0 { "-" } else { "" };
-            let t = ticks.abs();
+            let t = ticks.unsigned_abs();
+            let scale = scale.unsigned_abs();
             let _ = write!(out, "{sign}{}", t / scale);
             if precision > 0 {
                 let _ = write!(
@@ -1728,6 +1733,19 @@ mod tests {
             .push(&mut Cursor::new(b"\"2026-01-01T10:00:00Z\""))
             .is_err());
         assert!(b.push(&mut Cursor::new(b"\"2026-01-01 10:00:00\"")).is_ok());
+        // DateTime64(9) ends at its last 64-bit tick: a wall-clock time within a day of it,
+        // in a zone the sink has no rules for, is refused (its instant may be past it).
+        let nine = Type::parse("DateTime64(9)").unwrap();
+        let mut b = Builder::new(&nine, berlin);
+        for v in ["\"2262-04-11 00:00:00\"", "\"2262-04-11 23:00:00\""] {
+            let refused = b.push(&mut Cursor::new(v.as_bytes())).unwrap_err();
+            assert!(
+                refused.reason.contains("too near the edge"),
+                "{}",
+                refused.reason
+            );
+        }
+        assert!(b.push(&mut Cursor::new(b"\"2262-04-09 23:00:00\"")).is_ok());
         let mut other = Builder::new(&Type::parse("JSON").unwrap(), json);
         assert!(other.push(&mut Cursor::new(b"null")).is_ok());
         let mut variant = Builder::new(&Type::parse("Point").unwrap(), json);

@@ -333,7 +333,7 @@ pub fn date(t: &[u8]) -> Result<i64, Why> {
 
 /// A date and time as read: a wall-clock time (meant in the column's time zone) or an
 /// instant (a Unix time, or a text with `Z` or an offset), in units of 10^-precision s.
-/// 64 bits, as `DateTime64` stores them: a text whose ticks do not fit is out of every
+/// 64 bits, as `DateTime64` stores them: an instant whose ticks do not fit is out of every
 /// date-time type's range ([`moment`] refuses it). (128-bit arithmetic here was 14% of the
 /// typed read of a table with one date-time column.)
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -363,7 +363,12 @@ fn beyond_ticks(precision: u8) -> Why {
 pub fn moment(t: &[u8], precision: u8, number: bool) -> Result<Moment, Why> {
     // At most 10^9 (a precision is at most 9).
     let scale = 10i64.pow(u32::from(precision));
-    let beyond = || beyond_ticks(precision);
+    // Seconds and a fraction (in ticks, below `scale`) as ticks, if 64 bits hold them.
+    let ticks = |secs: i64, fraction: i64| -> Result<i64, Why> {
+        secs.checked_mul(scale)
+            .and_then(|t| t.checked_add(fraction))
+            .ok_or_else(|| beyond_ticks(precision))
+    };
     let keeps = |digits: &[u8]| -> Result<i64, Why> {
         let (kept, rest) = digits.split_at(digits.len().min(usize::from(precision)));
         if rest.iter().any(|d| *d != b'0') {
@@ -383,23 +388,21 @@ pub fn moment(t: &[u8], precision: u8, number: bool) -> Result<Moment, Why> {
     };
     // A date's fifth byte is its dash: no Unix time has one there (most texts are dates).
     let dated = t.get(4) == Some(&b'-');
-    if let Some((negative, secs, frac)) = unix_shape(t).filter(|_| !dated) {
-        // A Unix time: a JSON number, or a text of five digits or more (as the server reads
-        // one; a shorter text is no date either).
-        if !number && secs.len() < 5 {
-            return Err(MOMENT_SHAPE.into());
+    if !dated {
+        if let Some((negative, secs, frac)) = unix_shape(t) {
+            // A Unix time: a JSON number, or a text of five digits or more (as the server
+            // reads one; a shorter text is no date either).
+            if !number && secs.len() < 5 {
+                return Err(MOMENT_SHAPE.into());
+            }
+            if secs.len() > 12 {
+                return Err(MOMENT_SHAPE.into());
+            }
+            // At most 12 digits.
+            let s = secs.iter().fold(0i64, |a, d| a * 10 + i64::from(d - b'0'));
+            let ticks = ticks(s, keeps(frac)?)?;
+            return Ok(Moment::Instant(if negative { -ticks } else { ticks }));
         }
-        if secs.len() > 12 {
-            return Err(MOMENT_SHAPE.into());
-        }
-        // At most 12 digits.
-        let s = secs.iter().fold(0i64, |a, d| a * 10 + i64::from(d - b'0'));
-        let fraction = keeps(frac)?;
-        let ticks = s
-            .checked_mul(scale)
-            .and_then(|t| t.checked_add(fraction))
-            .ok_or_else(beyond)?;
-        return Ok(Moment::Instant(if negative { -ticks } else { ticks }));
     }
     if number {
         return Err(MOMENT_SHAPE.into());
@@ -412,8 +415,11 @@ pub fn moment(t: &[u8], precision: u8, number: bool) -> Result<Moment, Why> {
         }
     })?;
     let mut rest = &t[10..];
-    // Days of years 0000-9999: at most 11 digits of seconds.
-    let mut ticks = (days * 86_400).checked_mul(scale).ok_or_else(beyond)?;
+    // Whole seconds first (days of years 0000-9999: at most 12 digits, whatever the offset),
+    // scaled once at the end: a wall-clock time past the last tick whose offset brings it
+    // back in is an instant the column holds.
+    let mut secs = days * 86_400;
+    let mut fraction = 0;
     if let Some((b' ' | b'T', time)) = rest.split_first() {
         if time.len() < 8 || time[2] != b':' || time[5] != b':' {
             return Err(MOMENT_SHAPE.into());
@@ -431,22 +437,20 @@ pub fn moment(t: &[u8], precision: u8, number: bool) -> Result<Moment, Why> {
                     .into(),
             );
         }
-        ticks = ticks
-            .checked_add(i64::from(h * 3600 + m * 60 + s) * scale)
-            .ok_or_else(beyond)?;
+        secs += i64::from(h * 3600 + m * 60 + s);
         rest = &time[8..];
         if let Some((b'.', frac)) = rest.split_first() {
             let n = frac.iter().take_while(|b| b.is_ascii_digit()).count();
             if n == 0 {
                 return Err(MOMENT_SHAPE.into());
             }
-            ticks = ticks.checked_add(keeps(&frac[..n])?).ok_or_else(beyond)?;
+            fraction = keeps(&frac[..n])?;
             rest = &frac[n..];
         }
     }
     match rest {
-        [] => Ok(Moment::Local(ticks)),
-        [b'Z' | b'z'] => Ok(Moment::Instant(ticks)),
+        [] => Ok(Moment::Local(ticks(secs, fraction)?)),
+        [b'Z' | b'z'] => Ok(Moment::Instant(ticks(secs, fraction)?)),
         [sign @ (b'+' | b'-'), ..] if rest.len() == 6 && rest[3] == b':' => {
             let (Some(h), Some(m)) = (digits_at(rest, 1, 2), digits_at(rest, 4, 2)) else {
                 return Err(MOMENT_SHAPE.into());
@@ -454,14 +458,13 @@ pub fn moment(t: &[u8], precision: u8, number: bool) -> Result<Moment, Why> {
             if h > 23 || m > 59 {
                 return Err(MOMENT_SHAPE.into());
             }
-            let offset = i64::from(h * 3600 + m * 60) * scale;
-            if *sign == b'+' {
-                ticks.checked_sub(offset)
+            let offset = i64::from(h * 3600 + m * 60);
+            let utc = if *sign == b'+' {
+                secs - offset
             } else {
-                ticks.checked_add(offset)
-            }
-            .map(Moment::Instant)
-            .ok_or_else(beyond)
+                secs + offset
+            };
+            Ok(Moment::Instant(ticks(utc, fraction)?))
         }
         _ => Err(MOMENT_SHAPE.into()),
     }
@@ -720,6 +723,13 @@ mod tests {
             moment(b"-9223372036.854775807", 9, true).unwrap(),
             Moment::Instant(-i64::MAX)
         );
+        // An offset that brings a time past the last tick back before it: that instant.
+        assert_eq!(
+            moment(b"2262-04-12T05:00:00+06:00", 9, false).unwrap(),
+            moment(b"2262-04-11T23:00:00Z", 9, false).unwrap()
+        );
+        assert!(moment(b"2262-04-11T23:50:00+01:00", 9, false).is_ok());
+        assert!(moment(b"2262-04-11T23:47:16.854775807-00:01", 9, false).is_err());
         // Other precisions overflow only far beyond DateTime64's range.
         assert!(moment(b"9999-12-31 23:59:59", 8, false)
             .unwrap_err()
