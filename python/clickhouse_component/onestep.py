@@ -249,7 +249,7 @@ class ClickHouseTableSink(Sink):
 
     def _documents(self, body: Any) -> list[Mapping[str, Any]]:
         if isinstance(body, Mapping):
-            return [body]
+            body = [body]
         if not isinstance(body, Sequence) or isinstance(body, (str, bytes, bytearray)):
             raise ClickHousePayloadError(
                 "payload must be a mapping or non-empty sequence of mappings"

@@ -12,6 +12,7 @@ import signal
 import subprocess
 import sys
 import time
+import types
 import urllib.parse
 from pathlib import Path
 
@@ -176,6 +177,9 @@ def test_python_api_mirrors_onestep_clickhouse(database):
             Envelope(body=[{"id": 1, "v": "a"}, {"id": 2, "v": "b"}, {"id": 3, "v": "c"}])
         )
         await sink.publish({"id": 4, "v": "d"})
+        # Mappings that are not dicts, alone and in a list, are read as dicts.
+        await sink.send(Envelope(body=types.MappingProxyType({"id": 6, "v": "f"})))
+        await sink.send(Envelope(body=[types.MappingProxyType({"id": 7, "v": "g"})]))
         # A payload onestep-clickhouse refuses, refused the same way (permanent).
         with pytest.raises(ConnectorOperationError) as info:
             await sink.send(Envelope(body=[{"id": 5}]))
@@ -200,7 +204,7 @@ def test_python_api_mirrors_onestep_clickhouse(database):
         await connector.close()
 
     asyncio.run(main())
-    assert sql(f"SELECT count(), sum(id) FROM `{database}`.t FORMAT TSV").split() == ["4", "10"]
+    assert sql(f"SELECT count(), sum(id) FROM `{database}`.t FORMAT TSV").split() == ["6", "23"]
 
 
 def test_a_send_sends_its_rows_as_they_were_when_it_was_called(database):
