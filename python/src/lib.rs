@@ -865,12 +865,16 @@ fn write_json_nested(json: &mut Vec<u8>, v: &Bound<'_, PyAny>, depth: usize) -> 
 /// key that is the same object as the previous row's key in its place (dicts built by the
 /// same code share their key strings) is written from the previous row's escaped bytes.
 /// `Ok(None)`: a bytes value is not UTF-8.
-fn write_json_rows(py: Python<'_>, rows: &Bound<'_, PyAny>) -> Result<Option<Vec<u8>>, String> {
+fn write_json_rows(
+    py: Python<'_>,
+    rows: &Bound<'_, PyAny>,
+) -> Result<Option<(Vec<u8>, usize)>, String> {
     let (dumps, iter) = rows_and_dumps(py, rows)?;
     let mut json = Vec::new();
     // The previous row's keys, in order, held (so their addresses stay theirs), with their
     // JSON (`"key":`).
     let mut keys: Vec<(Bound<'_, PyAny>, Vec<u8>)> = Vec::new();
+    let mut count = 0;
     for (index, row) in (1..).zip(iter) {
         let row = row.map_err(|e| e.to_string())?;
         let Ok(dict) = row.cast::<PyDict>() else {
@@ -910,18 +914,36 @@ fn write_json_rows(py: Python<'_>, rows: &Bound<'_, PyAny>) -> Result<Option<Vec
             }
         }
         json.extend_from_slice(b"}\n");
+        count = index;
     }
-    Ok(Some(json))
+    Ok(Some((json, count)))
 }
 
 /// The rows of a `send`: JSONEachRow built here ([`write_json_rows`]; the component's typed
 /// path lowers every string into guest memory at once: 1,000,000 five-column rows needed more
 /// than its 1 GiB, and took 3x the time of the same rows as JSON), with the same JSON per value
 /// as the typed path writes (`encode::write_value`); typed rows when a bytes value is not
-/// UTF-8.
-fn to_rows(py: Python<'_>, rows: &Bound<'_, PyAny>) -> Result<Rows, String> {
-    if let Some(json) = write_json_rows(py, rows)? {
-        return Ok(Rows::Json(json));
+/// UTF-8. With the number of rows.
+fn to_rows(py: Python<'_>, rows: &Bound<'_, PyAny>) -> Result<(Rows, usize), String> {
+    // Rows sent typed are walked a second time: an iterator is read once, into a list (of the
+    // same dicts), so the second walk sees the rows the first consumed.
+    let listed;
+    let rows = if rows.is_instance_of::<PyList>() || rows.is_instance_of::<PyTuple>() {
+        rows
+    } else {
+        let not_rows = |_| "rows must be a list of dicts".to_string();
+        let items = rows
+            .try_iter()
+            .map_err(not_rows)?
+            .collect::<PyResult<Vec<_>>>()
+            .map_err(|e| e.to_string())?;
+        listed = PyList::new(py, items)
+            .map_err(|e| e.to_string())?
+            .into_any();
+        &listed
+    };
+    if let Some((json, count)) = write_json_rows(py, rows)? {
+        return Ok((Rows::Json(json), count));
     }
     let mut out: Vec<Vec<(String, Value)>> = Vec::new();
     let mut row = Vec::new();
@@ -932,7 +954,8 @@ fn to_rows(py: Python<'_>, rows: &Bound<'_, PyAny>) -> Result<Rows, String> {
         }
         Ok(true)
     })?;
-    Ok(Rows::Typed(out))
+    let count = out.len();
+    Ok((Rows::Typed(out), count))
 }
 
 /// Rows converted for `send` at once and sent later (`prepare_rows`): what is sent is the
@@ -957,11 +980,7 @@ impl PreparedRows {
 /// Converts rows (a list of dicts) as `send` does, to send later (`PreparedRows`).
 #[pyfunction]
 fn prepare_rows(py: Python<'_>, rows: &Bound<'_, PyAny>) -> PyResult<PreparedRows> {
-    let rows = to_rows(py, rows).map_err(|m| invalid(py, m))?;
-    let count = match &rows {
-        Rows::Json(json) => json.iter().filter(|b| **b == b'\n').count(),
-        Rows::Typed(rows) => rows.len(),
-    };
+    let (rows, count) = to_rows(py, rows).map_err(|m| invalid(py, m))?;
     Ok(PreparedRows {
         rows: Arc::new(rows),
         count,
@@ -1064,7 +1083,7 @@ impl NativeSink {
     ) -> PyResult<NativeReceipt> {
         let rows = match rows.cast::<PreparedRows>() {
             Ok(prepared) => Arc::clone(&prepared.get().rows),
-            Err(_) => Arc::new(to_rows(py, rows).map_err(|m| invalid(py, m))?),
+            Err(_) => Arc::new(to_rows(py, rows).map_err(|m| invalid(py, m))?.0),
         };
         let s = self.sink;
         on_instance!(py, self, |i| {

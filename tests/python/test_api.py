@@ -442,6 +442,40 @@ def test_rows_written_from_python_objects_keep_each_rows_own_keys_and_values(con
     ]
 
 
+def test_prepared_rows_are_sent_as_they_were_when_prepared(conn, database):
+    # JSON text (most rows) and typed rows (a bytes value that is not UTF-8) alike; the typed
+    # rows' count and content failed when they came from an iterator, whose first row the
+    # JSON walk had consumed.
+    sql(f"CREATE DATABASE `{database}`")
+    sql(f"CREATE TABLE `{database}`.t (id Int64, s String) ENGINE = MergeTree ORDER BY id")
+    rows = [{"id": 1, "s": "one"}, {"id": 2, "s": "two"}, {"id": 3, "s": "three"}]
+    typed = [{"id": 4, "s": b"\xff"}, {"id": 5, "s": b"\xfe"}]
+    prepared, prepared_typed = cc.prepare_rows(rows), cc.prepare_rows(iter(typed))
+    assert (len(prepared), len(prepared_typed), len(cc.prepare_rows([]))) == (3, 2, 0)
+    rows[0]["s"] = "changed"
+    rows.append({"id": 9, "s": "late"})
+    typed[0]["s"] = b"\x00"
+    with cc.Sink(conn, f"{database}.t") as sink:
+        assert sink.send(prepared).rows == 3
+        assert sink.send(prepared_typed).rows == 2
+        # A generator is read once, though typed rows are walked twice.
+        assert sink.send(r for r in [{"id": 6, "s": b"\xfd"}, {"id": 7, "s": b"\xfc"}]).rows == 2
+    stored = sql(f"SELECT id, hex(s) FROM `{database}`.t ORDER BY id FORMAT TSV")
+    assert [line.split("\t") for line in stored.splitlines()] == [
+        ["1", "6F6E65"],
+        ["2", "74776F"],
+        ["3", "7468726565"],
+        ["4", "FF"],
+        ["5", "FE"],
+        ["6", "FD"],
+        ["7", "FC"],
+    ]
+    with pytest.raises(cc.InvalidInputError, match="row 2 is not a dict"):
+        cc.prepare_rows([{"id": 1}, 2])
+    with pytest.raises(cc.InvalidInputError, match="not one row"):
+        cc.prepare_rows({"id": 1})
+
+
 def test_nested_values_are_written_as_json_dumps_would_write_them(conn, database):
     # Lists, tuples and dicts of plain values are written by the binding itself; a value only
     # json.dumps writes (an int past 64 bits) goes through it, and one it refuses (NaN) is
