@@ -938,10 +938,7 @@ fn in_range(moment: Moment, precision: Option<u8>) -> Result<i64, Why> {
             let scale = 10i64.pow(u32::from(p));
             let secs = ticks.div_euclid(scale);
             if !(DATETIME64_RANGE.0..=DATETIME64_RANGE.1).contains(&secs) {
-                Err(
-                    "out of the range of DateTime64 (1900-01-01 00:00:00 to 2299-12-31 23:59:59)"
-                        .into(),
-                )
+                Err(scalars::DATETIME64_RANGE_TEXT.into())
             } else if !(DATETIME64_RANGE.0 + margin..=DATETIME64_RANGE.1 - margin).contains(&secs)
                 // DateTime64(9)'s range ends at its last 64-bit tick, before 2299.
                 || ticks.checked_add(margin * scale).is_none()
