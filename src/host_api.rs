@@ -28,5 +28,5 @@ pub mod cli {
     };
     pub use crate::cli::target::TargetArgs;
     pub use crate::cli::{usage_error, Cli, Command, GlobalArgs, StoreArgs};
-    pub use crate::target::config::TargetConfig;
+    pub use crate::loader::config::TargetConfig;
 }

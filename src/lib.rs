@@ -29,6 +29,12 @@ mod cli;
 pub mod client;
 #[cfg(not(feature = "test-util"))]
 mod client;
+#[cfg(feature = "command")]
+#[cfg(feature = "test-util")]
+pub mod loader;
+#[cfg(feature = "command")]
+#[cfg(not(feature = "test-util"))]
+mod loader;
 #[cfg(feature = "test-util")]
 pub mod platform;
 #[cfg(not(feature = "test-util"))]
@@ -41,12 +47,6 @@ mod sink;
 pub mod state;
 #[cfg(not(feature = "test-util"))]
 mod state;
-#[cfg(feature = "command")]
-#[cfg(feature = "test-util")]
-pub mod target;
-#[cfg(feature = "command")]
-#[cfg(not(feature = "test-util"))]
-mod target;
 
 mod hex;
 mod server;

@@ -1,0 +1,201 @@
+//! One Singer message, read from one input line at one entry point ([`Message::parse`]): the
+//! kinds the loader acts on, each with what it needs, or an `invalid-input` naming the line.
+//! Unknown fields are ignored, as Singer allows. A RECORD's value is not parsed here, only
+//! delimited (with its property names): the sink reads it for its columns' types.
+
+use std::borrow::Cow;
+
+use crate::client::Error;
+use crate::sink::encode::row_refusal;
+use crate::sink::native::{object_fields, Key};
+use crate::text::escaped;
+
+/// A Singer message.
+#[derive(Debug)]
+pub enum Message<'a> {
+    /// A stream's schema: its JSON Schema and key properties.
+    Schema {
+        /// The stream.
+        stream: String,
+        /// The JSON Schema of its records.
+        schema: serde_json::Value,
+        /// `key_properties` (none when absent or null).
+        keys: Vec<String>,
+    },
+    /// One record of a stream: the object's text and its property names, in order.
+    Record {
+        /// The stream.
+        stream: Cow<'a, str>,
+        /// The record object's JSON text.
+        record: &'a [u8],
+        /// Its property names, as written.
+        properties: Vec<Key<'a>>,
+    },
+    /// A bookmark: the `value`'s JSON text, passed on as it is.
+    State {
+        /// The `value`'s text.
+        value: &'a str,
+    },
+    /// Full-table replication's version marker.
+    ActivateVersion {
+        /// The stream.
+        stream: String,
+    },
+    /// A BATCH message (records in files).
+    Batch {
+        /// The stream, if named.
+        stream: Option<String>,
+    },
+}
+
+impl<'a> Message<'a> {
+    /// Reads `line` (input line `line_no`).
+    pub fn parse(line: &'a [u8], line_no: u64) -> Result<Message<'a>, Error> {
+        let mut properties = Vec::new();
+        let fields = object_fields(line, Some((b"record".as_slice(), &mut properties)))
+            .map_err(|r| row_refusal(&format!("line {line_no}"), r))?;
+        let field = |name: &str| {
+            fields
+                .iter()
+                .find(|(k, _)| k.as_ref() == name.as_bytes())
+                .map(|(_, v)| *v)
+        };
+        let bad = |what: String| Error::invalid(format!("line {line_no}: {what}"));
+        let text = |name: &str| -> Result<Option<String>, Error> {
+            field(name)
+                .map(|v| {
+                    serde_json::from_slice::<String>(v)
+                        .map_err(|_| bad(format!("\"{name}\" is not a string")))
+                })
+                .transpose()
+        };
+        let kind = text("type")?.ok_or_else(|| bad("not a Singer message (no \"type\")".into()))?;
+        let stream = text("stream")?;
+        let needs_stream = || {
+            stream
+                .clone()
+                .ok_or_else(|| bad(format!("a {} message without a \"stream\"", escaped(&kind))))
+        };
+        let missing = |what: &str, stream: &str| {
+            bad(format!(
+                "a {kind} of stream '{}' without a \"{what}\"",
+                escaped(stream)
+            ))
+        };
+        Ok(match kind.as_str() {
+            "RECORD" => {
+                let stream = needs_stream()?;
+                let record = field("record").ok_or_else(|| missing("record", &stream))?;
+                Message::Record {
+                    stream: stream.into(),
+                    record,
+                    properties,
+                }
+            }
+            "SCHEMA" => {
+                let stream = needs_stream()?;
+                let schema = field("schema").ok_or_else(|| missing("schema", &stream))?;
+                let schema = serde_json::from_slice(schema)
+                    .map_err(|_| bad("the schema is not JSON".into()))?;
+                let keys = match field("key_properties").filter(|v| *v != b"null") {
+                    None => Vec::new(),
+                    Some(v) => serde_json::from_slice(v).map_err(|_| {
+                        bad("\"key_properties\" is not a list of names".into())
+                    })?,
+                };
+                Message::Schema {
+                    stream,
+                    schema,
+                    keys,
+                }
+            }
+            "STATE" => {
+                let value = field("value")
+                    .ok_or_else(|| bad("a STATE message without a \"value\"".into()))?;
+                let value = std::str::from_utf8(value)
+                    .map_err(|_| bad("the STATE is not UTF-8".into()))?;
+                Message::State { value }
+            }
+            "ACTIVATE_VERSION" => Message::ActivateVersion {
+                stream: needs_stream()?,
+            },
+            "BATCH" => Message::Batch { stream },
+            other => {
+                return Err(bad(format!(
+                    "unknown message type '{}' (SCHEMA, RECORD, STATE, ACTIVATE_VERSION and BATCH are read)",
+                    escaped(other)
+                )))
+            }
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_kind_is_read_with_what_it_needs() {
+        let line =
+            br#"{"type":"RECORD","stream":"s","record":{"a":1,"b":{"c":2}},"time_extracted":"x"}"#;
+        match Message::parse(line, 1).unwrap() {
+            Message::Record {
+                stream,
+                record,
+                properties,
+            } => {
+                assert_eq!(stream, "s");
+                assert_eq!(record, br#"{"a":1,"b":{"c":2}}"#);
+                let names: Vec<&[u8]> = properties.iter().map(|k| k.as_ref()).collect();
+                assert_eq!(names, [b"a".as_slice(), b"b"]);
+            }
+            other => panic!("{other:?}"),
+        }
+        let line =
+            br#"{"type":"SCHEMA","stream":"s","schema":{"properties":{}},"key_properties":null}"#;
+        assert!(
+            matches!(Message::parse(line, 1).unwrap(), Message::Schema { keys, .. } if keys.is_empty())
+        );
+        let line = br#"{"type":"STATE","value":{"bookmarks":{}}}"#;
+        assert!(matches!(
+            Message::parse(line, 1).unwrap(),
+            Message::State {
+                value: r#"{"bookmarks":{}}"#
+            }
+        ));
+        let line = br#"{"type":"ACTIVATE_VERSION","stream":"s","version":1}"#;
+        assert!(matches!(
+            Message::parse(line, 1).unwrap(),
+            Message::ActivateVersion { .. }
+        ));
+    }
+
+    #[test]
+    fn bad_messages_name_their_line() {
+        for (line, says) in [
+            (&br#"{"stream":"s"}"#[..], "line 7: not a Singer message"),
+            (
+                br#"{"type":"RECORD","record":{}}"#,
+                "RECORD message without a \"stream\"",
+            ),
+            (br#"{"type":"RECORD","stream":"s"}"#, "without a \"record\""),
+            (br#"{"type":"SCHEMA","stream":"s"}"#, "without a \"schema\""),
+            (br#"{"type":"STATE"}"#, "without a \"value\""),
+            (
+                br#"{"type":"SCHEMA","stream":"s","schema":{},"key_properties":"id"}"#,
+                "not a list",
+            ),
+            (br#"{"type":"NOPE"}"#, "unknown message type 'NOPE'"),
+            (br#"{"type":1}"#, "\"type\" is not a string"),
+            (b"[1]", "line 7 is not a JSON object"),
+        ] {
+            let e = Message::parse(line, 7).unwrap_err();
+            assert!(
+                e.message.contains(says),
+                "{}: {}",
+                String::from_utf8_lossy(line),
+                e.message
+            );
+        }
+    }
+}

@@ -1,0 +1,410 @@
+//! A Singer target (Meltano's loader slot): SCHEMA, RECORD, STATE and ACTIVATE_VERSION messages
+//! in, rows into ClickHouse through the acknowledged sink, STATE out only once every record
+//! read before it is acknowledged.
+//!
+//! **Exactly once.** Chunk boundaries depend only on the messages since the last STATE this
+//! target emitted: records wait in per-stream buffers; a STATE flushes them (and is then
+//! emitted) once `batch_size_rows` records are waiting, or `batch_size_bytes` flushes them
+//! without one (a STATE read before such a flush, with records after it sent too, is then
+//! never emitted: see `Target::flush`), and the input's end flushes the rest. Each
+//! stream's waiting records are sent `batch_size_rows` at a time, each chunk with a
+//! deduplication token over its bytes, its stream and its place since that STATE (the
+//! place only: a rerun cannot know which STATE its tap started from, so the STATE's text
+//! cannot be in the token). A rerun from the last STATE
+//! Meltano stored (the one emitted last, or one before it if the target died before Meltano
+//! read it) starts from an empty buffer, as the first run did right after emitting that
+//! STATE, so a deterministic tap makes the same chunks with the same tokens, and the server
+//! drops those that landed. No clock decides anything. Rooms: [`config`] (settings), [`schema`] (types and DDL).
+
+pub mod config;
+pub mod message;
+pub mod names;
+pub mod schema;
+pub mod settings;
+
+mod records;
+mod tables;
+
+use std::io::{BufRead, Write};
+
+use crate::client::{Client, Error, ErrorKind, Transport};
+use crate::platform::Platform;
+use crate::sink::encode::read_line;
+use crate::sink::{Receipt, Sink, StartedSend};
+
+use config::TargetConfig;
+use message::Message;
+use schema::Column;
+
+/// A stream's table, sink and waiting records.
+struct Stream<T: Transport, P: Platform> {
+    name: String,
+    /// `database.table`.
+    table: String,
+    /// The columns as the stream's SCHEMA declares them (a new SCHEMA that declares the same
+    /// keeps the sink).
+    declared: Vec<Column>,
+    /// The columns with the types the table has.
+    columns: Vec<Column>,
+    /// Records are rewritten to fit the columns (renamed, JSON text, dates).
+    rewrites: bool,
+    /// Properties not in the SCHEMA, warned about once.
+    dropped: Vec<Vec<u8>>,
+    sink: Sink<T, P>,
+    /// Waiting records, one NDJSON line each, and the input line each came from.
+    pending: Vec<u8>,
+    lines: Vec<u64>,
+    /// Chunks sent since the last emitted STATE (their place, in the token).
+    chunks_since_state: u64,
+    /// How many of the waiting records (and their bytes) came before the last STATE read.
+    covered: (usize, usize),
+    /// Rows acknowledged in this run.
+    rows: u64,
+}
+
+impl<T: Transport, P: Platform> Stream<T, P> {
+    fn new(name: &str, table: tables::Table, declared: Vec<Column>, sink: Sink<T, P>) -> Self {
+        Stream {
+            name: name.to_string(),
+            table: format!("{}.{}", table.database, table.table),
+            declared,
+            rewrites: records::rewrites(&table.columns),
+            columns: table.columns,
+            dropped: Vec::new(),
+            sink,
+            pending: Vec::new(),
+            lines: Vec::new(),
+            chunks_since_state: 0,
+            covered: (0, 0),
+            rows: 0,
+        }
+    }
+}
+
+/// What a run did.
+#[derive(Debug, Default, Clone)]
+pub struct Summary {
+    /// Records read.
+    pub records: u64,
+    /// Rows acknowledged (all streams).
+    pub rows: u64,
+    /// INSERT chunks acknowledged.
+    pub chunks: u64,
+    /// STATE messages emitted.
+    pub states_emitted: u64,
+    /// Tables created.
+    pub tables_created: u64,
+    /// Each stream's table (`database.table`) and rows acknowledged in this run.
+    pub streams: Vec<(String, String, u64)>,
+}
+
+/// The target over one input.
+pub struct Target<'w, T: Transport + Clone, P: Platform + Clone> {
+    config: TargetConfig,
+    transport: T,
+    platform: P,
+    streams: Vec<Stream<T, P>>,
+    pending_rows: u64,
+    pending_bytes: u64,
+    /// The last STATE read and not yet flushed (its `value`'s text).
+    state: Option<String>,
+    /// A STATE was read in this run.
+    seen_state: bool,
+    /// A STATE flushed, waiting for the chunk on the wire to be acknowledged.
+    deferred_state: Option<String>,
+    /// The chunk on the wire: its stream and its send.
+    in_flight: Option<(usize, StartedSend)>,
+    /// Where STATE lines go (stdout) and what the target says (stderr).
+    out: &'w mut dyn Write,
+    log: &'w mut dyn Write,
+    summary: Summary,
+    /// Databases created (or found) in this run.
+    databases_ready: Vec<String>,
+}
+
+impl<'w, T: Transport + Clone, P: Platform + Clone> Target<'w, T, P> {
+    /// A target with these settings, writing STATE lines to `out` and notes to `log`.
+    pub fn new(
+        config: TargetConfig,
+        transport: T,
+        platform: P,
+        out: &'w mut dyn Write,
+        log: &'w mut dyn Write,
+    ) -> Self {
+        for warning in &config.warnings {
+            let _ = writeln!(log, "target: warning: {warning}");
+        }
+        if !config.dedup {
+            let _ = writeln!(
+                log,
+                "target: dedup is off: delivery is at least once (a chunk sent again after a failure or a crash may be written twice)"
+            );
+        }
+        Target {
+            config,
+            transport,
+            platform,
+            streams: Vec::new(),
+            pending_rows: 0,
+            pending_bytes: 0,
+            state: None,
+            seen_state: false,
+            deferred_state: None,
+            in_flight: None,
+            out,
+            log,
+            summary: Summary::default(),
+            databases_ready: Vec::new(),
+        }
+    }
+
+    fn client(&self) -> Result<Client<T>, Error> {
+        Ok(Client::new(&self.config.connection, self.transport.clone())?.without_database())
+    }
+
+    /// Reads every message of `input`, then flushes what waits and emits the last STATE.
+    /// On an error nothing more is sent and no STATE is emitted past the last flush.
+    pub fn run(mut self, input: &mut dyn BufRead) -> Result<Summary, Error> {
+        let mut line = Vec::new();
+        let mut line_no = 0u64;
+        loop {
+            line.clear();
+            line_no += 1;
+            let n = match read_line(&mut &mut *input, &mut line, line_no) {
+                Ok(n) => n,
+                Err(e) => {
+                    self.complete()?;
+                    return Err(e);
+                }
+            };
+            if n == 0 {
+                break;
+            }
+            if line.iter().all(u8::is_ascii_whitespace) {
+                continue;
+            }
+            if let Err(e) = self.message(&line, line_no) {
+                // The chunk on the wire decides what was committed: its failure comes first;
+                // once it is acknowledged, the STATE waiting for it is emitted.
+                self.complete()?;
+                return Err(e);
+            }
+        }
+        self.finish()?;
+        for s in &self.streams {
+            self.summary
+                .streams
+                .push((s.name.clone(), s.table.clone(), s.rows));
+        }
+        Ok(self.summary)
+    }
+
+    /// The input's end: the records the last STATE covers are flushed with it (and it is
+    /// emitted); the records after it (a tap that stopped before its next STATE, or one that
+    /// ends without a final STATE) are then sent in chunks counted from that STATE, as a rerun
+    /// from it counts them: a rerun that reads the same records makes the same full chunks,
+    /// with the same tokens. A run without any STATE sends everything: its rerun starts from
+    /// the beginning, as it did.
+    fn finish(&mut self) -> Result<(), Error> {
+        let mut tails: Vec<(Vec<u64>, Vec<u8>)> = Vec::with_capacity(self.streams.len());
+        for s in &mut self.streams {
+            let (lines, bytes) = if self.seen_state {
+                s.covered
+            } else {
+                (s.lines.len(), s.pending.len())
+            };
+            tails.push((s.lines.split_off(lines), s.pending.split_off(bytes)));
+        }
+        let last = self.state.take();
+        self.flush(last)?;
+        let mut tail = 0u64;
+        for (s, (lines, pending)) in self.streams.iter_mut().zip(tails) {
+            tail += lines.len() as u64;
+            s.lines = lines;
+            s.pending = pending;
+        }
+        if tail > 0 {
+            let _ = writeln!(
+                self.log,
+                "target: {tail} records after the input's last STATE are loaded (exactly once where a rerun from that STATE reads them again, but for the last partial chunk of each stream: docs/meltano.md)"
+            );
+            self.flush(None)?;
+        }
+        self.complete()
+    }
+
+    fn message(&mut self, line: &[u8], line_no: u64) -> Result<(), Error> {
+        match Message::parse(line, line_no)? {
+            Message::Record {
+                stream,
+                record,
+                properties,
+            } => self.record(&stream, record, &properties, line_no),
+            Message::Schema {
+                stream,
+                schema,
+                keys,
+            } => self
+                .schema(&stream, &schema, &keys)
+                .map_err(|e| at_line(e, line_no)),
+            Message::State { value } => self.state(value),
+            // Full-table replication's marker: rows of older versions are not deleted (the
+            // tables have no version column); the records are loaded as any others.
+            Message::ActivateVersion { .. } => Ok(()),
+            Message::Batch { stream } => Err(Error::invalid(format!(
+                "line {line_no}{}: BATCH messages are not supported: turn off the tap's batch_config so it sends RECORD messages",
+                stream
+                    .map(|s| format!(" (stream '{}')", crate::text::escaped(&s)))
+                    .unwrap_or_default()
+            ))),
+        }
+    }
+
+    /// A STATE: kept until the records before it are flushed; it asks for a flush once
+    /// `batch_size_rows` records wait.
+    fn state(&mut self, value: &str) -> Result<(), Error> {
+        self.state = Some(value.to_string());
+        self.seen_state = true;
+        if self.pending_rows >= u64::from(self.config.batch_size_rows) {
+            let state = self.state.take();
+            self.flush(state)?;
+        } else {
+            for s in &mut self.streams {
+                s.covered = (s.lines.len(), s.pending.len());
+            }
+        }
+        Ok(())
+    }
+
+    /// Sends every waiting record, stream by stream, `batch_size_rows` a chunk, each chunk
+    /// read and encoded while the one before it is on the wire. `state`: the STATE that asked
+    /// for the flush, emitted once the flush's last chunk is acknowledged; the chunks after it
+    /// count their place from it.
+    fn flush(&mut self, state: Option<String>) -> Result<(), Error> {
+        // A flush without a STATE (too many bytes waiting, or a stream's new SCHEMA) while a
+        // STATE read is not flushed yet: when every waiting record came before that STATE, the
+        // flush is that STATE's (a rerun from it starts after them). Otherwise records after
+        // it are sent now, in chunks counted from the last flushed STATE, and it is never
+        // emitted: a rerun from it would send those records again in chunks of its own, with
+        // other tokens. The next STATE is emitted instead; a rerun from the one before sends
+        // the same chunks again, which the server drops.
+        let state = match state {
+            Some(state) => Some(state),
+            None => self
+                .state
+                .take()
+                .filter(|_| self.streams.iter().all(|s| s.lines.len() == s.covered.0)),
+        };
+        let batch = self.config.batch_size_rows as usize;
+        for index in 0..self.streams.len() {
+            if self.streams[index].lines.is_empty() {
+                continue;
+            }
+            let pending = std::mem::take(&mut self.streams[index].pending);
+            let lines = std::mem::take(&mut self.streams[index].lines);
+            let mut start = 0usize;
+            for chunk_lines in lines.chunks(batch) {
+                // The chunk's bytes: as many lines as it has rows.
+                let mut end = start;
+                for _ in 0..chunk_lines.len() {
+                    end += memchr_newline(&pending[end..]) + 1;
+                }
+                let s = &mut self.streams[index];
+                let mut salt = Vec::with_capacity(s.name.len() + 9);
+                salt.extend_from_slice(s.name.as_bytes());
+                salt.push(0);
+                salt.extend_from_slice(&s.chunks_since_state.to_le_bytes());
+                s.sink.set_token_salt(&salt);
+                s.chunks_since_state += 1;
+                let prepared = s.sink.prepare_json(&pending[start..end]);
+                let name = s.name.clone();
+                // The chunk before this one is acknowledged first (its error comes first).
+                self.complete()?;
+                let prepared = prepared.map_err(|e| {
+                    let message = in_input(&e.message, chunk_lines, &name);
+                    e.clone().reclassify(e.kind, message)
+                })?;
+                let started = self.streams[index].sink.start(prepared)?;
+                self.in_flight = Some((index, started));
+                start = end;
+            }
+        }
+        self.pending_rows = 0;
+        self.pending_bytes = 0;
+        for s in &mut self.streams {
+            s.covered = (0, 0);
+        }
+        if let Some(state) = state {
+            for s in &mut self.streams {
+                s.chunks_since_state = 0;
+            }
+            self.deferred_state = Some(state);
+            if self.in_flight.is_none() {
+                self.emit_state()?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Waits for the chunk on the wire, if any, then emits the STATE waiting for it.
+    fn complete(&mut self) -> Result<(), Error> {
+        if let Some((index, started)) = self.in_flight.take() {
+            let s = &mut self.streams[index];
+            let receipt: Receipt = s.sink.finish(started).map_err(|e| {
+                let message = format!("stream '{}': {}", crate::text::escaped(&s.name), e.message);
+                e.clone().reclassify(e.kind, message)
+            })?;
+            s.rows += receipt.rows;
+            self.summary.rows += receipt.rows;
+            self.summary.chunks += u64::from(receipt.chunks);
+        }
+        self.emit_state()
+    }
+
+    /// Emits the STATE whose records are all acknowledged, if one waits.
+    fn emit_state(&mut self) -> Result<(), Error> {
+        let Some(state) = self.deferred_state.take() else {
+            return Ok(());
+        };
+        writeln!(self.out, "{state}")
+            .and_then(|()| self.out.flush())
+            .map_err(|e| {
+                Error::new(
+                    ErrorKind::Permanent,
+                    format!("cannot write the STATE to stdout: {e}"),
+                )
+            })?;
+        self.summary.states_emitted += 1;
+        Ok(())
+    }
+}
+
+/// The index of the first newline (the buffer's lines all end with one).
+fn memchr_newline(bytes: &[u8]) -> usize {
+    bytes
+        .iter()
+        .position(|b| *b == b'\n')
+        .unwrap_or(bytes.len())
+}
+
+/// A sink message about `line N` of a chunk, about the input line it came from.
+fn in_input(message: &str, lines: &[u64], stream: &str) -> String {
+    let stream = crate::text::escaped(stream);
+    if let Some(rest) = message.strip_prefix("line ") {
+        let digits = rest.bytes().take_while(u8::is_ascii_digit).count();
+        if let Some(input_line) = rest[..digits]
+            .parse::<usize>()
+            .ok()
+            .and_then(|n| lines.get(n.checked_sub(1)?))
+        {
+            return format!("line {input_line} (stream '{stream}'){}", &rest[digits..]);
+        }
+    }
+    format!("stream '{stream}': {message}")
+}
+
+/// An error of a SCHEMA message, naming its line.
+fn at_line(e: Error, line_no: u64) -> Error {
+    let message = format!("line {line_no}: {}", e.message);
+    e.clone().reclassify(e.kind, message)
+}

@@ -1,0 +1,297 @@
+//! A RECORD made to fit its table, as Singer SDK targets load records: a property that is not
+//! in the SCHEMA is dropped (with one warning per stream and property), a property left out is
+//! null (refused when its column takes no null), names become their columns', a JSON value
+//! bound for a column of strings becomes its JSON text, and a date written with a midnight
+//! time (`2024-01-01T00:00:00+00:00`, as SDK taps write dates) becomes that date. Everything
+//! else goes to the sink as written, which parses each value for its column's type.
+
+use crate::client::{Error, Transport};
+use crate::platform::Platform;
+use crate::sink::native::{object_fields, Key};
+use crate::text::escaped;
+
+use super::schema::Column;
+use super::Target;
+
+impl<T: Transport + Clone, P: Platform + Clone> Target<'_, T, P> {
+    /// A RECORD: checked against its stream's properties and put in its buffer.
+    pub(super) fn record(
+        &mut self,
+        stream: &str,
+        record: &[u8],
+        properties: &[Key],
+        line_no: u64,
+    ) -> Result<(), Error> {
+        let Some(index) = self.streams.iter().position(|s| s.name == stream) else {
+            return Err(Error::invalid(format!(
+                "line {line_no}: a RECORD of stream '{}' before its SCHEMA",
+                escaped(stream)
+            )));
+        };
+        let refused = |why: String| {
+            Error::invalid(format!(
+                "line {line_no} (stream '{}'): {why}",
+                escaped(stream)
+            ))
+        };
+        if !record.starts_with(b"{") {
+            return Err(refused("the record is not a JSON object".into()));
+        }
+        if let Some((_, twice)) = properties
+            .iter()
+            .enumerate()
+            .find(|(n, k)| properties[..*n].contains(k))
+        {
+            return Err(refused(format!(
+                "property '{}' appears twice",
+                escaped(&String::from_utf8_lossy(twice))
+            )));
+        }
+        let s = &mut self.streams[index];
+        let known = |k: &[u8]| s.columns.iter().any(|c| c.property.as_bytes() == k);
+        let mut extra = false;
+        for property in properties.iter().filter(|k| !known(k)) {
+            extra = true;
+            if !s.dropped.contains(&property.to_vec()) {
+                s.dropped.push(property.to_vec());
+                let _ = writeln!(
+                    self.log,
+                    "target: warning: stream '{}': property '{}' is not in the stream's SCHEMA: it is not loaded (Singer SDK targets drop it too)",
+                    escaped(stream),
+                    escaped(&String::from_utf8_lossy(property))
+                );
+            }
+        }
+        let missing: Vec<&Column> = s
+            .columns
+            .iter()
+            .filter(|c| {
+                !properties
+                    .iter()
+                    .any(|k| k.as_ref() == c.property.as_bytes())
+            })
+            .collect();
+        if let Some(required) = missing.iter().find(|c| !c.nullable) {
+            return Err(refused(format!(
+                "property '{}' is missing, and its column takes no null",
+                escaped(&required.property)
+            )));
+        }
+        let before = s.pending.len();
+        if missing.is_empty() && !extra && !s.rewrites {
+            s.pending.extend_from_slice(record);
+        } else {
+            rewrite(record, &s.columns, &missing, &mut s.pending).map_err(refused)?;
+        }
+        s.pending.push(b'\n');
+        s.lines.push(line_no);
+        self.summary.records += 1;
+        self.pending_rows += 1;
+        self.pending_bytes += (s.pending.len() - before) as u64;
+        if self.pending_bytes >= self.config.batch_size_bytes {
+            self.flush(None)?;
+        }
+        Ok(())
+    }
+}
+
+/// Whether records of these columns need [`rewrite`] even when they hold every property and
+/// nothing else.
+pub(super) fn rewrites(columns: &[Column]) -> bool {
+    columns
+        .iter()
+        .any(|c| c.property != c.name || c.as_json_text() || c.is_date())
+}
+
+/// A record written out to fit its columns.
+fn rewrite(
+    record: &[u8],
+    columns: &[Column],
+    missing: &[&Column],
+    out: &mut Vec<u8>,
+) -> Result<(), String> {
+    let fields = object_fields(record, None)
+        .map_err(|_| "the record is not a JSON object of properties".to_string())?;
+    out.push(b'{');
+    let mut first = true;
+    let mut name = |out: &mut Vec<u8>, name: &str| {
+        if !std::mem::take(&mut first) {
+            out.push(b',');
+        }
+        serde_json::to_writer(&mut *out, name).expect("a string writes");
+        out.push(b':');
+    };
+    for (key, value) in &fields {
+        let Some(column) = columns
+            .iter()
+            .find(|c| c.property.as_bytes() == key.as_ref())
+        else {
+            continue;
+        };
+        name(out, &column.name);
+        if *value == b"null" {
+            out.extend_from_slice(value);
+        } else if column.as_json_text() {
+            let text =
+                std::str::from_utf8(value).map_err(|_| "the record is not UTF-8".to_string())?;
+            serde_json::to_writer(&mut *out, text).expect("a string writes");
+        } else if column.is_date() {
+            let date = date_of(value)
+                .map_err(|why| format!("property '{}': {why}", escaped(&column.property)))?;
+            out.extend_from_slice(date);
+            if date.len() < value.len() {
+                out.push(b'"');
+            }
+        } else {
+            out.extend_from_slice(value);
+        }
+    }
+    for column in missing {
+        name(out, &column.name);
+        out.extend_from_slice(b"null");
+    }
+    out.push(b'}');
+    Ok(())
+}
+
+/// A date value as the sink reads it (without its closing quote when it is cut short): a
+/// quoted `YYYY-MM-DD` as it is; one followed by a time
+/// of midnight (`T` or a space, `00:00`, `:00`, zeros after a point) and no offset, `Z`, or an
+/// offset at or behind UTC, whose instant falls on that date in UTC too, as the date alone.
+/// Any other time part is refused: that value is not a date. Anything else goes on as it is
+/// (the sink says what is wrong with it).
+fn date_of(value: &[u8]) -> Result<&[u8], String> {
+    let quoted = value.len() >= 12 && value[0] == b'"' && value[value.len() - 1] == b'"';
+    if !quoted || value[5] != b'-' || value[8] != b'-' || !matches!(value[11], b'T' | b't' | b' ') {
+        return Ok(value);
+    }
+    let shown = || String::from_utf8_lossy(value).into_owned();
+    let time = &value[12..value.len() - 1];
+    let (clock, offset) = match time
+        .iter()
+        .position(|b| matches!(b, b'Z' | b'z' | b'+' | b'-'))
+    {
+        Some(i) => time.split_at(i),
+        None => (time, &b""[..]),
+    };
+    let midnight = clock.starts_with(b"00:00")
+        && match &clock[5..] {
+            [] => true,
+            [b':', b'0', b'0', rest @ ..] => {
+                rest.is_empty()
+                    || (rest[0] == b'.' && rest.len() > 1 && rest[1..].iter().all(|b| *b == b'0'))
+            }
+            _ => false,
+        };
+    if !midnight {
+        return Err(format!(
+            "{} is a date with a time of day, which a date column cannot hold (only midnight is read as the date)",
+            shown()
+        ));
+    }
+    let behind_utc = match offset {
+        [] | [b'Z' | b'z'] => true,
+        [b'+' | b'-', digits @ ..] => {
+            let zero = digits.iter().all(|b| matches!(b, b'0' | b':'));
+            let shape = matches!(digits.len(), 2 | 4 | 5)
+                && digits.iter().filter(|b| b.is_ascii_digit()).count() >= 2;
+            shape && (zero || offset[0] == b'-')
+        }
+        _ => false,
+    };
+    if !behind_utc {
+        return Err(format!(
+            "{} is midnight at an offset ahead of UTC, an instant of the day before in UTC: send the date alone",
+            shown()
+        ));
+    }
+    Ok(&value[..11])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sink::types::Type;
+
+    fn column(property: &str, name: &str, ty: &str, json: bool) -> Column {
+        let ty = Type::parse(ty).unwrap();
+        Column {
+            property: property.into(),
+            name: name.into(),
+            nullable: ty.takes_null(),
+            ty,
+            json,
+        }
+    }
+
+    #[test]
+    fn dates_with_a_midnight_time_are_dates_and_other_times_are_refused() {
+        for (value, want) in [
+            ("\"2024-01-01\"", "\"2024-01-01\""),
+            ("\"2024-01-01T00:00:00+00:00\"", "\"2024-01-01"),
+            ("\"2024-01-01T00:00:00Z\"", "\"2024-01-01"),
+            ("\"2024-01-01 00:00\"", "\"2024-01-01"),
+            ("\"2024-01-01T00:00:00.000000-05:00\"", "\"2024-01-01"),
+            ("\"2024-01-01T00:00:00-0300\"", "\"2024-01-01"),
+            ("\"2024-01-01T00:00:00\"", "\"2024-01-01"),
+            // Not a date with a time: the sink judges it.
+            ("\"not a date at all\"", "\"not a date at all\""),
+            ("20240101", "20240101"),
+        ] {
+            assert_eq!(
+                date_of(value.as_bytes()).unwrap(),
+                want.as_bytes(),
+                "{value}"
+            );
+        }
+        for (value, says) in [
+            ("\"2024-01-01T00:00:01+00:00\"", "time of day"),
+            ("\"2024-01-01T12:00:00Z\"", "time of day"),
+            ("\"2024-01-01T00:00:00.5Z\"", "time of day"),
+            ("\"2024-01-01T00:00:00+05:30\"", "ahead of UTC"),
+            ("\"2024-01-01T00:00:00+01\"", "ahead of UTC"),
+            ("\"2024-01-01T00:00:00+0\"", "ahead of UTC"),
+        ] {
+            let why = date_of(value.as_bytes()).unwrap_err();
+            assert!(why.contains(says), "{value}: {why}");
+        }
+    }
+
+    #[test]
+    fn records_are_rewritten_to_their_columns() {
+        let columns = [
+            column("Id", "id", "Int64", false),
+            column("tags", "tags", "String", true),
+            column("arr", "arr", "Array(String)", true),
+            column("on", "on", "Nullable(Date32)", false),
+            column("gone", "gone", "Nullable(String)", false),
+        ];
+        assert!(rewrites(&columns));
+        assert!(!rewrites(&[column("a", "a", "Array(Int64)", true)]));
+        let missing: Vec<&Column> = vec![&columns[4]];
+        let mut out = Vec::new();
+        rewrite(
+            br#"{"extra":{"x":1},"Id":7,"tags":["a", "b"],"arr":["c"],"on":"2024-02-29T00:00:00Z"}"#,
+            &columns,
+            &missing,
+            &mut out,
+        )
+        .unwrap();
+        assert_eq!(
+            String::from_utf8(out).unwrap(),
+            r#"{"id":7,"tags":"[\"a\", \"b\"]","arr":["c"],"on":"2024-02-29","gone":null}"#
+        );
+        let mut out = Vec::new();
+        let e = rewrite(
+            br#"{"on":"2024-02-29T10:00:00Z","Id":1,"tags":null,"arr":[]}"#,
+            &columns,
+            &[],
+            &mut out,
+        )
+        .unwrap_err();
+        assert!(
+            e.contains("property 'on'") && e.contains("time of day"),
+            "{e}"
+        );
+    }
+}

@@ -1,0 +1,523 @@
+//! A Singer SCHEMA's properties as ClickHouse columns (types through the sink's one type
+//! model, [`Type`]), and the DDL that creates a stream's table or adds a new property to it.
+//! The mapping (docs/meltano.md, "Tables"):
+//!
+//! | JSON Schema | ClickHouse |
+//! |---|---|
+//! | `integer` | `Int64`; `Int128` or `Int256` when its `minimum`/`maximum` need them |
+//! | `number` with `multipleOf` (a power of ten, or any decimal step) | `Decimal(P, S)`: S from the step, P from `maximum`/`minimum` (38 without them) |
+//! | `number` with `x-sql-datatype` `decimal(P,S)` / `numeric(P,S)` | `Decimal(P, S)` |
+//! | `string` with `format: x-singer.decimal` | `Decimal(precision, scale)`, else `number_type` if a Decimal, else `String` (the text, exact) |
+//! | other `number` (or `integer` and `number`) | `number_type`: `Float64` by default |
+//! | `boolean` | `Bool` |
+//! | `string` with `format: date-time` | `DateTime64(6, 'UTC')` |
+//! | `string` with `format: date` | `Date32` |
+//! | `string` (other formats, `time` included) | `String` |
+//! | `object`, `array`, several types, or none | `String` holding the value's JSON text |
+//!
+//! `null` among the types (or an `anyOf` alternative) makes the column `Nullable`, except for a
+//! key property: keys order the table and ClickHouse sorts no `Nullable` (a null key is then
+//! refused, naming the row).
+
+use serde_json::Value;
+
+use crate::client::sql::quote_identifier;
+use crate::client::{Error, Query};
+use crate::sink::types::Type;
+use crate::text::escaped;
+
+use super::config::{Engine, TargetConfig};
+use super::names::Naming;
+
+/// One property as a column.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Column {
+    /// The property's name, as records give it.
+    pub property: String,
+    /// The column's name (the property's, conformed unless names are kept).
+    pub name: String,
+    /// Its ClickHouse type: as created from the SCHEMA, then as the table has it.
+    pub ty: Type,
+    /// The SCHEMA lets the value be an object, an array or several types: into a column of
+    /// strings it goes as its JSON text.
+    pub json: bool,
+    /// Null is allowed.
+    pub nullable: bool,
+}
+
+impl Column {
+    /// The value goes as its JSON text (a JSON value into a column of strings).
+    pub fn as_json_text(&self) -> bool {
+        self.json
+            && matches!(
+                strip_nullable(self.ty.values()).values(),
+                Type::String | Type::FixedString(_)
+            )
+    }
+
+    /// The column holds dates (`Date`, `Date32`, nullable or not).
+    pub fn is_date(&self) -> bool {
+        matches!(
+            strip_nullable(self.ty.values()).values(),
+            Type::Date | Type::Date32
+        )
+    }
+}
+
+fn strip_nullable(t: &Type) -> &Type {
+    match t {
+        Type::Nullable(inner) => inner,
+        t => t,
+    }
+}
+
+/// The properties of a stream's SCHEMA as columns, in the schema's order; `invalid-input`
+/// naming the stream and property for a schema that is not one.
+pub fn columns(
+    stream: &str,
+    schema: &Value,
+    keys: &[String],
+    naming: Naming,
+    number_type: &Type,
+) -> Result<Vec<Column>, Error> {
+    let shown = escaped(stream);
+    let properties = schema
+        .get("properties")
+        .and_then(Value::as_object)
+        .ok_or_else(|| {
+            Error::invalid(format!(
+                "the SCHEMA of stream '{shown}' has no \"properties\" object"
+            ))
+        })?;
+    if properties.is_empty() {
+        return Err(Error::invalid(format!(
+            "the SCHEMA of stream '{shown}' has no properties: a table needs a column"
+        )));
+    }
+    for key in keys {
+        if !properties.contains_key(key) {
+            return Err(Error::invalid(format!(
+                "stream '{shown}': key property '{}' is not among its properties",
+                escaped(key)
+            )));
+        }
+    }
+    let names: Vec<&str> = properties.keys().map(String::as_str).collect();
+    let column_names = naming.columns(stream, &names)?;
+    Ok(properties
+        .iter()
+        .zip(column_names)
+        .map(|((property, schema), name)| {
+            let (base, json, null) = mapped(schema, number_type);
+            let nullable = null && !keys.contains(property);
+            Column {
+                property: property.clone(),
+                name,
+                ty: if nullable {
+                    Type::Nullable(Box::new(base))
+                } else {
+                    base
+                },
+                json,
+                nullable,
+            }
+        })
+        .collect())
+}
+
+/// The key properties' columns.
+pub fn key_columns(columns: &[Column], keys: &[String]) -> Vec<String> {
+    keys.iter()
+        .filter_map(|k| columns.iter().find(|c| c.property == *k))
+        .map(|c| c.name.clone())
+        .collect()
+}
+
+/// A property's base type, whether it may hold any JSON value, and whether it may be null.
+fn mapped(property: &Value, number_type: &Type) -> (Type, bool, bool) {
+    let mut alternatives: Vec<&Value> = match property.get("anyOf").and_then(Value::as_array) {
+        Some(alternatives) => alternatives.iter().collect(),
+        None => vec![property],
+    };
+    let type_names = |p: &Value| -> Vec<String> {
+        match p.get("type") {
+            Some(Value::String(t)) => vec![t.clone()],
+            Some(Value::Array(ts)) => ts
+                .iter()
+                .filter_map(Value::as_str)
+                .map(String::from)
+                .collect(),
+            _ => vec![String::new()],
+        }
+    };
+    let null = alternatives
+        .iter()
+        .any(|a| type_names(a).iter().any(|t| t == "null"));
+    alternatives.retain(|a| type_names(a).iter().any(|t| t != "null"));
+    let mut types: Vec<String> = alternatives
+        .iter()
+        .flat_map(|a| type_names(a))
+        .filter(|t| t != "null")
+        .collect();
+    types.sort();
+    types.dedup();
+    let one = || *alternatives.first().expect("one alternative when one type");
+    let base = match types
+        .iter()
+        .map(String::as_str)
+        .collect::<Vec<_>>()
+        .as_slice()
+    {
+        ["integer"] => integer(one()),
+        ["integer", "number"] | ["number"] => number(one(), number_type),
+        ["boolean"] => Type::Bool,
+        ["string"] => match one().get("format").and_then(Value::as_str) {
+            Some("date-time") => Type::DateTime64(6, Some("UTC".into())),
+            Some("date") => Type::Date32,
+            Some("x-singer.decimal") => decimal_hint(one())
+                .or_else(|| {
+                    matches!(number_type, Type::Decimal { .. }).then(|| number_type.clone())
+                })
+                .unwrap_or(Type::String),
+            _ => Type::String,
+        },
+        _ => return (Type::String, true, null),
+    };
+    (base, false, null)
+}
+
+/// `integer`: `Int64`, or wider when its bounds need it.
+fn integer(p: &Value) -> Type {
+    let widest = ["minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"]
+        .iter()
+        .filter_map(|k| p.get(*k).filter(|v| v.is_number()))
+        .map(|v| {
+            let text = v.to_string();
+            match text.parse::<i128>() {
+                Ok(n) if i64::try_from(n).is_ok() => 64,
+                Ok(_) => 128,
+                // Past 128 bits, or written with a fraction or exponent: the widest.
+                Err(_)
+                    if text.contains(['.', 'e', 'E'])
+                        && text.parse::<f64>().is_ok_and(|f| f.abs() < 9.2e18) =>
+                {
+                    64
+                }
+                Err(_) => 256,
+            }
+        })
+        .max()
+        .unwrap_or(64);
+    Type::Int {
+        signed: true,
+        bits: widest,
+    }
+}
+
+/// `number`: a Decimal when the schema says how (a hint, or `multipleOf`), else `number_type`.
+fn number(p: &Value, number_type: &Type) -> Type {
+    if let Some(hint) = decimal_hint(p) {
+        return hint;
+    }
+    let Some(step) = p.get("multipleOf").filter(|v| v.is_number()) else {
+        return number_type.clone();
+    };
+    let Some(scale) = places(&step.to_string()) else {
+        return number_type.clone();
+    };
+    let digits = ["minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"]
+        .iter()
+        .filter_map(|k| p.get(*k).and_then(Value::as_f64))
+        .map(|b| whole_digits(b.abs()))
+        .max();
+    let precision = match digits {
+        Some(d) => (d + scale).clamp(1, 76),
+        None => 38u32.max(scale + 1).min(76),
+    };
+    if scale > precision {
+        return number_type.clone();
+    }
+    Type::Decimal {
+        precision: precision as u8,
+        scale: scale as u8,
+    }
+}
+
+/// Digits after the point of a decimal step written as JSON (`0.01` → 2, `1e-3` → 3, `5` → 0);
+/// `None` past 76.
+fn places(step: &str) -> Option<u32> {
+    let (mantissa, exponent) = match step.split_once(['e', 'E']) {
+        Some((m, e)) => (m, e.parse::<i64>().ok()?),
+        None => (step, 0),
+    };
+    let decimals = mantissa
+        .split_once('.')
+        .map_or(0, |(_, f)| f.trim_end_matches('0').len()) as i64;
+    u32::try_from((decimals - exponent).max(0))
+        .ok()
+        .filter(|s| *s <= 76)
+}
+
+/// How many digits the whole part of a bound has (an exclusive power of ten, 10^k, needs k).
+fn whole_digits(bound: f64) -> u32 {
+    if bound < 1.0 {
+        return 1;
+    }
+    let log = bound.log10();
+    if log.fract() == 0.0 {
+        log as u32
+    } else {
+        log.floor() as u32 + 1
+    }
+}
+
+/// A Decimal the schema names: `x-sql-datatype` `decimal(P,S)` / `numeric(P,S)`, or the SDK's
+/// `x-singer.decimal` with `precision` and `scale`.
+fn decimal_hint(p: &Value) -> Option<Type> {
+    let valid = |precision: u64, scale: u64| {
+        ((1..=76).contains(&precision) && scale <= precision).then_some(Type::Decimal {
+            precision: precision as u8,
+            scale: scale as u8,
+        })
+    };
+    if let Some(hint) = p.get("x-sql-datatype").and_then(Value::as_str) {
+        let hint = hint.trim().to_ascii_lowercase();
+        let args = hint
+            .strip_prefix("decimal(")
+            .or_else(|| hint.strip_prefix("numeric("))
+            .and_then(|rest| rest.strip_suffix(')'));
+        if let Some((precision, scale)) = args.and_then(|a| a.split_once(',')) {
+            return valid(precision.trim().parse().ok()?, scale.trim().parse().ok()?);
+        }
+    }
+    let precision = p.get("precision").and_then(Value::as_u64)?;
+    valid(
+        precision,
+        p.get("scale").and_then(Value::as_u64).unwrap_or(0),
+    )
+}
+
+fn on_cluster(config: &TargetConfig) -> String {
+    match &config.cluster {
+        Some(c) => format!(" ON CLUSTER {}", quote_identifier(c)),
+        None => String::new(),
+    }
+}
+
+/// `CREATE TABLE IF NOT EXISTS` for a stream's table: names as `Identifier` parameters and
+/// through [`quote_identifier`], types printed from [`Type`] (none of the SCHEMA's text), a
+/// Replicated engine's path and replica as `String` parameters.
+pub fn create_table(
+    config: &TargetConfig,
+    database: &str,
+    table: &str,
+    columns: &[Column],
+    keys: &[String],
+) -> Result<Query, Error> {
+    let definitions: Vec<String> = columns
+        .iter()
+        .map(|c| format!("{} {}", quote_identifier(&c.name), c.ty))
+        .collect();
+    let replacing = match &config.engine {
+        Engine::Auto => !keys.is_empty(),
+        Engine::MergeTree => false,
+        Engine::ReplacingMergeTree => true,
+        Engine::Refused(name) => {
+            return Err(Error::invalid(format!(
+                "setting engine_type = '{}': this engine adds rows up, so what is stored would not be what was sent; create table {}.{} yourself to use it (the target loads into an existing table as it is)",
+                escaped(name),
+                escaped(database),
+                escaped(table)
+            )))
+        }
+    };
+    let family = if replacing {
+        "ReplacingMergeTree"
+    } else {
+        "MergeTree"
+    };
+    // A deduplication window, so that a chunk sent again (same token) is dropped: the
+    // replicated engines keep one by default; a plain MergeTree does not.
+    let (engine, window) = if config.replicated || config.cluster.is_some() {
+        (
+            format!("Replicated{family}({{path:String}}, {{replica:String}})"),
+            "",
+        )
+    } else {
+        (
+            format!("{family}()"),
+            " SETTINGS non_replicated_deduplication_window = 1000",
+        )
+    };
+    let order_by = config.order_by.as_deref().unwrap_or(keys);
+    let order = if order_by.is_empty() {
+        "tuple()".to_string()
+    } else {
+        let columns: Vec<String> = order_by.iter().map(|k| quote_identifier(k)).collect();
+        format!("({})", columns.join(", "))
+    };
+    let query = Query::write(
+        "target-create-table",
+        format!(
+            "CREATE TABLE IF NOT EXISTS {{db:Identifier}}.{{t:Identifier}}{} ({}) ENGINE = {engine} ORDER BY {order}{window}",
+            on_cluster(config),
+            definitions.join(", ")
+        ),
+    )
+    .param("db", database)
+    .param("t", table);
+    Ok(if config.replicated || config.cluster.is_some() {
+        query
+            .param("path", config.table_path.replace("$table_name", table))
+            .param("replica", &config.replica_name)
+    } else {
+        query
+    })
+}
+
+/// `ALTER TABLE ... ADD COLUMN IF NOT EXISTS` for a property new in a later SCHEMA.
+pub fn add_column(config: &TargetConfig, database: &str, table: &str, column: &Column) -> Query {
+    // A column added to rows already stored must be able to hold nothing for them.
+    let ty = match &column.ty {
+        t @ Type::Nullable(_) => t.clone(),
+        t => Type::Nullable(Box::new(t.clone())),
+    };
+    Query::write(
+        "target-add-column",
+        format!(
+            "ALTER TABLE {{db:Identifier}}.{{t:Identifier}}{} ADD COLUMN IF NOT EXISTS {} {ty}",
+            on_cluster(config),
+            quote_identifier(&column.name)
+        ),
+    )
+    .param("db", database)
+    .param("t", table)
+}
+
+/// `CREATE DATABASE IF NOT EXISTS`.
+pub fn create_database(config: &TargetConfig, database: &str) -> Query {
+    Query::write(
+        "target-create-database",
+        format!(
+            "CREATE DATABASE IF NOT EXISTS {{db:Identifier}}{}",
+            on_cluster(config)
+        ),
+    )
+    .param("db", database)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn mapped_types(schema: Value, number_type: &str) -> Vec<(String, String, bool)> {
+        let number_type = Type::parse(number_type).unwrap();
+        columns(
+            "s",
+            &schema,
+            &["id".into()],
+            Naming::Conformed,
+            &number_type,
+        )
+        .unwrap()
+        .into_iter()
+        .map(|c| (c.name, c.ty.to_string(), c.json))
+        .collect()
+    }
+
+    #[test]
+    fn json_schema_types_map_to_columns() {
+        let schema = json!({"properties": {
+            "id": {"type": ["null", "integer"]},
+            "price": {"type": ["number", "null"]},
+            "n": {"type": ["integer", "number"]},
+            "ok": {"type": "boolean"},
+            "at": {"type": ["null", "string"], "format": "date-time"},
+            "on": {"anyOf": [{"type": "string", "format": "date"}, {"type": "null"}]},
+            "t": {"type": "string", "format": "time"},
+            "Name": {"type": "string"},
+            "meta": {"type": ["null", "object"], "properties": {}},
+            "tags": {"type": "array", "items": {"type": "string"}},
+            "any": {},
+            "mixed": {"type": ["string", "integer"]}
+        }});
+        let want = [
+            ("id", "Int64", false),
+            ("price", "Nullable(Float64)", false),
+            ("n", "Float64", false),
+            ("ok", "Bool", false),
+            ("at", "Nullable(DateTime64(6, 'UTC'))", false),
+            ("on", "Nullable(Date32)", false),
+            ("t", "String", false),
+            ("name", "String", false),
+            ("meta", "Nullable(String)", true),
+            ("tags", "String", true),
+            ("any", "String", true),
+            ("mixed", "String", true),
+        ];
+        let want: Vec<(String, String, bool)> = want
+            .iter()
+            .map(|(n, t, j)| (n.to_string(), t.to_string(), *j))
+            .collect();
+        assert_eq!(mapped_types(schema, "Float64"), want);
+        for (schema, says) in [
+            (json!({}), "no \"properties\""),
+            (json!({"properties": {}}), "no properties"),
+        ] {
+            let e = columns("s", &schema, &[], Naming::Conformed, &Type::Float64).unwrap_err();
+            assert!(e.message.contains(says), "{}", e.message);
+        }
+        let e = columns(
+            "s",
+            &json!({"properties": {"a": {}}}),
+            &["b".into()],
+            Naming::Conformed,
+            &Type::Float64,
+        )
+        .unwrap_err();
+        assert!(e.message.contains("key property 'b'"), "{}", e.message);
+    }
+
+    #[test]
+    fn numbers_keep_their_digits_where_the_schema_says_how() {
+        let schema = json!({"properties": {
+            "id": {"type": "integer"},
+            "big": {"type": "integer", "maximum": 170141183460469231731687303715884105727u128, "minimum": -1},
+            "huge": {"type": ["integer", "null"], "maximum": 1e40},
+            "money": {"type": "number", "multipleOf": 0.01, "exclusiveMaximum": 1e16, "exclusiveMinimum": -1e16},
+            "step": {"type": "number", "multipleOf": 1e-4},
+            "whole": {"type": "number", "multipleOf": 1},
+            "hinted": {"type": "number", "x-sql-datatype": "NUMERIC(38, 0)"},
+            "text_dec": {"type": "string", "format": "x-singer.decimal", "precision": 20, "scale": 5},
+            "loose_dec": {"type": "string", "format": "x-singer.decimal"},
+            "plain": {"type": "number"}
+        }});
+        let got = mapped_types(schema.clone(), "Float64");
+        let types: Vec<&str> = got.iter().map(|(_, t, _)| t.as_str()).collect();
+        assert_eq!(
+            types,
+            [
+                "Int64",
+                "Int128",
+                "Nullable(Int256)",
+                "Decimal(18, 2)",
+                "Decimal(38, 4)",
+                "Decimal(38, 0)",
+                "Decimal(38, 0)",
+                "Decimal(20, 5)",
+                "String",
+                "Float64"
+            ]
+        );
+        let got = mapped_types(schema, "Decimal(76, 20)");
+        assert_eq!(
+            (got[8].1.as_str(), got[9].1.as_str()),
+            ("Decimal(76, 20)", "Decimal(76, 20)")
+        );
+        assert_eq!(places("0.01"), Some(2));
+        assert_eq!(places("5e-1"), Some(1));
+        assert_eq!(places("2.50"), Some(1));
+        assert_eq!(places("1e-90"), None);
+    }
+}
