@@ -89,7 +89,10 @@ impl TargetConfig {
                 "the config must be a JSON object of settings",
             ));
         };
-        let mut settings = Settings::read(&map)?;
+        TargetConfig::from_settings(Settings::read(&map)?)
+    }
+
+    fn from_settings(mut settings: Settings) -> Result<TargetConfig, Error> {
         let (connection, url_database) = connection(&mut settings)?;
         let name = |setting: &str| -> Result<Option<String>, Error> {
             match settings.text(setting) {

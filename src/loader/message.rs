@@ -54,21 +54,9 @@ impl<'a> Message<'a> {
         let mut properties = Vec::new();
         let fields = object_fields(line, Some((b"record".as_slice(), &mut properties)))
             .map_err(|r| row_refusal(&format!("line {line_no}"), r))?;
-        let field = |name: &str| {
-            fields
-                .iter()
-                .find(|(k, _)| k.as_ref() == name.as_bytes())
-                .map(|(_, v)| *v)
-        };
+        let field = |name: &str| field_of(&fields, name);
         let bad = |what: String| Error::invalid(format!("line {line_no}: {what}"));
-        let text = |name: &str| -> Result<Option<String>, Error> {
-            field(name)
-                .map(|v| {
-                    serde_json::from_slice::<String>(v)
-                        .map_err(|_| bad(format!("\"{name}\" is not a string")))
-                })
-                .transpose()
-        };
+        let text = |name: &str| text_of(field(name), name, &bad);
         let kind = text("type")?.ok_or_else(|| bad("not a Singer message (no \"type\")".into()))?;
         let stream = text("stream")?;
         let needs_stream = || {
@@ -76,38 +64,26 @@ impl<'a> Message<'a> {
                 .clone()
                 .ok_or_else(|| bad(format!("a {} message without a \"stream\"", escaped(&kind))))
         };
-        let missing = |what: &str, stream: &str| {
-            bad(format!(
-                "a {kind} of stream '{}' without a \"{what}\"",
-                escaped(stream)
-            ))
+        // The stream and a field it must have.
+        let with = |what: &str| -> Result<(String, &'a [u8]), Error> {
+            let stream = needs_stream()?;
+            let value = field(what).ok_or_else(|| {
+                bad(format!(
+                    "a {kind} of stream '{}' without a \"{what}\"",
+                    escaped(&stream)
+                ))
+            })?;
+            Ok((stream, value))
         };
         Ok(match kind.as_str() {
             "RECORD" => {
-                let stream = needs_stream()?;
-                let record = field("record").ok_or_else(|| missing("record", &stream))?;
-                Message::Record {
-                    stream: stream.into(),
-                    record,
-                    properties,
-                }
+                let (stream, record) = with("record")?;
+                let stream = stream.into();
+                Message::Record { stream, record, properties }
             }
             "SCHEMA" => {
-                let stream = needs_stream()?;
-                let schema = field("schema").ok_or_else(|| missing("schema", &stream))?;
-                let schema = serde_json::from_slice(schema)
-                    .map_err(|_| bad("the schema is not JSON".into()))?;
-                let keys = match field("key_properties").filter(|v| *v != b"null") {
-                    None => Vec::new(),
-                    Some(v) => serde_json::from_slice(v).map_err(|_| {
-                        bad("\"key_properties\" is not a list of names".into())
-                    })?,
-                };
-                Message::Schema {
-                    stream,
-                    schema,
-                    keys,
-                }
+                let (stream, schema) = with("schema")?;
+                schema_message(stream, schema, field("key_properties"), &bad)?
             }
             "STATE" => {
                 let value = field("value")
@@ -128,6 +104,49 @@ impl<'a> Message<'a> {
             }
         })
     }
+}
+
+/// The text of the field called `name`, if any.
+fn field_of<'a>(fields: &[(Key<'a>, &'a [u8])], name: &str) -> Option<&'a [u8]> {
+    fields
+        .iter()
+        .find(|(k, _)| k.as_ref() == name.as_bytes())
+        .map(|(_, v)| *v)
+}
+
+/// A field that must be a string when present.
+fn text_of(
+    value: Option<&[u8]>,
+    name: &str,
+    bad: &dyn Fn(String) -> Error,
+) -> Result<Option<String>, Error> {
+    value
+        .map(|v| {
+            serde_json::from_slice::<String>(v)
+                .map_err(|_| bad(format!("\"{name}\" is not a string")))
+        })
+        .transpose()
+}
+
+/// A SCHEMA's schema and key properties, read.
+fn schema_message<'a>(
+    stream: String,
+    schema: &[u8],
+    key_properties: Option<&[u8]>,
+    bad: &dyn Fn(String) -> Error,
+) -> Result<Message<'a>, Error> {
+    let schema =
+        serde_json::from_slice(schema).map_err(|_| bad("the schema is not JSON".into()))?;
+    let keys = match key_properties.filter(|v| *v != b"null") {
+        None => Vec::new(),
+        Some(v) => serde_json::from_slice(v)
+            .map_err(|_| bad("\"key_properties\" is not a list of names".into()))?,
+    };
+    Ok(Message::Schema {
+        stream,
+        schema,
+        keys,
+    })
 }
 
 #[cfg(test)]

@@ -295,39 +295,8 @@ impl<'w, T: Transport + Clone, P: Platform + Clone> Target<'w, T, P> {
                 .take()
                 .filter(|_| self.streams.iter().all(|s| s.lines.len() == s.covered.0)),
         };
-        let batch = self.config.batch_size_rows as usize;
         for index in 0..self.streams.len() {
-            if self.streams[index].lines.is_empty() {
-                continue;
-            }
-            let pending = std::mem::take(&mut self.streams[index].pending);
-            let lines = std::mem::take(&mut self.streams[index].lines);
-            let mut start = 0usize;
-            for chunk_lines in lines.chunks(batch) {
-                // The chunk's bytes: as many lines as it has rows.
-                let mut end = start;
-                for _ in 0..chunk_lines.len() {
-                    end += memchr_newline(&pending[end..]) + 1;
-                }
-                let s = &mut self.streams[index];
-                let mut salt = Vec::with_capacity(s.name.len() + 9);
-                salt.extend_from_slice(s.name.as_bytes());
-                salt.push(0);
-                salt.extend_from_slice(&s.chunks_since_state.to_le_bytes());
-                s.sink.set_token_salt(&salt);
-                s.chunks_since_state += 1;
-                let prepared = s.sink.prepare_json(&pending[start..end]);
-                let name = s.name.clone();
-                // The chunk before this one is acknowledged first (its error comes first).
-                self.complete()?;
-                let prepared = prepared.map_err(|e| {
-                    let message = in_input(&e.message, chunk_lines, &name);
-                    e.clone().reclassify(e.kind, message)
-                })?;
-                let started = self.streams[index].sink.start(prepared)?;
-                self.in_flight = Some((index, started));
-                start = end;
-            }
+            self.send_waiting(index)?;
         }
         self.pending_rows = 0;
         self.pending_bytes = 0;
@@ -342,6 +311,42 @@ impl<'w, T: Transport + Clone, P: Platform + Clone> Target<'w, T, P> {
             if self.in_flight.is_none() {
                 self.emit_state()?;
             }
+        }
+        Ok(())
+    }
+
+    /// Sends a stream's waiting records, `batch_size_rows` a chunk, each read and encoded
+    /// while the chunk before it is on the wire, with a token salted by the stream and the
+    /// chunk's place since the last emitted STATE.
+    fn send_waiting(&mut self, index: usize) -> Result<(), Error> {
+        let batch = self.config.batch_size_rows as usize;
+        let pending = std::mem::take(&mut self.streams[index].pending);
+        let lines = std::mem::take(&mut self.streams[index].lines);
+        let mut start = 0usize;
+        for chunk_lines in lines.chunks(batch) {
+            // The chunk's bytes: as many lines as it has rows.
+            let mut end = start;
+            for _ in 0..chunk_lines.len() {
+                end += memchr_newline(&pending[end..]) + 1;
+            }
+            let s = &mut self.streams[index];
+            let mut salt = Vec::with_capacity(s.name.len() + 9);
+            salt.extend_from_slice(s.name.as_bytes());
+            salt.push(0);
+            salt.extend_from_slice(&s.chunks_since_state.to_le_bytes());
+            s.sink.set_token_salt(&salt);
+            s.chunks_since_state += 1;
+            let prepared = s.sink.prepare_json(&pending[start..end]);
+            let name = s.name.clone();
+            // The chunk before this one is acknowledged first (its error comes first).
+            self.complete()?;
+            let prepared = prepared.map_err(|e| {
+                let message = in_input(&e.message, chunk_lines, &name);
+                e.clone().reclassify(e.kind, message)
+            })?;
+            let started = self.streams[index].sink.start(prepared)?;
+            self.in_flight = Some((index, started));
+            start = end;
         }
         Ok(())
     }

@@ -34,34 +34,9 @@ impl<T: Transport + Clone, P: Platform + Clone> Target<'_, T, P> {
                 escaped(stream)
             ))
         };
-        if !record.starts_with(b"{") {
-            return Err(refused("the record is not a JSON object".into()));
-        }
-        if let Some((_, twice)) = properties
-            .iter()
-            .enumerate()
-            .find(|(n, k)| properties[..*n].contains(k))
-        {
-            return Err(refused(format!(
-                "property '{}' appears twice",
-                escaped(&String::from_utf8_lossy(twice))
-            )));
-        }
+        shape(record, properties).map_err(refused)?;
+        let extra = self.drop_undeclared(index, properties);
         let s = &mut self.streams[index];
-        let known = |k: &[u8]| s.columns.iter().any(|c| c.property.as_bytes() == k);
-        let mut extra = false;
-        for property in properties.iter().filter(|k| !known(k)) {
-            extra = true;
-            if !s.dropped.contains(&property.to_vec()) {
-                s.dropped.push(property.to_vec());
-                let _ = writeln!(
-                    self.log,
-                    "target: warning: stream '{}': property '{}' is not in the stream's SCHEMA: it is not loaded (Singer SDK targets drop it too)",
-                    escaped(stream),
-                    escaped(&String::from_utf8_lossy(property))
-                );
-            }
-        }
         let missing: Vec<&Column> = s
             .columns
             .iter()
@@ -92,6 +67,52 @@ impl<T: Transport + Clone, P: Platform + Clone> Target<'_, T, P> {
             self.flush(None)?;
         }
         Ok(())
+    }
+}
+
+impl<T: Transport + Clone, P: Platform + Clone> Target<'_, T, P> {
+    /// Whether the record has properties its stream's SCHEMA does not declare; each is named
+    /// in a warning the first time (they are dropped, as Singer SDK targets drop them).
+    fn drop_undeclared(&mut self, index: usize, properties: &[Key]) -> bool {
+        let s = &mut self.streams[index];
+        let mut extra = false;
+        for property in properties {
+            if s.columns
+                .iter()
+                .any(|c| c.property.as_bytes() == property.as_ref())
+            {
+                continue;
+            }
+            extra = true;
+            if !s.dropped.contains(&property.to_vec()) {
+                s.dropped.push(property.to_vec());
+                let _ = writeln!(
+                    self.log,
+                    "target: warning: stream '{}': property '{}' is not in the stream's SCHEMA: it is not loaded (Singer SDK targets drop it too)",
+                    escaped(&s.name),
+                    escaped(&String::from_utf8_lossy(property))
+                );
+            }
+        }
+        extra
+    }
+}
+
+/// A record is an object, each property given once.
+fn shape(record: &[u8], properties: &[Key]) -> Result<(), String> {
+    if !record.starts_with(b"{") {
+        return Err("the record is not a JSON object".into());
+    }
+    match properties
+        .iter()
+        .enumerate()
+        .find(|(n, k)| properties[..*n].contains(k))
+    {
+        Some((_, twice)) => Err(format!(
+            "property '{}' appears twice",
+            escaped(&String::from_utf8_lossy(twice))
+        )),
+        None => Ok(()),
     }
 }
 

@@ -297,6 +297,46 @@ fn decimal_hint(p: &Value) -> Option<Type> {
     )
 }
 
+/// The ENGINE clause of a created table, and the deduplication window it needs.
+fn engine(
+    config: &TargetConfig,
+    database: &str,
+    table: &str,
+    keys: &[String],
+) -> Result<(String, &'static str), Error> {
+    let replacing = match &config.engine {
+        Engine::Auto => !keys.is_empty(),
+        Engine::MergeTree => false,
+        Engine::ReplacingMergeTree => true,
+        Engine::Refused(name) => {
+            return Err(Error::invalid(format!(
+                "setting engine_type = '{}': this engine adds rows up, so what is stored would not be what was sent; create table {}.{} yourself to use it (the target loads into an existing table as it is)",
+                escaped(name),
+                escaped(database),
+                escaped(table)
+            )))
+        }
+    };
+    let family = if replacing {
+        "ReplacingMergeTree"
+    } else {
+        "MergeTree"
+    };
+    // A deduplication window, so that a chunk sent again (same token) is dropped: the
+    // replicated engines keep one by default; a plain MergeTree does not.
+    Ok(if config.replicated || config.cluster.is_some() {
+        (
+            format!("Replicated{family}({{path:String}}, {{replica:String}})"),
+            "",
+        )
+    } else {
+        (
+            format!("{family}()"),
+            " SETTINGS non_replicated_deduplication_window = 1000",
+        )
+    })
+}
+
 fn on_cluster(config: &TargetConfig) -> String {
     match &config.cluster {
         Some(c) => format!(" ON CLUSTER {}", quote_identifier(c)),
@@ -318,37 +358,7 @@ pub fn create_table(
         .iter()
         .map(|c| format!("{} {}", quote_identifier(&c.name), c.ty))
         .collect();
-    let replacing = match &config.engine {
-        Engine::Auto => !keys.is_empty(),
-        Engine::MergeTree => false,
-        Engine::ReplacingMergeTree => true,
-        Engine::Refused(name) => {
-            return Err(Error::invalid(format!(
-                "setting engine_type = '{}': this engine adds rows up, so what is stored would not be what was sent; create table {}.{} yourself to use it (the target loads into an existing table as it is)",
-                escaped(name),
-                escaped(database),
-                escaped(table)
-            )))
-        }
-    };
-    let family = if replacing {
-        "ReplacingMergeTree"
-    } else {
-        "MergeTree"
-    };
-    // A deduplication window, so that a chunk sent again (same token) is dropped: the
-    // replicated engines keep one by default; a plain MergeTree does not.
-    let (engine, window) = if config.replicated || config.cluster.is_some() {
-        (
-            format!("Replicated{family}({{path:String}}, {{replica:String}})"),
-            "",
-        )
-    } else {
-        (
-            format!("{family}()"),
-            " SETTINGS non_replicated_deduplication_window = 1000",
-        )
-    };
+    let (engine, window) = engine(config, database, table, keys)?;
     let order_by = config.order_by.as_deref().unwrap_or(keys);
     let order = if order_by.is_empty() {
         "tuple()".to_string()

@@ -108,37 +108,56 @@ impl<T: Transport + Clone, P: Platform + Clone> Target<'_, T, P> {
             );
             existing = self.existing_columns(&client, &database, &table)?;
         }
-        for column in &mut columns {
-            match existing.iter().find(|(name, _)| *name == column.name) {
-                Some((_, ty)) => column.ty = ty.clone(),
-                None => {
-                    self.refuse_unless_creating(&format!(
-                        "stream '{}': property '{}' has no column in {shown}",
-                        escaped(stream),
-                        escaped(&column.property)
-                    ))?;
-                    self.execute(
-                        &client,
-                        &schema::add_column(&self.config, &database, &table, column),
-                    )?;
-                    let _ = writeln!(
-                        self.log,
-                        "target: added column '{}' to {shown}",
-                        escaped(&column.name)
-                    );
-                    if let Type::Nullable(_) = column.ty {
-                    } else {
-                        column.ty = Type::Nullable(Box::new(column.ty.clone()));
-                    }
-                    column.nullable = true;
-                }
-            }
-        }
+        self.add_missing_columns(
+            &client,
+            (&database, &table),
+            stream,
+            &existing,
+            &mut columns,
+        )?;
         Ok(Table {
             database,
             table,
             columns,
         })
+    }
+
+    /// Each column takes the table's type; a property without a column gets one (nullable:
+    /// the rows already stored hold nothing for it).
+    fn add_missing_columns(
+        &mut self,
+        client: &Client<T>,
+        (database, table): (&str, &str),
+        stream: &str,
+        existing: &[(String, Type)],
+        columns: &mut [Column],
+    ) -> Result<(), Error> {
+        let shown = format!("{}.{}", escaped(database), escaped(table));
+        for column in columns.iter_mut() {
+            if let Some((_, ty)) = existing.iter().find(|(name, _)| *name == column.name) {
+                column.ty = ty.clone();
+                continue;
+            }
+            self.refuse_unless_creating(&format!(
+                "stream '{}': property '{}' has no column in {shown}",
+                escaped(stream),
+                escaped(&column.property)
+            ))?;
+            self.execute(
+                client,
+                &schema::add_column(&self.config, database, table, column),
+            )?;
+            let _ = writeln!(
+                self.log,
+                "target: added column '{}' to {shown}",
+                escaped(&column.name)
+            );
+            if !matches!(column.ty, Type::Nullable(_)) {
+                column.ty = Type::Nullable(Box::new(column.ty.clone()));
+            }
+            column.nullable = true;
+        }
+        Ok(())
     }
 
     fn refuse_unless_creating(&self, what: &str) -> Result<(), Error> {
