@@ -6,6 +6,7 @@
 
 use serde_json::Value;
 
+use crate::client::url::{decode_component, encode_component};
 use crate::client::{Compression, ConnectionOptions, Endpoint, Error};
 use crate::sink::types::Type;
 use crate::text::escaped;
@@ -69,6 +70,8 @@ pub struct TargetConfig {
     /// A PEM file of CA certificates the host trusts for HTTPS besides the system's (host only:
     /// the host reads it before the component starts).
     pub ca_file: Option<String>,
+    /// At the input's end, send the last partial chunk after the last STATE too.
+    pub load_partial_tail: bool,
     /// What the config earned: settings without effect, unknown keys (one line each).
     pub warnings: Vec<String>,
 }
@@ -94,8 +97,9 @@ impl TargetConfig {
 
     fn from_settings(mut settings: Settings) -> Result<TargetConfig, Error> {
         let (connection, url_database) = connection(&mut settings)?;
+        // An empty name is "not set" (as the SDK reads it); a blank one is an error.
         let name = |setting: &str| -> Result<Option<String>, Error> {
-            match settings.text(setting) {
+            match settings.text(setting).filter(|n| !n.is_empty()) {
                 Some(n) if n.trim().is_empty() => Err(Error::invalid(format!(
                     "setting {setting} must be a name, not blank"
                 ))),
@@ -139,6 +143,7 @@ impl TargetConfig {
             compression,
             dedup: settings.flag("dedup"),
             create_tables: settings.flag("create_tables"),
+            load_partial_tail: settings.flag("load_partial_tail"),
             allowed_hosts: list("allowed_hosts", settings.given("allowed_hosts"))?
                 .unwrap_or_default(),
             ca_file: settings.text("ca_file").filter(|f| !f.is_empty()),
@@ -397,6 +402,7 @@ fn url_of(setting: &str, text: &str, warnings: &mut Vec<String>) -> Result<Strin
             )));
         }
     };
+    let (userinfo, rest) = sqlalchemy_userinfo(rest);
     let (base, query) = rest.split_once('?').unwrap_or((rest, ""));
     for pair in query.split('&').filter(|p| !p.is_empty()) {
         let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
@@ -413,7 +419,55 @@ fn url_of(setting: &str, text: &str, warnings: &mut Vec<String>) -> Result<Strin
             )),
         }
     }
-    Ok(format!("{}://{base}", if tls { "https" } else { "http" }))
+    // clickhouse-sqlalchemy's HTTP driver connects to `url.port or 8123`, whatever the
+    // protocol; `clickhouse+https://` (no such driver there) to 8443.
+    let (hostport, path) = base.split_at(base.find('/').unwrap_or(base.len()));
+    let has_port = match hostport.rfind(']') {
+        Some(bracket) => hostport[bracket..].contains(':'),
+        None => hostport.contains(':'),
+    };
+    let port = match (has_port, scheme.as_str()) {
+        (true, _) => "",
+        (false, "clickhouse+https" | "https" | "clickhouses") => ":8443",
+        (false, _) => ":8123",
+    };
+    Ok(format!(
+        "{}://{userinfo}{hostport}{port}{path}",
+        if tls { "https" } else { "http" }
+    ))
+}
+
+/// A SQLAlchemy URL's user and password, split off as SQLAlchemy splits them (a user up to
+/// the first `:`, `/` or `@`; a password up to the next `@`, so it may hold `/`, `?` or `:`)
+/// and percent-encoded again for the client's URL, and the rest (host, port, path, query).
+fn sqlalchemy_userinfo(rest: &str) -> (String, &str) {
+    let Some(end) = rest.find([':', '/', '@']) else {
+        return (String::new(), rest);
+    };
+    let (user, password, after) = match rest.as_bytes()[end] {
+        b'@' => (&rest[..end], None, &rest[end + 1..]),
+        b':' => match rest[end + 1..].find('@') {
+            Some(at) => (
+                &rest[..end],
+                Some(&rest[end + 1..end + 1 + at]),
+                &rest[end + 2 + at..],
+            ),
+            None => return (String::new(), rest),
+        },
+        _ => return (String::new(), rest),
+    };
+    // SQLAlchemy unquotes both; a text that is not valid percent-encoding is taken as is.
+    let again = |part: &str| {
+        let plain = decode_component(part, false).unwrap_or_else(|_| part.to_string());
+        encode_component(&plain)
+    };
+    let mut info = again(user);
+    if let Some(password) = password {
+        info.push(':');
+        info.push_str(&again(password));
+    }
+    info.push('@');
+    (info, after)
 }
 
 #[cfg(test)]
@@ -496,6 +550,17 @@ mod tests {
             "{warnings}"
         );
         assert!(warnings.contains("option 'timeout'"), "{warnings}");
+        // A password as SQLAlchemy reads it: up to the next '@', '/', '?' and ':' included.
+        let c = parse(
+            json!({"sqlalchemy_url": "clickhouse+http://u:a/b?c:d%40e@h:8124/db?protocol=http"}),
+        )
+        .unwrap();
+        let e = endpoint(&c);
+        assert_eq!(
+            (e.user.as_str(), e.password.as_str(), e.port),
+            ("u", "a/b?c:d@e", 8124)
+        );
+        assert!(c.warnings.is_empty(), "{:?}", c.warnings);
         let e = parse(json!({"sqlalchemy_url": "clickhouse+native://u:pw@h:9000/db"})).unwrap_err();
         assert!(
             e.message.contains("native protocol") && !e.message.contains("pw"),

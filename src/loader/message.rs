@@ -36,11 +36,8 @@ pub enum Message<'a> {
         /// The `value`'s text.
         value: &'a str,
     },
-    /// Full-table replication's version marker.
-    ActivateVersion {
-        /// The stream.
-        stream: String,
-    },
+    /// Full-table replication's version marker (read and ignored: its stream is checked).
+    ActivateVersion,
     /// A BATCH message (records in files).
     Batch {
         /// The stream, if named.
@@ -92,9 +89,10 @@ impl<'a> Message<'a> {
                     .map_err(|_| bad("the STATE is not UTF-8".into()))?;
                 Message::State { value }
             }
-            "ACTIVATE_VERSION" => Message::ActivateVersion {
-                stream: needs_stream()?,
-            },
+            "ACTIVATE_VERSION" => {
+                needs_stream()?;
+                Message::ActivateVersion
+            }
             "BATCH" => Message::Batch { stream },
             other => {
                 return Err(bad(format!(
@@ -185,7 +183,7 @@ mod tests {
         let line = br#"{"type":"ACTIVATE_VERSION","stream":"s","version":1}"#;
         assert!(matches!(
             Message::parse(line, 1).unwrap(),
-            Message::ActivateVersion { .. }
+            Message::ActivateVersion
         ));
     }
 

@@ -31,6 +31,7 @@ use crate::client::{Client, Error, ErrorKind, Transport};
 use crate::platform::Platform;
 use crate::sink::encode::read_line;
 use crate::sink::{Receipt, Sink, StartedSend};
+use crate::text::escaped;
 
 use config::TargetConfig;
 use message::Message;
@@ -199,12 +200,15 @@ impl<'w, T: Transport + Clone, P: Platform + Clone> Target<'w, T, P> {
         Ok(self.summary)
     }
 
-    /// The input's end: the records the last STATE covers are flushed with it (and it is
-    /// emitted); the records after it (a tap that stopped before its next STATE, or one that
-    /// ends without a final STATE) are then sent in chunks counted from that STATE, as a rerun
-    /// from it counts them: a rerun that reads the same records makes the same full chunks,
-    /// with the same tokens. A run without any STATE sends everything: its rerun starts from
-    /// the beginning, as it did.
+    /// The input's end. The records the last STATE covers are flushed with it (and it is
+    /// emitted). The records after it (a tap that failed before its next STATE, or one that
+    /// ends without a final STATE) are then sent in the chunks a rerun from that STATE makes
+    /// of them: the whole chunks of `batch_size_rows`, counted from that STATE, which a rerun
+    /// that reads the same records makes again with the same tokens. The last partial chunk
+    /// of each stream is not sent (a rerun that reads further puts its records in a chunk
+    /// with later ones, which the server could not match): the tap's next run, from that
+    /// STATE, sends them again. `load_partial_tail` sends it too (at least once). A run
+    /// without any STATE sends everything: its rerun starts from the beginning, as it did.
     fn finish(&mut self) -> Result<(), Error> {
         let mut tails: Vec<(Vec<u64>, Vec<u8>)> = Vec::with_capacity(self.streams.len());
         for s in &mut self.streams {
@@ -217,20 +221,54 @@ impl<'w, T: Transport + Clone, P: Platform + Clone> Target<'w, T, P> {
         }
         let last = self.state.take();
         self.flush(last)?;
-        let mut tail = 0u64;
-        for (s, (lines, pending)) in self.streams.iter_mut().zip(tails) {
-            tail += lines.len() as u64;
+        let batch = self.config.batch_size_rows as usize;
+        let (mut sent, mut held) = (0usize, Vec::new());
+        for (s, (mut lines, mut pending)) in self.streams.iter_mut().zip(tails) {
+            let whole = if self.config.load_partial_tail {
+                lines.len()
+            } else {
+                lines.len() / batch * batch
+            };
+            if whole < lines.len() {
+                held.push(format!(
+                    "{} of stream '{}'",
+                    lines.len() - whole,
+                    escaped(&s.name)
+                ));
+                let cut = pending
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, b)| **b == b'\n')
+                    .nth(whole.wrapping_sub(1))
+                    .map_or(0, |(i, _)| i + 1);
+                lines.truncate(whole);
+                pending.truncate(if whole == 0 { 0 } else { cut });
+            }
+            sent += lines.len();
             s.lines = lines;
             s.pending = pending;
         }
-        if tail > 0 {
-            let _ = writeln!(
-                self.log,
-                "target: {tail} records after the input's last STATE are loaded (exactly once where a rerun from that STATE reads them again, but for the last partial chunk of each stream: docs/meltano.md)"
-            );
+        self.tail_notes(sent, &held);
+        if sent > 0 {
             self.flush(None)?;
         }
         self.complete()
+    }
+
+    fn tail_notes(&mut self, sent: usize, held: &[String]) {
+        if sent > 0 {
+            let _ = writeln!(
+                self.log,
+                "target: {sent} records after the input's last STATE are loaded, in the chunks a rerun from that STATE makes again"
+            );
+        }
+        if !held.is_empty() {
+            let _ = writeln!(
+                self.log,
+                "target: warning: records after the input's last STATE are not loaded ({}): they fill no whole chunk of batch_size_rows, which a rerun from that STATE could not make again; the tap's next run, from that STATE, sends them (load_partial_tail: true loads them now, at least once)",
+                held.join(", ")
+            );
+        }
     }
 
     fn message(&mut self, line: &[u8], line_no: u64) -> Result<(), Error> {
@@ -250,7 +288,7 @@ impl<'w, T: Transport + Clone, P: Platform + Clone> Target<'w, T, P> {
             Message::State { value } => self.state(value),
             // Full-table replication's marker: rows of older versions are not deleted (the
             // tables have no version column); the records are loaded as any others.
-            Message::ActivateVersion { .. } => Ok(()),
+            Message::ActivateVersion => Ok(()),
             Message::Batch { stream } => Err(Error::invalid(format!(
                 "line {line_no}{}: BATCH messages are not supported: turn off the tap's batch_config so it sends RECORD messages",
                 stream

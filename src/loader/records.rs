@@ -10,7 +10,7 @@ use crate::platform::Platform;
 use crate::sink::native::{object_fields, Key};
 use crate::text::escaped;
 
-use super::schema::Column;
+use super::schema::{Column, SDC_METADATA};
 use super::Target;
 
 impl<T: Transport + Clone, P: Platform + Clone> Target<'_, T, P> {
@@ -84,7 +84,10 @@ impl<T: Transport + Clone, P: Platform + Clone> Target<'_, T, P> {
                 continue;
             }
             extra = true;
-            if !s.dropped.contains(&property.to_vec()) {
+            let metadata = SDC_METADATA
+                .iter()
+                .any(|m| m.as_bytes() == property.as_ref());
+            if !metadata && !s.dropped.contains(&property.to_vec()) {
                 s.dropped.push(property.to_vec());
                 let _ = writeln!(
                     self.log,
@@ -152,7 +155,7 @@ fn rewrite(
         name(out, &column.name);
         if *value == b"null" {
             out.extend_from_slice(value);
-        } else if column.as_json_text() {
+        } else if column.as_json_text() && value.first() != Some(&b'"') {
             let text =
                 std::str::from_utf8(value).map_err(|_| "the record is not UTF-8".to_string())?;
             serde_json::to_writer(&mut *out, text).expect("a string writes");

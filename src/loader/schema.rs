@@ -29,6 +29,18 @@ use crate::text::escaped;
 use super::config::{Engine, TargetConfig};
 use super::names::Naming;
 
+/// The Singer SDK's record metadata properties, which SDK targets drop from schemas and
+/// records unless `add_record_metadata` is on (it is not built here: refused).
+pub const SDC_METADATA: [&str; 7] = [
+    "_sdc_extracted_at",
+    "_sdc_received_at",
+    "_sdc_batched_at",
+    "_sdc_deleted_at",
+    "_sdc_sequence",
+    "_sdc_table_version",
+    "_sdc_sync_started_at",
+];
+
 /// One property as a column.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Column {
@@ -102,10 +114,19 @@ pub fn columns(
             )));
         }
     }
-    let names: Vec<&str> = properties.keys().map(String::as_str).collect();
+    let properties: Vec<(&String, &Value)> = properties
+        .iter()
+        .filter(|(name, _)| !SDC_METADATA.contains(&name.as_str()))
+        .collect();
+    let names: Vec<&str> = properties.iter().map(|(name, _)| name.as_str()).collect();
+    if names.is_empty() {
+        return Err(Error::invalid(format!(
+            "the SCHEMA of stream '{shown}' has only Singer SDK metadata properties (_sdc_...), which are not loaded: a table needs a column"
+        )));
+    }
     let column_names = naming.columns(stream, &names)?;
     Ok(properties
-        .iter()
+        .into_iter()
         .zip(column_names)
         .map(|((property, schema), name)| {
             let (base, json, null) = mapped(schema, number_type);
@@ -186,24 +207,33 @@ fn mapped(property: &Value, number_type: &Type) -> (Type, bool, bool) {
     (base, false, null)
 }
 
+/// The bounds of a number property and whether each excludes itself.
+fn bounds(p: &Value) -> impl Iterator<Item = (&Value, bool)> {
+    [
+        ("minimum", false),
+        ("maximum", false),
+        ("exclusiveMinimum", true),
+        ("exclusiveMaximum", true),
+    ]
+    .into_iter()
+    .filter_map(move |(k, exclusive)| p.get(k).filter(|v| v.is_number()).map(|v| (v, exclusive)))
+}
+
 /// `integer`: `Int64`, or wider when its bounds need it.
 fn integer(p: &Value) -> Type {
-    let widest = ["minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"]
-        .iter()
-        .filter_map(|k| p.get(*k).filter(|v| v.is_number()))
-        .map(|v| {
+    let widest = bounds(p)
+        .map(|(v, _)| {
             let text = v.to_string();
             match text.parse::<i128>() {
                 Ok(n) if i64::try_from(n).is_ok() => 64,
                 Ok(_) => 128,
-                // Past 128 bits, or written with a fraction or exponent: the widest.
-                Err(_)
-                    if text.contains(['.', 'e', 'E'])
-                        && text.parse::<f64>().is_ok_and(|f| f.abs() < 9.2e18) =>
-                {
-                    64
-                }
-                Err(_) => 256,
+                // Past 128 bits, or written with a fraction or an exponent (`1e30`): by its
+                // size, kept clear of each type's edge.
+                Err(_) => match text.parse::<f64>().map(f64::abs) {
+                    Ok(f) if f < 9.2e18 => 64,
+                    Ok(f) if f < 1.7e38 => 128,
+                    _ => 256,
+                },
             }
         })
         .max()
@@ -225,10 +255,8 @@ fn number(p: &Value, number_type: &Type) -> Type {
     let Some(scale) = places(&step.to_string()) else {
         return number_type.clone();
     };
-    let digits = ["minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"]
-        .iter()
-        .filter_map(|k| p.get(*k).and_then(Value::as_f64))
-        .map(|b| whole_digits(b.abs()))
+    let digits = bounds(p)
+        .filter_map(|(v, exclusive)| v.as_f64().map(|b| whole_digits(b.abs(), exclusive)))
         .max();
     let precision = match digits {
         Some(d) => (d + scale).clamp(1, 76),
@@ -258,13 +286,14 @@ fn places(step: &str) -> Option<u32> {
         .filter(|s| *s <= 76)
 }
 
-/// How many digits the whole part of a bound has (an exclusive power of ten, 10^k, needs k).
-fn whole_digits(bound: f64) -> u32 {
+/// How many whole digits the values up to a bound need (an exclusive power of ten, 10^k,
+/// needs k; an inclusive one k + 1).
+fn whole_digits(bound: f64, exclusive: bool) -> u32 {
     if bound < 1.0 {
         return 1;
     }
     let log = bound.log10();
-    if log.fract() == 0.0 {
+    if log.fract() == 0.0 && exclusive {
         log as u32
     } else {
         log.floor() as u32 + 1
@@ -304,9 +333,20 @@ fn engine(
     table: &str,
     keys: &[String],
 ) -> Result<(String, &'static str), Error> {
+    let order_by = config.order_by.as_deref().unwrap_or(keys);
+    // A ReplacingMergeTree keeps one row per ORDER BY value: only right when that value is
+    // the record's key (every key column in the ORDER BY).
+    let keyed = !keys.is_empty() && keys.iter().all(|k| order_by.contains(k));
     let replacing = match &config.engine {
-        Engine::Auto => !keys.is_empty(),
+        Engine::Auto => keyed,
         Engine::MergeTree => false,
+        Engine::ReplacingMergeTree if order_by.is_empty() => {
+            return Err(Error::invalid(format!(
+                "setting engine_type = 'ReplacingMergeTree': table {}.{} has no key_properties or order_by_keys to order it by, and a ReplacingMergeTree ordered by nothing keeps one row of all",
+                escaped(database),
+                escaped(table)
+            )))
+        }
         Engine::ReplacingMergeTree => true,
         Engine::Refused(name) => {
             return Err(Error::invalid(format!(
@@ -378,7 +418,13 @@ pub fn create_table(
     .param("t", table);
     Ok(if config.replicated || config.cluster.is_some() {
         query
-            .param("path", config.table_path.replace("$table_name", table))
+            .param(
+                "path",
+                config
+                    .table_path
+                    .replace("${table_name}", table)
+                    .replace("$table_name", table),
+            )
             .param("replica", &config.replica_name)
     } else {
         query
@@ -398,6 +444,26 @@ pub fn add_column(config: &TargetConfig, database: &str, table: &str, column: &C
             "ALTER TABLE {{db:Identifier}}.{{t:Identifier}}{} ADD COLUMN IF NOT EXISTS {} {ty}",
             on_cluster(config),
             quote_identifier(&column.name)
+        ),
+    )
+    .param("db", database)
+    .param("t", table)
+}
+
+/// `ALTER TABLE ... MODIFY COLUMN` to a wider type ([`super::tables::widened`]).
+pub fn modify_column(
+    config: &TargetConfig,
+    database: &str,
+    table: &str,
+    column: &str,
+    ty: &Type,
+) -> Query {
+    Query::write(
+        "target-modify-column",
+        format!(
+            "ALTER TABLE {{db:Identifier}}.{{t:Identifier}}{} MODIFY COLUMN {} {ty}",
+            on_cluster(config),
+            quote_identifier(column)
         ),
     )
     .param("db", database)
@@ -501,7 +567,9 @@ mod tests {
             "hinted": {"type": "number", "x-sql-datatype": "NUMERIC(38, 0)"},
             "text_dec": {"type": "string", "format": "x-singer.decimal", "precision": 20, "scale": 5},
             "loose_dec": {"type": "string", "format": "x-singer.decimal"},
-            "plain": {"type": "number"}
+            "plain": {"type": "number"},
+            "upto": {"type": "number", "multipleOf": 0.01, "maximum": 100, "minimum": 0},
+            "_sdc_batched_at": {"type": "string", "format": "date-time"}
         }});
         let got = mapped_types(schema.clone(), "Float64");
         let types: Vec<&str> = got.iter().map(|(_, t, _)| t.as_str()).collect();
@@ -517,7 +585,8 @@ mod tests {
                 "Decimal(38, 0)",
                 "Decimal(20, 5)",
                 "String",
-                "Float64"
+                "Float64",
+                "Decimal(5, 2)"
             ]
         );
         let got = mapped_types(schema, "Decimal(76, 20)");
@@ -525,9 +594,66 @@ mod tests {
             (got[8].1.as_str(), got[9].1.as_str()),
             ("Decimal(76, 20)", "Decimal(76, 20)")
         );
+        assert_eq!(whole_digits(100.0, false), 3);
+        assert_eq!(whole_digits(100.0, true), 2);
+        assert_eq!(whole_digits(99.5, false), 2);
         assert_eq!(places("0.01"), Some(2));
         assert_eq!(places("5e-1"), Some(1));
         assert_eq!(places("2.50"), Some(1));
         assert_eq!(places("1e-90"), None);
+    }
+
+    #[test]
+    fn a_replacing_engine_only_where_its_order_is_the_records_key() {
+        let config = |extra: Value| {
+            let mut c = json!({"host": "h"});
+            c.as_object_mut()
+                .unwrap()
+                .extend(extra.as_object().unwrap().clone());
+            TargetConfig::parse(&c.to_string()).unwrap()
+        };
+        let ddl = |c: &TargetConfig, keys: &[&str]| {
+            let keys: Vec<String> = keys.iter().map(|k| k.to_string()).collect();
+            let columns = columns(
+                "s",
+                &json!({"properties": {"id": {"type": "integer"}, "at": {"type": "integer"}}}),
+                &keys,
+                Naming::Conformed,
+                &Type::Float64,
+            )
+            .unwrap();
+            create_table(c, "db", "t", &columns, &keys).map(|q| q.sql)
+        };
+        let auto = config(json!({}));
+        assert!(ddl(&auto, &["id"])
+            .unwrap()
+            .contains("ENGINE = ReplacingMergeTree() ORDER BY (`id`)"));
+        assert!(ddl(&auto, &[])
+            .unwrap()
+            .contains("ENGINE = MergeTree() ORDER BY tuple()"));
+        // Ordered by another column than the key: rows with one `at` must not collapse.
+        let by_at = config(json!({"order_by_keys": ["at"]}));
+        assert!(ddl(&by_at, &["id"])
+            .unwrap()
+            .contains("ENGINE = MergeTree() ORDER BY (`at`)"));
+        let by_both = config(json!({"order_by_keys": "at,id"}));
+        assert!(ddl(&by_both, &["id"])
+            .unwrap()
+            .contains("ReplacingMergeTree() ORDER BY (`at`, `id`)"));
+        let replacing = config(json!({"engine_type": "ReplacingMergeTree"}));
+        let e = ddl(&replacing, &[]).unwrap_err();
+        assert!(e.message.contains("ordered by nothing"), "{}", e.message);
+        let summing = config(json!({"engine_type": "SummingMergeTree"}));
+        let e = ddl(&summing, &["id"]).unwrap_err();
+        assert!(e.message.contains("adds rows up"), "{}", e.message);
+        let replicated =
+            config(json!({"engine_type": "ReplicatedMergeTree", "table_path": "/t/${table_name}"}));
+        let q = create_table(&replicated, "db", "t", &[], &[]).unwrap();
+        assert!(
+            q.sql
+                .contains("ReplicatedMergeTree({path:String}, {replica:String})"),
+            "{}",
+            q.sql
+        );
     }
 }

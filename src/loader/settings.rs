@@ -170,6 +170,7 @@ pub const SETTINGS: &[Setting] = &[
     setting("uri", Text, Ours).secret().says("Connection URI as the state backend takes it: clickhouse://user:password@host:8123/database, clickhouses:// for TLS, http:// or https:// (a sqlalchemy_url's forms are read too). Instead of the separate settings."),
     setting("conform_names", Boolean, Ours).default("true").says("Name databases, tables and columns as Singer SDK targets do (stream public-users: table users in database public; names lowercased, other characters than letters, digits and _ dropped). false: the table is the stream's name, in database (or default_target_schema), and the columns the properties' names, as given."),
     setting("number_type", Text, Ours).default("\"Float64\"").says("Column type of created columns for a plain number property (one without multipleOf or a decimal hint): Float64 (rounded to the nearest double), or Decimal(P, S) (exact: a value with more places or digits is refused, naming the record)."),
+    setting("load_partial_tail", Boolean, Ours).default("false").says("At the end of the input, records after the last STATE are loaded in whole chunks of batch_size_rows (a rerun from that STATE makes the same chunks: exactly once); the rest of each stream waits for the tap's next run, which sends them again. true: loads them now too, at least once (a rerun that reads further may store them twice)."),
     setting("batch_size_bytes", Integer, Ours).default("67108864").says("Pending bytes at which the target flushes without waiting for a STATE message."),
     setting("compression", Text, Ours).default("\"lz4\"").allowed(&["none", "lz4", "zstd", "gzip"]).says("INSERT body compression."),
     setting("dedup", Boolean, Ours).default("true").says("Deduplication tokens on every chunk: exactly once across crashes and retries. Off: at least once."),
@@ -332,7 +333,8 @@ fn check_kind(setting: &Setting, value: &Value) -> Result<(), Error> {
 }
 
 fn shown_safely(setting: &Setting, value: &str) -> std::string::String {
-    if setting.secret {
+    // Objects (stream map configs, batch configs) may hold keys and salts.
+    if setting.secret || setting.kind == Kind::Object {
         "(secret)".into()
     } else {
         format!("'{}'", escaped(value))

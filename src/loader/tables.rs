@@ -12,6 +12,95 @@ use crate::text::escaped;
 use super::schema::{self, Column};
 use super::{Stream, Target};
 
+/// A column the table has.
+pub(super) struct Existing {
+    name: String,
+    ty: Type,
+    /// In the sorting, primary or partition key (ClickHouse changes no such column's type).
+    in_key: bool,
+}
+
+/// The type a column is altered to when the SCHEMA declares a wider one than it has: a
+/// column becoming nullable, an integer becoming a wider integer or a Decimal with room for
+/// all its digits, a Decimal becoming one with more places and as many whole digits. Every
+/// value the column holds is then held exactly (ClickHouse converts them in place). Key
+/// columns, and every other change, keep their type: each value is then read for it, and
+/// one it cannot hold is refused, naming the record.
+pub(super) fn widened(existing: &Type, declared: &Type, in_key: bool) -> Option<Type> {
+    if in_key {
+        return None;
+    }
+    let split = |t: &Type| match t {
+        Type::Nullable(inner) => (true, (**inner).clone()),
+        t => (false, t.clone()),
+    };
+    let ((had_null, had), (wants_null, wants)) = (split(existing), split(declared));
+    // Only a scalar may become Nullable (not an Array, Map, Tuple, LowCardinality, JSON, ...).
+    let scalar = matches!(
+        had,
+        Type::Int { .. }
+            | Type::Float32
+            | Type::Float64
+            | Type::Bool
+            | Type::Decimal { .. }
+            | Type::String
+            | Type::FixedString(_)
+            | Type::Uuid
+            | Type::Ipv4
+            | Type::Ipv6
+            | Type::Date
+            | Type::Date32
+            | Type::DateTime(_)
+            | Type::DateTime64(..)
+            | Type::Enum { .. }
+    );
+    if !scalar {
+        return None;
+    }
+    let whole_digits = |bits: u16| match bits {
+        8 => 3,
+        16 => 5,
+        32 => 10,
+        64 => 19,
+        _ => u8::MAX,
+    };
+    let base = match (&had, &wants) {
+        (a, b) if a == b => had.clone(),
+        (
+            Type::Int {
+                signed: true,
+                bits: a,
+            },
+            Type::Int {
+                signed: true,
+                bits: b,
+            },
+        ) if b > a => wants.clone(),
+        (Type::Int { signed: true, bits }, Type::Decimal { precision, scale })
+            if precision - scale >= whole_digits(*bits) =>
+        {
+            wants.clone()
+        }
+        (
+            Type::Decimal {
+                precision: p1,
+                scale: s1,
+            },
+            Type::Decimal {
+                precision: p2,
+                scale: s2,
+            },
+        ) if s2 >= s1 && p2 - s2 >= p1 - s1 => wants.clone(),
+        _ => had.clone(),
+    };
+    let ty = if had_null || (wants_null && !existing.takes_null()) {
+        Type::Nullable(Box::new(base))
+    } else {
+        base
+    };
+    (ty != *existing).then_some(ty)
+}
+
 /// Where a stream's table is, and what it holds.
 pub(super) struct Table {
     pub database: String,
@@ -82,8 +171,18 @@ impl<T: Transport + Clone, P: Platform + Clone> Target<'_, T, P> {
             .config
             .naming
             .route(stream, self.config.default_target_schema.as_deref())?;
-        let database = database.unwrap_or_else(|| self.config.database.clone());
-        let table = self.config.table_name.clone().unwrap_or(table);
+        // `table_name` (the Hub's): every stream into that table of `database`, or of the
+        // database it names (`db.table`), whatever the stream's schema part.
+        let (database, table) = match &self.config.table_name {
+            Some(name) => match name.split_once('.') {
+                Some((db, t)) => (db.to_string(), t.to_string()),
+                None => (self.config.database.clone(), name.clone()),
+            },
+            None => (
+                database.unwrap_or_else(|| self.config.database.clone()),
+                table,
+            ),
+        };
         let client = self.client()?;
         let shown = format!("{}.{}", escaped(&database), escaped(&table));
         let mut existing = self.existing_columns(&client, &database, &table)?;
@@ -108,7 +207,7 @@ impl<T: Transport + Clone, P: Platform + Clone> Target<'_, T, P> {
             );
             existing = self.existing_columns(&client, &database, &table)?;
         }
-        self.add_missing_columns(
+        self.reconcile_columns(
             &client,
             (&database, &table),
             stream,
@@ -122,20 +221,36 @@ impl<T: Transport + Clone, P: Platform + Clone> Target<'_, T, P> {
         })
     }
 
-    /// Each column takes the table's type; a property without a column gets one (nullable:
-    /// the rows already stored hold nothing for it).
-    fn add_missing_columns(
+    /// Each column takes the table's type, widened first where the SCHEMA asks for a wider one
+    /// that holds every value the column holds (see [`widened`]); a property without a column
+    /// gets one (nullable: the rows already stored hold nothing for it).
+    fn reconcile_columns(
         &mut self,
         client: &Client<T>,
         (database, table): (&str, &str),
         stream: &str,
-        existing: &[(String, Type)],
+        existing: &[Existing],
         columns: &mut [Column],
     ) -> Result<(), Error> {
         let shown = format!("{}.{}", escaped(database), escaped(table));
         for column in columns.iter_mut() {
-            if let Some((_, ty)) = existing.iter().find(|(name, _)| *name == column.name) {
-                column.ty = ty.clone();
+            if let Some(found) = existing.iter().find(|e| e.name == column.name) {
+                let declared = std::mem::replace(&mut column.ty, found.ty.clone());
+                let wider = widened(&found.ty, &declared, found.in_key)
+                    .filter(|_| self.config.create_tables);
+                if let Some(wider) = wider {
+                    let query =
+                        schema::modify_column(&self.config, database, table, &column.name, &wider);
+                    self.execute(client, &query)?;
+                    let _ = writeln!(
+                        self.log,
+                        "target: column '{}' of {shown} widened from {} to {wider}",
+                        escaped(&column.name),
+                        found.ty
+                    );
+                    column.ty = wider;
+                }
+                column.nullable = column.ty.takes_null();
                 continue;
             }
             self.refuse_unless_creating(&format!(
@@ -185,16 +300,16 @@ impl<T: Transport + Clone, P: Platform + Clone> Target<'_, T, P> {
         .map(|retried| retried.value)
     }
 
-    /// The columns of a table and their types (none: it does not exist).
+    /// The columns of a table (none: it does not exist).
     fn existing_columns(
         &self,
         client: &Client<T>,
         database: &str,
         table: &str,
-    ) -> Result<Vec<(String, Type)>, Error> {
+    ) -> Result<Vec<Existing>, Error> {
         let query = Query::read(
             "target-columns",
-            "SELECT name, type FROM system.columns WHERE database = {db:String} AND table = {t:String} ORDER BY position",
+            "SELECT name, type, is_in_sorting_key OR is_in_primary_key OR is_in_partition_key OR is_in_sampling_key FROM system.columns WHERE database = {db:String} AND table = {t:String} ORDER BY position",
         )
         .param("db", database)
         .param("t", table)
@@ -215,11 +330,62 @@ impl<T: Transport + Clone, P: Platform + Clone> Target<'_, T, P> {
             .split(|b| *b == b'\n')
             .filter(|line| !line.is_empty())
             .map(|line| {
-                let (name, ty): (String, String) =
+                let (name, ty, in_key): (String, String, u8) =
                     serde_json::from_slice(line).map_err(|_| unreadable())?;
                 let ty = Type::parse(&ty).unwrap_or(Type::Other(ty));
-                Ok((name, ty))
+                Ok(Existing {
+                    name,
+                    ty,
+                    in_key: in_key != 0,
+                })
             })
             .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn widen(existing: &str, declared: &str, in_key: bool) -> Option<String> {
+        let t = |s: &str| Type::parse(s).unwrap();
+        widened(&t(existing), &t(declared), in_key).map(|t| t.to_string())
+    }
+
+    #[test]
+    fn only_lossless_widenings_are_applied() {
+        for (existing, declared, want) in [
+            ("Int64", "Nullable(Int64)", Some("Nullable(Int64)")),
+            ("Int64", "Int128", Some("Int128")),
+            ("Int64", "Nullable(Int256)", Some("Nullable(Int256)")),
+            ("Int64", "Decimal(38, 2)", Some("Decimal(38, 2)")),
+            (
+                "Nullable(Int32)",
+                "Decimal(12, 2)",
+                Some("Nullable(Decimal(12, 2))"),
+            ),
+            ("Decimal(18, 2)", "Decimal(38, 4)", Some("Decimal(38, 4)")),
+            // Narrower, lossy or unrelated: kept (values decide).
+            ("Int64", "Decimal(18, 0)", None),
+            ("Int128", "Int64", None),
+            ("Decimal(18, 2)", "Decimal(18, 4)", None),
+            ("Decimal(18, 4)", "Decimal(38, 2)", None),
+            ("Float32", "Float64", None),
+            ("Float64", "Decimal(38, 9)", None),
+            ("String", "Int64", None),
+            ("Nullable(Int64)", "Int64", None),
+            ("Int64", "Int64", None),
+        ] {
+            assert_eq!(
+                widen(existing, declared, false).as_deref(),
+                want,
+                "{existing} to {declared}"
+            );
+        }
+        assert_eq!(
+            widen("Int64", "Nullable(Int128)", true),
+            None,
+            "a key column keeps its type"
+        );
     }
 }

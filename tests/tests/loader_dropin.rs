@@ -103,8 +103,7 @@ impl Drop for Databases {
 /// The Hub plugin's config, changed in nothing but the connection: a stream `schema-Table`
 /// lands in database `schema`, table `table` (names conformed as the SDK conforms them); a date
 /// sent with a midnight time is stored as that date; a property not in the SCHEMA is dropped
-/// with a warning; records after the last STATE are loaded; nothing is warned about the Hub's
-/// defaults.
+/// with a warning; nothing is warned about the Hub's defaults.
 #[test]
 fn the_hubs_plugin_config_loads_into_the_tables_sdk_targets_name() {
     let schema_part = unique_name("hub");
@@ -124,7 +123,7 @@ fn the_hubs_plugin_config_loads_into_the_tables_sdk_targets_name() {
     let record = |id: u64| {
         json!({"type": "RECORD", "stream": stream, "record": {"Id": id, "firstName": format!("n{id}"),
             "Tags": ["a", "b c"], "Born": "1999-12-31T00:00:00+00:00",
-            "Price": format!("{id}.25").parse::<f64>().unwrap(), "1st place": id % 2 == 0,
+            "Price": format!("{id}.25").parse::<f64>().unwrap(), "1st place": id.is_multiple_of(2),
             "not_declared": {"x": id}}})
     };
     let mut messages = vec![json!({"type": "SCHEMA", "stream": stream, "schema": schema,
@@ -132,9 +131,10 @@ fn the_hubs_plugin_config_loads_into_the_tables_sdk_targets_name() {
     messages.extend((1..=3).map(record));
     messages.push(json!({"type": "STATE", "value": {"bookmarks": {"o": 3}}}));
     messages.extend((4..=5).map(record));
+    messages.push(json!({"type": "STATE", "value": {"bookmarks": {"o": 5}}}));
     let (code, out, err) = config.run(&lines(&messages));
     assert_eq!(code, Some(0), "{err}");
-    assert_eq!(out.trim(), r#"{"bookmarks":{"o":3}}"#);
+    assert_eq!(out.trim(), r#"{"bookmarks":{"o":5}}"#);
     assert!(
         !err.contains("warning: setting"),
         "the Hub's defaults are quiet: {err}"
@@ -374,4 +374,62 @@ fn declined_settings_are_refused_or_warned_about() {
         sql().count("SELECT count() FROM {db:Identifier}.s", &[("db", &db)]),
         1
     );
+}
+
+/// A later SCHEMA that widens a property (nullable, more bits) alters its column where every
+/// stored value stays exact; the key column keeps its type; a narrower declaration changes
+/// nothing, and a value the column cannot hold is refused naming the record.
+#[test]
+fn a_widened_property_alters_its_column_without_loss() {
+    let db = unique_name("widen");
+    let _dbs = Databases(vec![db.clone()]);
+    let mut config = hub_defaults();
+    config["sqlalchemy_url"] = sqlalchemy_url(&db).into();
+    let config = Config::new(&config);
+    let schema = |n: Value| {
+        json!({"type": "SCHEMA", "stream": "w", "key_properties": ["id"],
+            "schema": {"properties": {"id": {"type": "integer"}, "n": n}}})
+    };
+    let record =
+        |id: u64, n: Value| json!({"type": "RECORD", "stream": "w", "record": {"id": id, "n": n}});
+    let first = lines(&[schema(json!({"type": "integer"})), record(1, json!(5))]);
+    let (code, _, err) = config.run(&first);
+    assert_eq!(code, Some(0), "{err}");
+    let wide = json!({"type": ["null", "integer"], "maximum": 1e30});
+    let big: Value = serde_json::from_str("10000000000000000000000000").unwrap();
+    let second = lines(&[schema(wide), record(2, big), record(3, Value::Null)]);
+    let (code, _, err) = config.run(&second);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(
+        err.contains("column 'n' of") && err.contains("widened from Int64 to Nullable(Int128)"),
+        "{err}"
+    );
+    let types = sql().rows(
+        "SELECT name, type FROM system.columns WHERE database = {db:String} AND table = 'w' ORDER BY position",
+        &[("db", &db)],
+    );
+    assert_eq!(
+        types,
+        [
+            json!({"name": "id", "type": "Int64"}),
+            json!({"name": "n", "type": "Nullable(Int128)"})
+        ]
+    );
+    let rows = sql().rows(
+        "SELECT id, toString(n) AS n FROM {db:Identifier}.w ORDER BY id",
+        &[("db", &db)],
+    );
+    assert_eq!(
+        rows,
+        [
+            json!({"id": 1, "n": "5"}),
+            json!({"id": 2, "n": "10000000000000000000000000"}),
+            json!({"id": 3, "n": null}),
+        ]
+    );
+    // Declared narrower again: the column stays; a value past it is refused by line.
+    let third = lines(&[schema(json!({"type": "number"})), record(4, json!(1.5))]);
+    let (code, _, err) = config.run(&third);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("line 2 (stream 'w')"), "{err}");
 }
