@@ -562,18 +562,47 @@ def test_about_lists_settings_and_capabilities():
     assert about["capabilities"] == ["about", "target-schema"]
     settings = about["settings"]["properties"]
     hub = {
-        "sqlalchemy_url", "driver", "username", "password", "host", "port", "database",
-        "secure", "verify", "engine_type", "table_name", "table_path", "replica_name",
-        "order_by_keys", "cluster_name", "default_target_schema", "optimize_after",
+        "sqlalchemy_url",
+        "driver",
+        "username",
+        "password",
+        "host",
+        "port",
+        "database",
+        "secure",
+        "verify",
+        "engine_type",
+        "table_name",
+        "table_path",
+        "replica_name",
+        "order_by_keys",
+        "cluster_name",
+        "default_target_schema",
+        "optimize_after",
     }
     sdk = {
-        "hard_delete", "add_record_metadata", "load_method", "batch_size_rows",
-        "validate_records", "process_activate_version_messages", "stream_maps",
-        "stream_map_config", "faker_config", "flattening_enabled", "flattening_max_depth",
+        "hard_delete",
+        "add_record_metadata",
+        "load_method",
+        "batch_size_rows",
+        "validate_records",
+        "process_activate_version_messages",
+        "stream_maps",
+        "stream_map_config",
+        "faker_config",
+        "flattening_enabled",
+        "flattening_max_depth",
     }
     ours = {
-        "uri", "conform_names", "number_type", "batch_size_bytes", "compression", "dedup",
-        "create_tables", "ca_file", "allowed_hosts",
+        "uri",
+        "conform_names",
+        "number_type",
+        "batch_size_bytes",
+        "compression",
+        "dedup",
+        "create_tables",
+        "ca_file",
+        "allowed_hosts",
     }
     assert set(settings) >= hub | sdk | ours
     assert settings["password"]["secret"] is True
