@@ -4,11 +4,8 @@
 //! target created decides the types, and what it cannot hold is refused naming the record; the
 //! records SDK taps send (dates with a midnight time, properties not in the SCHEMA) load.
 
-use std::io::{Read, Write};
-use std::process::Stdio;
-
 use clickhouse_component_tests::native::sql;
-use clickhouse_component_tests::{cli, clickhouse, unique_name};
+use clickhouse_component_tests::{cli, clickhouse, output_with_stdin, unique_name};
 use serde_json::{json, Value};
 
 /// A config file of the test's own, removed when dropped.
@@ -30,34 +27,15 @@ impl Config {
 
     /// Runs the target on `input`: (exit code, stdout, stderr).
     fn run(&self, input: &str) -> (Option<i32>, String, String) {
-        let mut child = cli(clickhouse())
-            .args(["target", "--config"])
-            .arg(self.0.join("config.json"))
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let mut stdin = child.stdin.take().unwrap();
-        let input = input.to_string();
-        let writer = std::thread::spawn(move || {
-            let _ = stdin.write_all(input.as_bytes());
-        });
-        let (mut out, mut err) = (String::new(), String::new());
-        child
-            .stdout
-            .take()
-            .unwrap()
-            .read_to_string(&mut out)
-            .unwrap();
-        child
-            .stderr
-            .take()
-            .unwrap()
-            .read_to_string(&mut err)
-            .unwrap();
-        writer.join().unwrap();
-        (child.wait().unwrap().code(), out, err)
+        let mut cmd = cli(clickhouse());
+        cmd.args(["target", "--config"])
+            .arg(self.0.join("config.json"));
+        let out = output_with_stdin(&mut cmd, input.as_bytes());
+        (
+            out.status.code(),
+            String::from_utf8(out.stdout).unwrap(),
+            String::from_utf8(out.stderr).unwrap(),
+        )
     }
 }
 
