@@ -155,7 +155,7 @@ fn rewrite(
         name(out, &column.name);
         if *value == b"null" {
             out.extend_from_slice(value);
-        } else if column.as_json_text() && value.first() != Some(&b'"') {
+        } else if column.as_json_text() {
             let text =
                 std::str::from_utf8(value).map_err(|_| "the record is not UTF-8".to_string())?;
             serde_json::to_writer(&mut *out, text).expect("a string writes");
@@ -304,6 +304,19 @@ mod tests {
         assert_eq!(
             String::from_utf8(out).unwrap(),
             r#"{"id":7,"tags":"[\"a\", \"b\"]","arr":["c"],"on":"2024-02-29","gone":null}"#
+        );
+        // A string into a JSON-text column: its JSON text, quoted.
+        let mut out = Vec::new();
+        rewrite(
+            br#"{"Id":8,"tags":"a\"b","arr":[],"on":null}"#,
+            &columns,
+            &missing,
+            &mut out,
+        )
+        .unwrap();
+        assert_eq!(
+            String::from_utf8(out).unwrap(),
+            r#"{"id":8,"tags":"\"a\\\"b\"","arr":[],"on":null,"gone":null}"#
         );
         let mut out = Vec::new();
         let e = rewrite(
