@@ -6,6 +6,8 @@
 #               Meltano 4.4.1 (`state`), and the Python wheel's tests (tests/python: the API, and
 #               Meltano 4.4.1 using the wheel as its state backend)
 #   make wheel  builds the Python wheel (python/) into target/wheels/
+#   make wheels   the distribution: manylinux2014 wheels (x86_64, aarch64) and the sdist, into
+#               target/wheels/dist/ (docs/python.md, Platforms; not part of `make test`)
 #   make compose  builds the example consumer (examples/state-service) and plugs the library
 #               component into it with wac: target/component/state_service_composed.wasm, for
 #               stock `wasmtime serve` (docs/composition.md); and the binary WIT package
@@ -36,12 +38,12 @@ PLUGIN_DEPS := $(PLUGIN_VENV)/.meltano-$(PLUGIN_MELTANO_VERSION)-onestep-$(PLUGI
 RUFF := $(PY_VENV)/bin/ruff --config python/pyproject.toml
 PY_SOURCES := python/clickhouse_component tests/python
 
-.PHONY: meltano-diff run test setup wasm-target venv zookeeper binaryen build bench diff lint fmt clean js wasmtime-cli wheel plugin-wheel python-test compose wac-cli wasm-tools planted-bugs soak check-history
+.PHONY: meltano-diff run test setup wasm-target venv zookeeper postgres binaryen build bench diff lint fmt clean js wasmtime-cli wheel plugin-wheel wheels python-test compose wac-cli wasm-tools planted-bugs soak check-history
 
 run: setup build
 	scripts/with-clickhouse scripts/quickstart
 
-test: setup wasmtime-cli wac-cli wasm-tools $(BENCH_DEPS) $(VENV)-meltano/.meltano-4.4.1 $(PLUGIN_DEPS) lint
+test: setup wasmtime-cli wac-cli wasm-tools $(BENCH_DEPS) $(VENV)-meltano/.meltano-4.4.1 $(PLUGIN_DEPS) postgres $(TAP_POSTGRES_DEPS) lint
 	cargo build --workspace --bins --examples
 	scripts/planted-bugs
 	$(MAKE) js
@@ -77,10 +79,44 @@ plugin-wheel: $(PLUGIN_DEPS)
 
 # Only the wheel's tests (builds the CLI and fault_proxy they use, and the wheel, installs it
 # into the test venv; PYTEST_ARGS='-k meltano' passes options).
-python-test: setup $(PY_TOOLS) $(PLUGIN_DEPS)
+python-test: setup $(PY_TOOLS) $(PLUGIN_DEPS) postgres $(TAP_POSTGRES_DEPS)
 	cargo build --workspace --bins
 	$(MAKE) plugin-wheel
 	scripts/with-clickhouse $(PLUGIN_VENV)/bin/python -m pytest -p no:cacheprovider tests/python $(PYTEST_ARGS)
+
+# The distribution (docs/python.md, Platforms), into $(WHEELS_OUT): one abi3 wheel per
+# WHEELS_TARGETS triple, manylinux2014 (glibc 2.17), cross-built and linked against glibc 2.17's
+# symbols by zig (the `ziglang` package, in $(PY_VENV)), each shown by auditwheel; and the sdist
+# (scripts/sdist), which carries the component built here, so `pip install` of it needs only a
+# Rust toolchain. Then the native wheel is installed into a throwaway venv and its console
+# script run. The same profile as `make wheel` (WHEELS_PROFILE). Each triple is a wasmtime build
+# of its own under target/<triple>/ (not part of `make test`). A directory of its own: `make
+# plugin-wheel` and tests/python take the wheel in target/wheels/.
+ZIGLANG_VERSION := 0.17.0
+AUDITWHEEL_VERSION := 6.8.2
+WHEELS_PROFILE ?= dev
+WHEELS_TARGETS ?= x86_64-unknown-linux-gnu aarch64-unknown-linux-gnu
+WHEELS_OUT := target/wheels/dist
+WHEELS_TOOLS := $(PY_VENV)/.wheels-ziglang-$(ZIGLANG_VERSION)-auditwheel-$(AUDITWHEEL_VERSION)
+wheels: setup $(PY_TOOLS) $(WHEELS_TOOLS)
+	@for t in $(WHEELS_TARGETS); do \
+		rustup target list --installed | grep -qx $$t || rustup target add $$t || exit 1; done
+	rm -rf $(WHEELS_OUT)
+	for t in $(WHEELS_TARGETS); do \
+		PATH="$(CURDIR)/$(PY_VENV)/bin:$$PATH" $(PY_VENV)/bin/maturin build --manifest-path python/Cargo.toml \
+			--profile $(WHEELS_PROFILE) --strip --zig --compatibility manylinux2014 --target $$t \
+			--out $(WHEELS_OUT) || exit 1; done
+	MATURIN=$(PY_VENV)/bin/maturin scripts/sdist $(WHEELS_OUT)
+	for w in $(WHEELS_OUT)/*.whl; do $(PY_VENV)/bin/auditwheel show $$w || exit 1; done
+	venv="$$(mktemp -d)" && trap 'rm -rf "$$venv"' EXIT && python3 -m venv "$$venv" && \
+		"$$venv/bin/pip" install --quiet --disable-pip-version-check --no-index \
+			$(WHEELS_OUT)/*-abi3-manylinux*_$$(uname -m).whl && \
+		"$$venv/bin/target-clickhouse-component" --about >"$$venv/about" && head -3 "$$venv/about"
+	ls -l $(WHEELS_OUT)
+
+$(WHEELS_TOOLS): $(PY_TOOLS)
+	$(PY_VENV)/bin/pip install --quiet --disable-pip-version-check "ziglang==$(ZIGLANG_VERSION)" "auditwheel==$(AUDITWHEEL_VERSION)"
+	touch $@
 
 $(PY_TOOLS):
 	python3 -m venv $(PY_VENV)
@@ -105,6 +141,16 @@ setup: wasm-target venv zookeeper binaryen
 # binaryen's wasm-opt (Debian's package): host/build.rs shrinks the library component with it.
 binaryen:
 	@scripts/apt-install /usr/bin/wasm-opt binaryen
+
+# The real tap of tests/python/test_tap_postgres.py and `make bench BENCH=tap-postgres`: Debian's
+# postgresql (each run starts a private server, scripts/postgres) and MeltanoLabs'
+# tap-postgres 0.10.0 in a venv of its own (scripts/tap-postgres-venv, pinned there).
+TAP_POSTGRES_DEPS := $(VENV)-tap-postgres/.meltanolabs-tap-postgres-0.10.0
+postgres:
+	@scripts/postgres install
+
+$(TAP_POSTGRES_DEPS):
+	scripts/tap-postgres-venv
 
 # Debian's zookeeper package: the local ClickHouse runs a private ZooKeeper (KeeperMap tables).
 zookeeper:
@@ -163,23 +209,27 @@ fmt: $(PY_TOOLS)
 clean:
 	cargo clean
 	rm -rf $(VENV)
-	rm -rf $(PY_VENV) $(PLUGIN_VENV)
+	rm -rf $(PY_VENV) $(PLUGIN_VENV) $(VENV)-tap-postgres
 
-# BENCH: the sections to run (state, python, serve, load, sink, typed, loader, link); all of
-# them by default. `loader`: our Singer target against the sink CLI and shaped-target-clickhouse
-# 0.2.5 (in $(VENV)-shaped), docs/benchmarks.md "Meltano's loader". `typed`: the typed sink against raw JSONEachRow and Native POSTs and onestep, two
+# BENCH: the sections to run (state, python, serve, load, sink, typed, loader, tap-postgres,
+# link); all of them by default. `loader`: our Singer target against the sink CLI and
+# shaped-target-clickhouse 0.2.5 (in $(VENV)-shaped), docs/benchmarks.md "Meltano's loader".
+# `tap-postgres`: the real meltanolabs-tap-postgres into our target and into
+# shaped-target-clickhouse (benches/tap_postgres.py). `typed`: the typed sink against raw JSONEachRow and Native POSTs and onestep, two
 # tables, with server CPU (docs/benchmarks.md, "The typed sink").
 # `python` (and the Python rows of `sink`) use the wheel, built and installed into
 # $(PLUGIN_VENV) first. `serve` runs the composed example under wasmtime serve (installs
 # wasmtime-cli, wac and wasm-tools). `link` runs the sink benchmark inside a network namespace
 # whose loopback is shaped to 100 Mbit/s (scripts/shaped-link; skipped where namespaces are not
 # permitted, or when CLICKHOUSE_URL names another server).
-BENCH ?= state python serve load sink typed loader link
-bench: setup wasmtime-cli wac-cli wasm-tools $(BENCH_DEPS) $(PLUGIN_DEPS) $(SHAPED_DEPS)
+BENCH ?= state python serve load sink typed loader tap-postgres link
+bench: setup wasmtime-cli wac-cli wasm-tools $(BENCH_DEPS) $(PLUGIN_DEPS) $(SHAPED_DEPS) postgres $(TAP_POSTGRES_DEPS)
 	cargo build -p clickhouse-component-host -p clickhouse-component-bench
 	$(MAKE) plugin-wheel
-	@if [ -n "$(filter-out link,$(BENCH))" ]; then \
-		scripts/with-clickhouse target/debug/bench $(filter-out link,$(BENCH)); fi
+	@if [ -n "$(filter-out link tap-postgres,$(BENCH))" ]; then \
+		scripts/with-clickhouse target/debug/bench $(filter-out link tap-postgres,$(BENCH)); fi
+	@if [ -n "$(filter tap-postgres,$(BENCH))" ]; then \
+		scripts/with-clickhouse $(PLUGIN_VENV)/bin/python benches/tap_postgres.py; fi
 	@if [ -n "$(filter link,$(BENCH))" ]; then \
 		if [ -n "$$CLICKHOUSE_URL" ]; then \
 			echo "bench link: skipped (CLICKHOUSE_URL names a server the shaped loopback does not reach)"; \

@@ -5,6 +5,10 @@
 //! passed to the crate as `CLICKHOUSE_COMPONENT_WASM`. Beside it, the library component (no
 //! command mode), built for size and shrunk with binaryen's `wasm-opt` (`build/shrink.rs`):
 //! `CLICKHOUSE_COMPONENT_LIBRARY_WASM`.
+//!
+//! Instead, a prebuilt component: `CLICKHOUSE_COMPONENT_PREBUILT`, or the one a source
+//! distribution of the Python package carries (`prebuilt/clickhouse_component.wasm` beside this
+//! file; scripts/sdist).
 
 use std::env;
 use std::path::{Path, PathBuf};
@@ -27,6 +31,30 @@ fn main() {
     if let Ok(prebuilt) = env::var("CLICKHOUSE_COMPONENT_PREBUILT") {
         println!("cargo:rustc-env=CLICKHOUSE_COMPONENT_WASM={prebuilt}");
         // No library component then (component::LIBRARY_COMPONENT_PATH is None).
+        return;
+    }
+
+    // The Python package's source distribution (scripts/sdist) carries the component it was
+    // made with, as `host/prebuilt/clickhouse_component.wasm`: building from it compiles only
+    // the native host (no wasm32-wasip2 target, no nested cargo). A checkout never has this
+    // file (scripts/sdist writes it into the archive only). No library component then either:
+    // the Python package does not use it.
+    let shipped = manifest_dir
+        .join("prebuilt")
+        .join("clickhouse_component.wasm");
+    if shipped.is_file() {
+        // Watched only when present: a missing watched file would rerun this script on every
+        // build of a checkout.
+        println!("cargo:rerun-if-changed={}", shipped.display());
+        println!(
+            "cargo:warning=embedding the prebuilt component {} (a source distribution's), \
+             not building it",
+            shipped.display()
+        );
+        println!(
+            "cargo:rustc-env=CLICKHOUSE_COMPONENT_WASM={}",
+            shipped.display()
+        );
         return;
     }
 
@@ -159,8 +187,22 @@ fn build_component(
         .env_remove("CARGO_MAKEFLAGS")
         .env_remove("RUSTC_WORKSPACE_WRAPPER")
         .env_remove("RUSTC_WRAPPER");
+    // Nor a cross build's settings for its target (`maturin --zig`, `make wheels`: zig as
+    // `CARGO_TARGET_<TRIPLE>_LINKER`, which would also link this build's build scripts and
+    // proc macros when the triple is the host's, and maturin's `target-applies-to-host`
+    // switch): cargo fingerprints them, so they would be rebuilt under them, and again by the
+    // next ordinary build of the shared target/component.
+    const CROSS: [&str; 3] = [
+        "CARGO_TARGET_APPLIES_TO_HOST",
+        "CARGO_UNSTABLE_TARGET_APPLIES_TO_HOST",
+        "__CARGO_TEST_CHANNEL_OVERRIDE_DO_NOT_USE_THIS",
+    ];
     for (key, _) in env::vars() {
-        if key.starts_with("CARGO_FEATURE_") || key.starts_with("CARGO_CFG_") {
+        if key.starts_with("CARGO_FEATURE_")
+            || key.starts_with("CARGO_CFG_")
+            || (key.starts_with("CARGO_TARGET_") && key != "CARGO_TARGET_DIR")
+            || CROSS.contains(&key.as_str())
+        {
             cmd.env_remove(key);
         }
     }
