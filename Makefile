@@ -37,6 +37,8 @@ PY_TOOLS := $(PY_VENV)/.tools-maturin-$(MATURIN_VERSION)-ruff-$(RUFF_VERSION)
 PLUGIN_DEPS := $(PLUGIN_VENV)/.meltano-$(PLUGIN_MELTANO_VERSION)-onestep-$(PLUGIN_ONESTEP_VERSION)-pytest-$(PYTEST_VERSION)
 RUFF := $(PY_VENV)/bin/ruff --config python/pyproject.toml
 PY_SOURCES := python/clickhouse_component tests/python
+# Defined before the rules that name it: make expands a rule's prerequisites as it reads them.
+TAP_POSTGRES_DEPS := $(VENV)-tap-postgres/.meltanolabs-tap-postgres-0.10.0
 
 .PHONY: meltano-diff run test setup wasm-target venv zookeeper postgres binaryen build bench diff lint fmt clean js wasmtime-cli wheel plugin-wheel wheels python-test compose wac-cli wasm-tools planted-bugs soak check-history
 
@@ -145,7 +147,6 @@ binaryen:
 # The real tap of tests/python/test_tap_postgres.py and `make bench BENCH=tap-postgres`: Debian's
 # postgresql (each run starts a private server, scripts/postgres) and MeltanoLabs'
 # tap-postgres 0.10.0 in a venv of its own (scripts/tap-postgres-venv, pinned there).
-TAP_POSTGRES_DEPS := $(VENV)-tap-postgres/.meltanolabs-tap-postgres-0.10.0
 postgres:
 	@scripts/postgres install
 
