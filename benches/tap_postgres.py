@@ -67,7 +67,6 @@ sys.path.insert(0, str(ROOT / "tests" / "python"))
 from conftest import PASSWORD, URL, USER, sql  # noqa: E402
 from test_tap_postgres import (  # noqa: E402
     COLUMNS,
-    PG_TYPES_SQL,
     ROWS,
     STREAM,
     TABLE,
@@ -75,7 +74,6 @@ from test_tap_postgres import (  # noqa: E402
     Column,
     Postgres,
     _short,
-    psql_binary,
     select_incremental,
 )
 
@@ -119,20 +117,11 @@ def ensure_shaped() -> None:
 
 
 def start_postgres(root: Path, rows: int) -> Postgres:
-    """scripts/postgres start, then the test's table holding ids 1..rows."""
-    started = subprocess.run(
-        [str(POSTGRES_SCRIPT), "start", str(root / "pg")],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    if started.returncode != 0:
-        die(f"scripts/postgres start exited {started.returncode}: {started.stderr}")
-    dsn = started.stdout.strip()
-    port = int(re.fullmatch(r"postgresql://[^@]+@127\.0\.0\.1:(\d+)/postgres", dsn)[1])
-    pg = Postgres(root / "pg", dsn, port, psql_binary())
-    # The test's script: the table, its generator and its first ROWS rows.
-    pg.psql(PG_TYPES_SQL)
+    """scripts/postgres start with the test's table (Postgres.start), holding ids 1..rows."""
+    try:
+        pg = Postgres.start(root)
+    except RuntimeError as e:
+        die(str(e))
     if rows < ROWS:
         pg.psql(f"DELETE FROM public.{TABLE} WHERE id > {rows};")
     # Past ROWS the generator leaves the ranges its values were made for (from id 20,767 its

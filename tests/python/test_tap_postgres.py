@@ -168,6 +168,26 @@ class Postgres:
     port: int
     psql_path: str
 
+    @classmethod
+    def start(cls, root: Path) -> Postgres:
+        """`scripts/postgres start root/pg` (its directory the `postgres` user's), then the
+        module's table with its first ROWS rows (PG_TYPES_SQL). A failure raises."""
+        started = subprocess.run(
+            [str(POSTGRES_SCRIPT), "start", str(root / "pg")],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        if started.returncode != 0:
+            raise RuntimeError(
+                f"scripts/postgres start exited {started.returncode}: {started.stderr}"
+            )
+        dsn = started.stdout.strip()
+        port = int(re.fullmatch(r"postgresql://[^@]+@127\.0\.0\.1:(\d+)/postgres", dsn)[1])
+        pg = cls(root / "pg", dsn, port, psql_binary())
+        pg.psql(PG_TYPES_SQL)
+        return pg
+
     def psql(self, script: str) -> str:
         """Runs SQL through psql (unaligned, tuples only, stop on the first error)."""
         proc = subprocess.run(
@@ -226,18 +246,10 @@ def tap():
     root = Path(tempfile.mkdtemp(prefix="tap-postgres-", dir=parent))
     root.chmod(0o711)  # the server's own directory below it is the `postgres` user's
     try:
-        started = subprocess.run(
-            [str(POSTGRES_SCRIPT), "start", str(root / "pg")],
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
-        if started.returncode != 0:
-            pytest.fail(f"scripts/postgres start exited {started.returncode}: {started.stderr}")
-        dsn = started.stdout.strip()
-        port = int(re.fullmatch(r"postgresql://[^@]+@127\.0\.0\.1:(\d+)/postgres", dsn)[1])
-        pg = Postgres(root / "pg", dsn, port, psql_binary())
-        pg.psql(PG_TYPES_SQL)
+        try:
+            pg = Postgres.start(root)
+        except RuntimeError as e:
+            pytest.fail(str(e))
         config = root / "tap-config.json"
         config.write_text(json.dumps(pg.tap_config()))
         discovered = subprocess.run(
