@@ -29,6 +29,7 @@ use clickhouse_component_host::{
     Receipt, Runtime, SinkHandle, SinkOptions, State, StoreHandle, StoreOptions, TlsOptions, Value,
 };
 use pyo3::prelude::*;
+use pyo3::sync::PyOnceLock;
 use pyo3::types::{
     PyBool, PyByteArray, PyBytes, PyDict, PyFloat, PyInt, PyList, PyString, PyTuple,
 };
@@ -664,14 +665,116 @@ fn to_value(
             .map_err(|e| format!("a value that is not JSON ({})", e.value(py)))?;
         return Ok(JsonValue::Json(text));
     }
+    if let Some(value) = std_value(v)? {
+        return Ok(value);
+    }
     let type_name = v
         .get_type()
         .name()
         .map(|n| n.to_string())
         .unwrap_or_else(|_| "?".into());
     Err(format!(
-        "a value of type {type_name} (give None, bool, int, float, str, bytes, or a dict/list for JSON)"
+        "a value of type {type_name} (give None, bool, int, float, str, bytes, datetime, date, time, Decimal, UUID, IPv4Address, IPv6Address, or a dict/list for JSON)"
     ))
+}
+
+/// The standard library's value types that clickhouse-connect takes, imported once.
+struct StdTypes {
+    datetime: Py<PyAny>,
+    date: Py<PyAny>,
+    time: Py<PyAny>,
+    decimal: Py<PyAny>,
+    uuid: Py<PyAny>,
+    ipv4: Py<PyAny>,
+    ipv6: Py<PyAny>,
+    utc: Py<PyAny>,
+}
+
+static STD_TYPES: PyOnceLock<StdTypes> = PyOnceLock::new();
+
+fn std_types(py: Python<'_>) -> PyResult<&StdTypes> {
+    STD_TYPES.get_or_try_init(py, || {
+        let attr = |module: &str, name: &str| -> PyResult<Py<PyAny>> {
+            Ok(py.import(module)?.getattr(name)?.unbind())
+        };
+        Ok(StdTypes {
+            datetime: attr("datetime", "datetime")?,
+            date: attr("datetime", "date")?,
+            time: attr("datetime", "time")?,
+            decimal: attr("decimal", "Decimal")?,
+            uuid: attr("uuid", "UUID")?,
+            ipv4: attr("ipaddress", "IPv4Address")?,
+            ipv6: attr("ipaddress", "IPv6Address")?,
+            utc: py
+                .import("datetime")?
+                .getattr("timezone")?
+                .getattr("utc")?
+                .unbind(),
+        })
+    })
+}
+
+/// A value of a standard library type as the JSON value that means exactly it under the
+/// component's rules for its column's type (docs/python.md, "Values"), which then reads it
+/// as it reads any JSON (no second set of rules here):
+/// - `datetime`: its text, `YYYY-MM-DD hh:mm:ss[.ffffff]`, read as a wall-clock time in the
+///   column's zone; an aware one with its offset (`+hh:mm`), read as that instant (an offset
+///   with seconds, which that text cannot hold, is given in UTC);
+/// - `date` (`YYYY-MM-DD`), `time` (`hh:mm:ss[.ffffff]`), `UUID`, `IPv4Address` and
+///   `IPv6Address`: their text;
+/// - `Decimal`: its digits as a JSON number (never through a float); NaN and infinities are
+///   refused.
+///
+/// `None`: not one of these types.
+fn std_value(v: &Bound<'_, PyAny>) -> Result<Option<JsonValue>, String> {
+    let py = v.py();
+    let types = std_types(py).map_err(|e| e.to_string())?;
+    let is = |t: &Py<PyAny>| v.is_instance(t.bind(py)).unwrap_or(false);
+    let text = |v: &Bound<'_, PyAny>| -> Result<String, String> {
+        v.str()
+            .and_then(|s| s.to_str().map(str::to_string))
+            .map_err(|e| e.to_string())
+    };
+    // (A datetime is a date too: asked first.)
+    if is(&types.datetime) {
+        let offset = v.call_method0("utcoffset").map_err(|e| e.to_string())?;
+        if !offset.is_none() {
+            let seconds: f64 = offset
+                .call_method0("total_seconds")
+                .and_then(|s| s.extract())
+                .map_err(|e| e.to_string())?;
+            if seconds % 60.0 != 0.0 {
+                let utc = v
+                    .call_method1("astimezone", (types.utc.bind(py),))
+                    .map_err(|e| format!("a datetime that has no UTC time ({e})"))?;
+                return Ok(Some(JsonValue::Text(text(&utc)?)));
+            }
+        }
+        return Ok(Some(JsonValue::Text(text(v)?)));
+    }
+    if is(&types.decimal) {
+        let finite = v
+            .call_method0("is_finite")
+            .and_then(|f| f.is_truthy())
+            .map_err(|e| e.to_string())?;
+        if !finite {
+            return Err("a Decimal that is not a finite number (NaN or an infinity)".into());
+        }
+        return Ok(Some(JsonValue::Json(text(v)?)));
+    }
+    if [
+        &types.date,
+        &types.time,
+        &types.uuid,
+        &types.ipv4,
+        &types.ipv6,
+    ]
+    .into_iter()
+    .any(is)
+    {
+        return Ok(Some(JsonValue::Text(text(v)?)));
+    }
+    Ok(None)
 }
 
 /// The WIT value of a sink value.
@@ -855,7 +958,11 @@ fn write_json_nested(json: &mut Vec<u8>, v: &Bound<'_, PyAny>, depth: usize) -> 
         }
         json.push(b'}');
     } else {
-        return false;
+        // A standard library value (a datetime in a list, say): its JSON, as a row's.
+        match std_value(v) {
+            Ok(Some(value)) => return encode::write_value(json, &value).is_ok(),
+            _ => return false,
+        }
     }
     true
 }

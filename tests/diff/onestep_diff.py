@@ -41,6 +41,9 @@ each side's error message and rows under its case; DIFF_KEEP=1 keeps the tables.
 from __future__ import annotations
 
 import asyncio
+import datetime as dt
+import decimal
+import ipaddress
 import json
 import logging
 import os
@@ -50,6 +53,7 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
+import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -223,6 +227,10 @@ def deep(levels: int) -> tuple[str, dict]:
 
 DEEP_OK = deep(950)  # about as deep as onestep's Python rows get through json.dumps
 DEEP_OVER = deep(1001)  # past our row limit (1,000 levels, the server's input_format_json_max_depth)
+
+
+PLUS_2 = dt.timezone(dt.timedelta(hours=2))
+UUID = uuid.UUID("6f1c8a52-0e4b-4a55-9d1e-2b7c3f4a5d6e")
 
 
 def nested(**values: Any) -> dict:
@@ -409,6 +417,53 @@ CASES: list[Case] = [
                    "onestep's Decimal serializer drops the digits past the scale (1.005 is stored "
                    "as 1.00); ours refuses the value",
                    onestep_rows=[{"id": 1, "d": 1}], ours_rows=[])),
+    # --- Python's own value types (onestep and the plugin get the objects; the CLI the JSON
+    # text that means the same) ---------------------------------------------------------------
+    Case("python_datetimes_and_dates", "id UInt32, naive DateTime64(6), aware DateTime64(3, 'UTC'), "
+         "secs DateTime('UTC'), d Date, d32 Date32",
+         [{"id": 1, "naive": "2024-05-06 07:08:09.123456", "aware": "2024-05-06 09:08:09.123+02:00",
+           "secs": "2024-05-06 07:08:09", "d": "2024-02-29", "d32": "1950-01-02"}],
+         objects=[{"id": 1, "naive": dt.datetime(2024, 5, 6, 7, 8, 9, 123456),
+                   "aware": dt.datetime(2024, 5, 6, 9, 8, 9, 123000, tzinfo=PLUS_2),
+                   "secs": dt.datetime(2024, 5, 6, 7, 8, 9, tzinfo=dt.timezone.utc),
+                   "d": dt.date(2024, 2, 29), "d32": dt.date(1950, 1, 2)}],
+         expect="accepted"),
+    Case("python_decimals_uuids_addresses", "id UInt32, dec Decimal(18, 4), nd Nullable(Decimal(9, 2)), "
+         "u UUID, ip4 IPv4, ip6 IPv6, days Array(Date)",
+         # (NDJSON text: json.dumps would round the second decimal through a float.)
+         f'{{"id":1,"dec":12.3400,"nd":-0.50,"u":"{UUID}","ip4":"10.1.2.3","ip6":"2001:db8::1",'
+         '"days":["2024-01-01","2024-01-02"]}\n'
+         f'{{"id":2,"dec":-99999999999999.9999,"nd":null,"u":"{UUID}","ip4":"0.0.0.0","ip6":"::",'
+         '"days":[]}\n',
+         objects=[{"id": 1, "dec": decimal.Decimal("12.3400"), "nd": decimal.Decimal("-0.50"), "u": UUID,
+                   "ip4": ipaddress.IPv4Address("10.1.2.3"), "ip6": ipaddress.IPv6Address("2001:db8::1"),
+                   "days": [dt.date(2024, 1, 1), dt.date(2024, 1, 2)]},
+                  {"id": 2, "dec": decimal.Decimal("-99999999999999.9999"), "nd": None, "u": UUID,
+                   "ip4": ipaddress.IPv4Address("0.0.0.0"), "ip6": ipaddress.IPv6Address("::"),
+                   "days": []}],
+         expect="accepted"),
+    Case("python_microseconds_into_datetime", "id UInt32, t DateTime('UTC')",
+         [{"id": 1, "t": "2024-05-06 07:08:09.123456"}],
+         objects=[{"id": 1, "t": dt.datetime(2024, 5, 6, 7, 8, 9, 123456)}],
+         diff=Diff("accepted", "rejected:invalid-input",
+                   "clickhouse-connect drops the microseconds (int(timestamp())); ours refuses the value",
+                   onestep_rows=[{"id": 1, "t": "2024-05-06 07:08:09"}], ours_rows=[])),
+    Case("python_decimal_past_its_scale", "id UInt32, d Decimal(10, 2)", [{"id": 1, "d": 1.005}],
+         objects=[{"id": 1, "d": decimal.Decimal("1.005")}],
+         diff=Diff("accepted", "rejected:invalid-input",
+                   "clickhouse-connect drops the digits past the scale; ours refuses the value",
+                   onestep_rows=[{"id": 1, "d": 1}], ours_rows=[])),
+    Case("python_datetime_into_date", "id UInt32, d Date", [{"id": 1, "d": "2024-05-06 07:08:00"}],
+         objects=[{"id": 1, "d": dt.datetime(2024, 5, 6, 7, 8)}],
+         diff=Diff("accepted", "rejected:invalid-input",
+                   "clickhouse-connect stores the datetime's date and drops its time; ours refuses it",
+                   onestep_rows=[{"id": 1, "d": "2024-05-06"}], ours_rows=[])),
+    Case("python_datetime_into_string", BASIC, [{"id": 1, "name": "2024-05-06 07:08:00"}],
+         objects=[{"id": 1, "name": dt.datetime(2024, 5, 6, 7, 8)}],
+         diff=Diff("rejected:unclassified(AttributeError)", "accepted",
+                   "clickhouse-connect refuses a datetime in a String column; ours stores its text "
+                   "(str(value)), as the JSON it travels as",
+                   onestep_rows=[], ours_rows=[{"id": 1, "name": "2024-05-06 07:08:00"}])),
     # --- unknown and missing columns, tables, databases -------------------------------------
     Case("unknown_column", BASIC, [{"id": 1, "name": "a", "zz": 1}],
          diff=Diff("rejected:unclassified(ProgrammingError)", "rejected:misconfigured",

@@ -669,3 +669,69 @@ def test_a_resumable_sink_continues_from_its_checkpoint_and_refuses_another_send
     ):
         plain.resume("job", database=state)
     sql(f"DROP DATABASE IF EXISTS `{state}`")
+
+
+def test_values_of_pythons_standard_library_are_read_exactly_or_refused(conn, database):
+    import datetime as dt
+    import decimal
+    import ipaddress
+    import uuid
+
+    sql(f"CREATE DATABASE `{database}`")
+    sql(
+        f"CREATE TABLE `{database}`.t (id UInt32, naive DateTime64(6, 'UTC'), "
+        "aware DateTime64(3, 'UTC'), tokyo DateTime('Asia/Tokyo'), odd DateTime('UTC'), "
+        "d Date, d32 Date32, dec Decimal(18, 4), nd Nullable(Decimal(9, 2)), u UUID, "
+        "ip4 IPv4, ip6 IPv6, mapped IPv6, days Array(Date), t String) "
+        "ENGINE = MergeTree ORDER BY id"
+    )
+    plus2 = dt.timezone(dt.timedelta(hours=2))
+    odd = dt.timezone(dt.timedelta(hours=1, seconds=30))
+    u = uuid.UUID("6f1c8a52-0e4b-4a55-9d1e-2b7c3f4a5d6e")
+    row = {
+        "id": 1,
+        "naive": dt.datetime(2024, 5, 6, 7, 8, 9, 123456),
+        "aware": dt.datetime(2024, 5, 6, 9, 8, 9, 123000, tzinfo=plus2),
+        "tokyo": dt.datetime(2024, 5, 6, 7, 8, 9),
+        "odd": dt.datetime(2024, 5, 6, 1, 0, 30, tzinfo=odd),
+        "d": dt.date(2024, 2, 29),
+        "d32": dt.date(1950, 1, 2),
+        "dec": decimal.Decimal("12.3400"),
+        "nd": decimal.Decimal("-0.50"),
+        "u": u,
+        "ip4": ipaddress.IPv4Address("10.1.2.3"),
+        "ip6": ipaddress.IPv6Address("2001:db8::1"),
+        "mapped": ipaddress.IPv4Address("10.1.2.3"),
+        "days": [dt.date(2024, 1, 1), dt.date(2024, 1, 2)],
+        "t": dt.time(1, 2, 3),
+    }
+    with cc.Sink(conn, f"{database}.t") as sink:
+        assert sink.send([row, dict(row, id=2, nd=None)]).rows == 2
+        # Each refused before any request, naming its row and column; nothing written.
+        refused = [
+            (
+                "aware",
+                dt.datetime(2024, 5, 6, 9, 8, 9, 123456, tzinfo=dt.timezone.utc),
+                "sub-second",
+            ),
+            ("odd", dt.datetime(2024, 5, 6, 9, 8, 9, 5), "fraction of a second"),
+            ("dec", decimal.Decimal("1.23456"), "Decimal(18, 4)"),
+            ("dec", decimal.Decimal("NaN"), "not a finite number"),
+            ("d", dt.datetime(2024, 5, 6), "column 'd'"),
+            ("u", "not a uuid", "column 'u'"),
+        ]
+        for column, value, words in refused:
+            with pytest.raises(cc.InvalidInputError) as info:
+                sink.send([dict(row, id=3), dict(row, id=4, **{column: value})])
+            assert "row 2" in str(info.value) and words in str(info.value), str(info.value)
+    got = sql(
+        f"SELECT id, naive, aware, tokyo, toUnixTimestamp(tokyo), odd, d, d32, dec, nd, u, ip4, "
+        f"ip6, mapped, days, t FROM `{database}`.t ORDER BY id FORMAT TSV"
+    ).splitlines()
+    assert got == [
+        f"{n}\t2024-05-06 07:08:09.123456\t2024-05-06 07:08:09.123\t2024-05-06 07:08:09\t"
+        f"{int(dt.datetime(2024, 5, 5, 22, 8, 9, tzinfo=dt.timezone.utc).timestamp())}\t"
+        f"2024-05-06 00:00:00\t2024-02-29\t1950-01-02\t12.34\t{nd}\t{u}\t10.1.2.3\t2001:db8::1\t"
+        "::ffff:10.1.2.3\t['2024-01-01','2024-01-02']\t01:02:03"
+        for n, nd in ((1, "-0.5"), (2, "\\N"))
+    ]
