@@ -352,12 +352,14 @@ pub fn bench_typed(rows: usize) {
                 });
             }
             let _ = std::fs::remove_file(&input);
-            print_table(&results, rows);
+            print_table(&results, rows, mb);
         }
     }
 }
 
-fn print_table(results: &[Measured], rows: usize) {
+/// The table of one run, then each goal of issue 47 (the typed reader at memory speed) with
+/// where this run stands: `mb`, the input's size in MB.
+fn print_table(results: &[Measured], rows: usize, mb: f64) {
     let f = |v: Option<f64>| v.map_or("n/a".to_string(), |v| format!("{v:.2}"));
     println!("| path | seconds | rows/s | server CPU (s) | CLI CPU (s) | CLI peak RSS (MiB) |");
     println!("|---|---:|---:|---:|---:|---:|");
@@ -380,25 +382,29 @@ fn print_table(results: &[Measured], rows: usize) {
             .map(|m| rows as f64 / m.seconds)
     };
     let cli = rate("component CLI, defaults").unwrap();
+    let stream = rate("component CLI `--stream`");
     let uncompressed = rate("component CLI `--compression none`");
     println!();
-    for (name, prefix, goal) in [
-        (
-            "raw JSONEachRow POST",
-            "raw POST per batch, JSONEachRow",
-            1.5,
-        ),
-        ("raw Native POST", "raw POST per batch, Native", 0.9),
-    ] {
-        if let Some(other) = rate(prefix) {
-            let alike = uncompressed.map_or(String::new(), |u| {
-                format!("; uncompressed as it: {:.2}x", u / other)
-            });
+    if let Some(json) = rate("raw POST per batch, JSONEachRow") {
+        let alike = uncompressed.map_or(String::new(), |u| {
+            format!("; uncompressed as it: {:.2}x", u / json)
+        });
+        println!(
+            "- CLI (defaults) / raw JSONEachRow POST: **{:.2}x** (goal >= 1.0x{alike})",
+            cli / json
+        );
+        if let Some(stream) = stream {
             println!(
-                "- CLI (defaults) / {name}: **{:.2}x** (goal >= {goal}x{alike})",
-                cli / other
+                "- CLI `--stream` / raw JSONEachRow POST: **{:.2}x** (goal >= 1.4x)",
+                stream / json
             );
         }
+    }
+    if let Some(native) = rate("raw POST per batch, Native") {
+        println!(
+            "- CLI (defaults) / raw Native POST: {:.2}x (no goal since issue 47: the INSERTs alone cost about as much)",
+            cli / native
+        );
     }
     if let (Some(plugin), Some(onestep)) = (rate("our onestep plugin"), rate("onestep-clickhouse"))
     {
@@ -415,8 +421,9 @@ fn print_table(results: &[Measured], rows: usize) {
         let (cpu_whole, _, first) = whole.client.unwrap();
         let (first_seconds, kept) = first.expect("the default run makes a first pass");
         println!(
-            "- first pass (every batch read, checked, encoded and compressed; {}): {first_seconds:.2} s of the default CLI's {:.2} s wall (**{:.0}%**, goal <= 30%), then {:.2} s sending; CLI CPU: defaults {cpu_whole:.2} s, `--stream` {:.2} s",
+            "- first pass (every batch read, checked, encoded and compressed; {}): {first_seconds:.2} s, **{:.0} MB/s** of NDJSON (goal >= 350 MB/s), of the default CLI's {:.2} s wall ({:.0}%), then {:.2} s sending; CLI CPU: defaults {cpu_whole:.2} s, `--stream` {:.2} s",
             if kept { "all kept, the file read once" } else { "not all kept, the file read again" },
+            mb / first_seconds,
             whole.seconds,
             100.0 * first_seconds / whole.seconds,
             (whole.seconds - first_seconds).max(0.0),
