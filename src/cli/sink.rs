@@ -22,7 +22,7 @@ use crate::client::{Client, Compression, Error, ErrorKind, Transport};
 use crate::hex::hex;
 use crate::platform::Platform;
 use crate::sink::encode::{read_line, MAX_ROW_BYTES};
-use crate::sink::native::{array_elements, object_keys_until};
+use crate::sink::json::{array_elements, object_keys_until};
 use crate::sink::{PreparedSend, Receipt, Sink, SinkOptions, StartedSend};
 use crate::state::StateStore;
 

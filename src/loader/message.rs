@@ -7,7 +7,7 @@ use std::borrow::Cow;
 
 use crate::client::Error;
 use crate::sink::encode::row_refusal;
-use crate::sink::native::{object_fields, Key};
+use crate::sink::json::{object_fields, Key};
 use crate::text::escaped;
 
 /// A Singer message.

@@ -7,7 +7,7 @@
 
 use crate::client::{Error, Transport};
 use crate::platform::Platform;
-use crate::sink::native::{object_fields, Key};
+use crate::sink::json::{object_fields, Key};
 use crate::text::escaped;
 
 use super::schema::{Column, SDC_METADATA};

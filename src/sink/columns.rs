@@ -200,7 +200,8 @@ fn keys_refused(name: &str, keys: &[Vec<u8>], encoded: &Encoded) -> Error {
 mod tests {
     use super::*;
     use crate::sink::encode::encode_json;
-    use crate::sink::native::{RowRefusal, MAX_ROW_DEPTH};
+    use crate::sink::json::MAX_ROW_DEPTH;
+    use crate::sink::native::RowRefusal;
 
     fn table(columns: &[(&str, &str)]) -> TableColumns {
         TableColumns::new(
@@ -566,7 +567,7 @@ mod tests {
                     // The same keys read twice (serde_json keeps the last), or other keys.
                     keys += 1;
                     let all = map.len() == 3 && columns.iter().all(|c| map.contains_key(c));
-                    let (read, _) = crate::sink::native::object_keys_until(item.as_bytes());
+                    let (read, _) = crate::sink::json::object_keys_until(item.as_bytes());
                     assert!(!all || read.len() > 3, "{item:?}");
                 }
                 (Err(_), Err(_)) => {}

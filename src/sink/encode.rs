@@ -12,7 +12,7 @@ use std::io::Write;
 
 use crate::client::Error;
 
-use super::native::{json_value, object_keys_until, Refusal};
+use super::json::{json_value, object_keys_until, Refusal};
 
 /// One value of a typed row (the WIT `value` variant).
 #[derive(Clone, Debug, PartialEq)]
@@ -234,8 +234,8 @@ pub fn write_value(buf: &mut Vec<u8>, value: &Value) -> Result<(), String> {
     Ok(())
 }
 
-/// [`native::write_json_string`], where the JSON reader and writer live.
-pub use super::native::write_json_string;
+/// [`super::json::write_json_string`], where the JSON reader and writer live.
+pub use super::json::write_json_string;
 
 /// Most bytes one row may have (its JSON text): a row over it is refused before anything is
 /// sent. Far above any row onestep-clickhouse sends in practice; it bounds the memory one row
@@ -276,7 +276,7 @@ pub fn encode_json<'a>(data: &'a [u8], columns: Option<&[String]>) -> Result<Enc
     let first = data[from..].iter().position(|b| !b.is_ascii_whitespace());
     if let Some(open) = first.filter(|&n| data[from + n] == b'[') {
         out.source = Source::Elements;
-        let elements = super::native::array_elements(&data[from + open..]).map_err(|r| {
+        let elements = super::json::array_elements(&data[from + open..]).map_err(|r| {
             Error::invalid(format!(
                 "the JSON array is not valid JSON: {} at `{}`",
                 r.reason, r.value

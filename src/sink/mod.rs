@@ -8,7 +8,8 @@
 //!
 //! Rooms: [`config`] (options and their rules), [`types`] (the one model of column types),
 //! [`columns`] (the table's columns, read once), [`scalars`] (the texts read as numbers,
-//! dates, times, UUIDs, addresses), [`native`] (values read into columns; the Native block),
+//! dates, times, UUIDs, addresses), [`json`] (the JSON reader rows are read with, and the JSON
+//! string writer), [`native`] (values read into columns by type; the Native block),
 //! [`encode`] (a send's rows found in its input: lines, array elements, typed rows),
 //! [`driver`] (chunking, acknowledgement, failure semantics), [`resume`] (checkpoints in the
 //! state store, so a later process continues a stopped one's sends).
@@ -17,6 +18,7 @@ pub mod columns;
 pub mod config;
 pub mod driver;
 pub mod encode;
+pub mod json;
 pub mod native;
 pub mod resume;
 pub mod scalars;
