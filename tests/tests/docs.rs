@@ -450,8 +450,13 @@ fn the_dependency_rules_hold() {
     let sink = |allowed: &'static [&'static str]| Some(("sink", allowed));
     check("sink::types", &[], sink(&[]));
     check("sink::scalars", &[], sink(&[]));
-    check("sink::native", &[], sink(&["sink::types", "sink::scalars"]));
-    check("sink::encode", &[], sink(&["sink::native"]));
+    check("sink::json", &[], sink(&["sink::scalars"]));
+    check(
+        "sink::native",
+        &[],
+        sink(&["sink::types", "sink::scalars", "sink::json"]),
+    );
+    check("sink::encode", &[], sink(&["sink::json"]));
     check(
         "sink::columns",
         &[],
