@@ -217,7 +217,10 @@ clean:
 # shaped-target-clickhouse 0.2.5 (in $(VENV)-shaped), docs/benchmarks.md "Meltano's loader".
 # `tap-postgres`: the real meltanolabs-tap-postgres into our target and into
 # shaped-target-clickhouse (benches/tap_postgres.py). `typed`: the typed sink against raw JSONEachRow and Native POSTs and onestep, two
-# tables, with server CPU (docs/benchmarks.md, "The typed sink").
+# tables, with server CPU (docs/benchmarks.md, "The typed sink"); beside its first pass, the
+# floor it must beat: serde_json's typed read of the same file in the same guest environment
+# (benches/serde-guest, bench-only, never shipped), built here for wasm32-wasip2 as the CLI's
+# component is (release, opt-level 3; a target directory of its own, as host/build.rs's).
 # `python` (and the Python rows of `sink`) use the wheel, built and installed into
 # $(PLUGIN_VENV) first. `serve` runs the composed example under wasmtime serve (installs
 # wasmtime-cli, wac and wasm-tools). `link` runs the sink benchmark inside a network namespace
@@ -226,6 +229,8 @@ clean:
 BENCH ?= state python serve load sink typed loader tap-postgres link
 bench: setup wasmtime-cli wac-cli wasm-tools $(BENCH_DEPS) $(PLUGIN_DEPS) $(SHAPED_DEPS) postgres $(TAP_POSTGRES_DEPS)
 	cargo build -p clickhouse-component-host -p clickhouse-component-bench
+	CARGO_PROFILE_RELEASE_OPT_LEVEL=3 CARGO_TARGET_DIR=target/serde-guest \
+		cargo build --release --target wasm32-wasip2 -p clickhouse-component-serde-guest
 	$(MAKE) plugin-wheel
 	@if [ -n "$(filter-out link tap-postgres,$(BENCH))" ]; then \
 		scripts/with-clickhouse target/debug/bench $(filter-out link tap-postgres,$(BENCH)); fi

@@ -18,6 +18,10 @@
 //! choices are the faster ones, as the floor should be: under wasmtime 48 (1M rows, best of
 //! six, 2026-12-05) the events file read in 0.34 s this way, 0.42 s with `String` fields and
 //! 0.45 s read whole (`read_to_end`, then split); the 6-column file 0.46, 0.54 and 0.56 s.
+//!
+//! Built as the CLI's component is (`make bench`: release, opt-level 3). Built with wasm's
+//! `simd128` too it reads no faster (0.36 s and 0.53 s, within the runs' noise): serde_json's
+//! scans are scalar, so the floor does not depend on that flag.
 
 use std::borrow::Cow;
 use std::fs::File;
