@@ -21,7 +21,7 @@ use crate::client::retry::DEFAULT_RETRIES;
 use crate::client::{Client, Compression, Error, ErrorKind, Transport};
 use crate::hex::hex;
 use crate::platform::Platform;
-use crate::sink::encode::{read_line, MAX_ROW_BYTES};
+use crate::sink::encode::{read_line, row_span, MAX_ROW_BYTES};
 use crate::sink::json::{array_elements, object_keys_until};
 use crate::sink::{PreparedSend, Receipt, Sink, SinkOptions, StartedSend};
 use crate::state::StateStore;
@@ -160,7 +160,7 @@ impl<T: Transport + Clone, P: Platform + Clone> Stream<'_, '_, T, P> {
     /// JSON array) of the input: a refused row is named by its place in the input.
     fn send(
         &mut self,
-        batch: &[u8],
+        batch: Batch<'_>,
         before: u64,
         position: Option<&Position>,
     ) -> Result<(), Error> {
@@ -168,7 +168,11 @@ impl<T: Transport + Clone, P: Platform + Clone> Stream<'_, '_, T, P> {
         if self.sink.is_none() {
             // The first row fixes the columns for the whole stream, not per batch (with
             // --checkpoint the sink is open already, and its checkpoint fixes them).
-            let columns = self.args.columns.clone().or_else(|| first_row_keys(batch));
+            let columns = self
+                .args
+                .columns
+                .clone()
+                .or_else(|| first_row_keys(batch.bytes));
             let client = self.client.take().expect("a client until the sink opens");
             self.sink = Some(open_sink(
                 self.args,
@@ -182,11 +186,11 @@ impl<T: Transport + Clone, P: Platform + Clone> Stream<'_, '_, T, P> {
         if self.checking {
             let Some(kept) = self.kept.as_mut() else {
                 return sink
-                    .check_json(batch)
+                    .check_json(batch.bytes, batch.rows)
                     .map_err(|e| counted_from_the_start(e, before));
             };
-            let mut prepared = sink
-                .prepare_json(batch)
+            let mut prepared = batch
+                .prepare(sink)
                 .map_err(|e| counted_from_the_start(e, before))?;
             prepared.shrink();
             let held = prepared.held_bytes()
@@ -203,7 +207,7 @@ impl<T: Transport + Clone, P: Platform + Clone> Stream<'_, '_, T, P> {
         }
         // Read and checked (and compressed) while the previous batch is on the wire; sent
         // only once that one is acknowledged.
-        let prepared = match sink.prepare_json(batch) {
+        let prepared = match batch.prepare(sink) {
             Ok(prepared) => prepared,
             Err(e) => {
                 self.complete()?;
@@ -616,7 +620,7 @@ pub fn read_ndjson_from(
     input: &mut dyn Read,
     batch_size: usize,
     resume: Option<Resume>,
-    mut send: impl FnMut(&[u8], u64, &Position) -> Result<(), Error>,
+    mut send: impl FnMut(Batch<'_>, u64, &Position) -> Result<(), Error>,
 ) -> Result<(), Error> {
     let mut reader = BufReader::with_capacity(1 << 20, input);
     let other_input = || {
@@ -647,8 +651,8 @@ pub fn read_ndjson_from(
     }
     // The batch holds its blank lines too, so its line numbers are the input's from `before`.
     let mut batch = Vec::new();
+    let mut spans = Vec::new();
     let mut before = line_no;
-    let mut rows = 0usize;
     let mut seen_row = consumed > 0;
     let position = |hash: &Sha256, bytes: u64| Position {
         bytes,
@@ -670,11 +674,15 @@ pub fn read_ndjson_from(
         let at_cut = cut_at == Some(consumed);
         if line.iter().all(u8::is_ascii_whitespace) {
             batch.push(b'\n');
-            if at_cut && rows > 0 {
-                send(&batch, before, &position(&hash, consumed))?;
+            if at_cut && !spans.is_empty() {
+                send(
+                    Batch::lines(&batch, &spans),
+                    before,
+                    &position(&hash, consumed),
+                )?;
                 batch.clear();
+                spans.clear();
                 before = line_no;
-                rows = 0;
             }
             if at_cut {
                 cut_at = None;
@@ -687,16 +695,21 @@ pub fn read_ndjson_from(
             ));
         }
         seen_row = true;
+        let start = batch.len();
         batch.extend_from_slice(&line);
+        spans.extend(row_span(&batch, start));
         if !line.ends_with(b"\n") {
             batch.push(b'\n');
         }
-        rows += 1;
-        if rows == batch_size || at_cut {
-            send(&batch, before, &position(&hash, consumed))?;
+        if spans.len() == batch_size || at_cut {
+            send(
+                Batch::lines(&batch, &spans),
+                before,
+                &position(&hash, consumed),
+            )?;
             batch.clear();
+            spans.clear();
             before = line_no;
-            rows = 0;
             if at_cut {
                 cut_at = None;
             }
@@ -705,10 +718,45 @@ pub fn read_ndjson_from(
     if cut_at.is_some() {
         return Err(other_input());
     }
-    if rows > 0 {
-        send(&batch, before, &position(&hash, consumed))?;
+    if !spans.is_empty() {
+        send(
+            Batch::lines(&batch, &spans),
+            before,
+            &position(&hash, consumed),
+        )?;
     }
     Ok(())
+}
+
+/// A batch of the input as read: its bytes (NDJSON lines, blank ones kept as their line ends so
+/// that rows are named by their line, or a JSON array) and, for NDJSON, each row's span in
+/// them, found as the lines were read.
+#[derive(Clone, Copy)]
+pub struct Batch<'a> {
+    /// The batch's bytes.
+    pub bytes: &'a [u8],
+    /// Each row's span in `bytes` (NDJSON only).
+    pub rows: Option<&'a [(usize, usize)]>,
+}
+
+impl<'a> Batch<'a> {
+    fn lines(bytes: &'a [u8], rows: &'a [(usize, usize)]) -> Self {
+        Batch {
+            bytes,
+            rows: Some(rows),
+        }
+    }
+
+    /// The batch read and checked into its chunks' requests by `sink`.
+    fn prepare<T: Transport + Clone, P: Platform + Clone>(
+        self,
+        sink: &Sink<T, P>,
+    ) -> Result<PreparedSend, Error> {
+        match self.rows {
+            Some(rows) => sink.prepare_lines(self.bytes, rows),
+            None => sink.prepare_json(self.bytes),
+        }
+    }
 }
 
 /// Reads the input and calls `send` with batches of `batch_size` rows: NDJSON lines as they
@@ -716,7 +764,7 @@ pub fn read_ndjson_from(
 pub fn read_batches(
     input: &mut dyn Read,
     batch_size: usize,
-    mut send: impl FnMut(&[u8], u64) -> Result<(), Error>,
+    mut send: impl FnMut(Batch<'_>, u64) -> Result<(), Error>,
 ) -> Result<(), Error> {
     let mut reader = BufReader::with_capacity(1 << 20, input);
     // Lines before the batch being read (the blank ones at the start too).
@@ -736,11 +784,14 @@ pub fn read_batches(
         break first;
     };
     if first == Some(b'[') {
-        return read_array(reader, batch_size, send);
+        return read_array(reader, batch_size, |bytes, before| {
+            send(Batch { bytes, rows: None }, before)
+        });
     }
     // The batch holds its blank lines too, so its line numbers are the input's from `before`.
     let mut batch = Vec::new();
-    let mut rows = 0usize;
+    // Each row's span in the batch, found as its line is read (the sink does not look again).
+    let mut spans = Vec::new();
     let mut line_no = before;
     loop {
         // Each line is read straight into the batch; a blank one stays as its line end.
@@ -749,24 +800,24 @@ pub fn read_batches(
         if read_line(&mut reader, &mut batch, line_no)? == 0 {
             break;
         }
-        if batch[start..].iter().all(u8::is_ascii_whitespace) {
+        let Some(span) = row_span(&batch, start) else {
             batch.truncate(start);
             batch.push(b'\n');
             continue;
-        }
+        };
+        spans.push(span);
         if !batch.ends_with(b"\n") {
             batch.push(b'\n');
         }
-        rows += 1;
-        if rows == batch_size {
-            send(&batch, before)?;
+        if spans.len() == batch_size {
+            send(Batch::lines(&batch, &spans), before)?;
             batch.clear();
+            spans.clear();
             before = line_no;
-            rows = 0;
         }
     }
-    if rows > 0 {
-        send(&batch, before)?;
+    if !spans.is_empty() {
+        send(Batch::lines(&batch, &spans), before)?;
     }
     Ok(())
 }
@@ -888,6 +939,7 @@ impl<R: Read> Read for ElementBound<R> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::sink::encode::{encode_json, encode_lines};
 
     /// Batches and positions of an NDJSON input, resuming at `resume`.
     fn positions(
@@ -902,8 +954,9 @@ mod tests {
         });
         let mut out = Vec::new();
         read_ndjson_from(&mut input.as_bytes(), size, resume, |b, _, p| {
+            assert_rows_as_found_by_the_sink(b);
             out.push((
-                String::from_utf8(b.to_vec()).unwrap(),
+                String::from_utf8(b.bytes.to_vec()).unwrap(),
                 p.bytes,
                 p.sha256.clone(),
             ));
@@ -965,7 +1018,7 @@ mod tests {
         };
         let mut sent = Vec::new();
         read_ndjson_from(&mut grown.as_bytes(), 2, Some(resume.clone()), |b, _, p| {
-            sent.push((String::from_utf8(b.to_vec()).unwrap(), p.bytes));
+            sent.push((String::from_utf8(b.bytes.to_vec()).unwrap(), p.bytes));
             Ok(())
         })
         .unwrap();
@@ -1021,11 +1074,27 @@ mod tests {
         }
     }
 
+    /// The rows a batch's spans name are the ones the sink finds in its bytes by itself.
+    fn assert_rows_as_found_by_the_sink(batch: Batch<'_>) {
+        let Some(rows) = batch.rows else {
+            return;
+        };
+        let columns = ["a".to_string()];
+        let found = encode_json(batch.bytes, Some(&columns)).unwrap();
+        let given = encode_lines(batch.bytes, rows, Some(&columns)).unwrap();
+        assert_eq!(found.len(), given.len());
+        for n in 0..found.len() {
+            assert_eq!(found.line(n), given.line(n));
+            assert_eq!(found.name(n), given.name(n));
+        }
+    }
+
     /// The batches of `input` and how many lines (or elements) come before each.
     fn batches(input: &str, size: usize) -> Vec<(String, u64)> {
         let mut out = Vec::new();
         read_batches(&mut input.as_bytes(), size, |b, before| {
-            out.push((String::from_utf8(b.to_vec()).unwrap(), before));
+            assert_rows_as_found_by_the_sink(b);
+            out.push((String::from_utf8(b.bytes.to_vec()).unwrap(), before));
             Ok(())
         })
         .unwrap();
@@ -1059,7 +1128,7 @@ mod tests {
             let mut sent = Vec::new();
             let mut input = Endless(std::io::Cursor::new(head.as_bytes().to_vec()));
             let e = read_batches(&mut input, 1, |b, _| {
-                sent.push(b.len());
+                sent.push(b.bytes.len());
                 Ok(())
             })
             .unwrap_err();
@@ -1095,6 +1164,10 @@ mod tests {
             owned(&[("{\"a\":1}\n\n{\"a\":2}\r\n", 2), ("{\"a\":3}\n", 5)])
         );
         assert!(batches("  \n ", 2).is_empty());
+        // Each batch's rows, found as its lines are read, are the ones the sink would find in
+        // it (`batches` checks): a byte order mark, trailing spaces, a line of one mark.
+        assert_eq!(batches("\u{feff}{\"a\":1} \t\n{\"a\":2}", 5).len(), 1);
+        assert_eq!(batches("\u{feff}\n{\"a\":1}\n", 5).len(), 1);
         // A row refused in a later batch is named by its line in the input.
         let e = counted_from_the_start(Error::invalid("line 2, column 'a': x"), 5);
         assert_eq!(e.message, "line 7, column 'a': x");

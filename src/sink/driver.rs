@@ -22,6 +22,8 @@ use crate::state::StateStore;
 
 use super::columns::{Format, TableColumns};
 use super::config::{SinkConfig, SinkOptions};
+#[cfg(any(test, feature = "command"))]
+use super::encode::encode_lines;
 use super::encode::{encode_json, encode_rows, Encoded, Row};
 use super::native::Block;
 use super::resume::{Checkpoints, InFlightSend};
@@ -135,6 +137,11 @@ pub struct Sink<T: Transport, P: Platform> {
     checkpoints: RefCell<Option<Checkpoints<T, P>>>,
     /// Bytes every token also covers ([`Sink::set_token_salt`]); none by default.
     token_salt: RefCell<Vec<u8>>,
+    #[cfg(feature = "speed")]
+    /// The last send's block, emptied, kept for its allocations as a buffered writer keeps
+    /// its buffer: the next send of the same columns reads into it without growing a new
+    /// block's columns from nothing (a tenth of the CLI's first pass went to that copying).
+    spare_block: RefCell<Option<Block>>,
 }
 
 /// The setting every INSERT carries so that a Distributed table answers once its shards have
@@ -158,6 +165,8 @@ impl<T: Transport, P: Platform> Sink<T, P> {
             old_setting_name: std::cell::Cell::new(false),
             checkpoints: RefCell::new(None),
             token_salt: RefCell::new(Vec::new()),
+            #[cfg(feature = "speed")]
+            spare_block: RefCell::new(None),
         };
         if sink.config.dedup {
             sink.qualified = sink.check_deduplicates()?;
@@ -269,7 +278,14 @@ impl<T: Transport, P: Platform> Sink<T, P> {
     ) -> Result<(Format, Block, Option<Vec<u8>>), Error> {
         let table = self.table_columns()?;
         let format = table.format(&encoded.columns);
-        let mut block = table.block(&encoded.columns, &self.config.qualified_table())?;
+        #[cfg(feature = "speed")]
+        let spare = self.spare_block.take();
+        #[cfg(not(feature = "speed"))]
+        let spare: Option<Block> = None;
+        let mut block = match spare.filter(|b| b.has_columns(&encoded.columns)) {
+            Some(block) => block,
+            None => table.block(&encoded.columns, &self.config.qualified_table())?,
+        };
         let total = encoded.len();
         let batch = self.config.batch_size;
         for start in (0..total).step_by(batch) {
@@ -280,6 +296,14 @@ impl<T: Transport, P: Platform> Sink<T, P> {
         let single =
             (keep && total <= batch).then(|| chunk_body(format, &block, encoded, 0, total));
         Ok((format, block, single))
+    }
+
+    /// Keeps `block`, emptied by its next user, for the next send (with `speed`).
+    fn keep_block(&self, block: Block) {
+        #[cfg(feature = "speed")]
+        self.spare_block.replace(Some(block));
+        #[cfg(not(feature = "speed"))]
+        drop(block);
     }
 
     /// Closes the sink; idempotent. A resumable sink writes its last acknowledged send down
@@ -353,7 +377,15 @@ impl<T: Transport, P: Platform> Sink<T, P> {
         &'e self,
         encoded: &'e Encoded,
     ) -> Result<(usize, Format, BuildChunk<'e>), Error> {
-        let (format, mut block, mut single) = self.read_rows(encoded, true)?;
+        let (format, block, mut single) = self.read_rows(encoded, true)?;
+        // One chunk's body is built: its block is spare.
+        let mut block = match single {
+            Some(_) => {
+                self.keep_block(block);
+                None
+            }
+            None => Some(block),
+        };
         let table = self.table_columns()?;
         let total = encoded.len();
         let base = self.insert_query(&encoded.columns, format);
@@ -364,11 +396,12 @@ impl<T: Transport, P: Platform> Sink<T, P> {
             let body = match single.take() {
                 Some(body) => body,
                 None => {
+                    let block = block.as_mut().expect("kept for a send of many chunks");
                     if format == Format::Native {
                         block.clear();
-                        table.read(encoded, start, end, &mut block)?;
+                        table.read(encoded, start, end, block)?;
                     }
-                    chunk_body(format, &block, encoded, start, end)
+                    chunk_body(format, block, encoded, start, end)
                 }
             };
             self.chunk_request(&base, &encoded.columns, body, end - start)
@@ -558,13 +591,31 @@ impl<T: Transport, P: Platform> Sink<T, P> {
         }
     }
 
-    /// Checks every row of `data` as [`Sink::prepare_json`] does, and keeps nothing (no
-    /// chunk bodies, no compression): the CLI's first pass over a file.
+    /// [`Sink::prepare_json`] for NDJSON whose rows were found as it was read: `rows` holds
+    /// each row's span in `data` ([`super::encode::encode_lines`]).
     #[cfg(any(test, feature = "command"))]
-    pub fn check_json(&self, data: &[u8]) -> Result<(), Error> {
+    pub fn prepare_lines(
+        &self,
+        data: &[u8],
+        rows: &[(usize, usize)],
+    ) -> Result<PreparedSend, Error> {
         self.check_open()?;
-        let encoded = encode_json(data, self.columns().as_deref())?;
-        self.read_rows(&encoded, false)?;
+        self.prepare(&encode_lines(data, rows, self.columns().as_deref())?)
+    }
+
+    /// Checks every row of `data` as [`Sink::prepare_json`] does, and keeps nothing (no
+    /// chunk bodies, no compression): the CLI's first pass over a file. `rows`: each row's
+    /// span in `data`, when its lines were found as it was read.
+    #[cfg(any(test, feature = "command"))]
+    pub fn check_json(&self, data: &[u8], rows: Option<&[(usize, usize)]>) -> Result<(), Error> {
+        self.check_open()?;
+        let columns = self.columns();
+        let encoded = match rows {
+            Some(rows) => encode_lines(data, rows, columns.as_deref())?,
+            None => encode_json(data, columns.as_deref())?,
+        };
+        let (_, block, _) = self.read_rows(&encoded, false)?;
+        self.keep_block(block);
         self.fix_columns(&encoded);
         Ok(())
     }

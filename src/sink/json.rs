@@ -61,16 +61,63 @@ fn is_json_number(t: &[u8]) -> bool {
     t.is_empty()
 }
 
-/// Whether any of the eight bytes of `x` is `"`, `\\` or a control character (below 0x20):
-/// the zero-byte test of "Bit Twiddling Hacks", exact for "any".
-fn has_string_special(x: u64) -> bool {
+/// The high bit of each byte of `x` (little-endian) that is `"`, `\\` or a control character
+/// (below 0x20), and perhaps of bytes above the lowest such: the zero-byte test of "Bit
+/// Twiddling Hacks", whose lowest bit is exact (a borrow only runs upwards).
+fn string_specials(x: u64) -> u64 {
     const ONES: u64 = 0x0101_0101_0101_0101;
     const HIGH: u64 = 0x8080_8080_8080_8080;
     let zero = |v: u64| v.wrapping_sub(ONES) & !v & HIGH;
     let quote = zero(x ^ (ONES * u64::from(b'"')));
     let backslash = zero(x ^ (ONES * u64::from(b'\\')));
     let control = x.wrapping_sub(ONES * 0x20) & !x & HIGH;
-    quote | backslash | control != 0
+    quote | backslash | control
+}
+
+/// Where, from `at` on, the first `"`, `\\` or control character of `s` is; or, if there is
+/// none in the whole eight-byte steps, where the last few bytes (fewer than eight) start, for
+/// the caller's byte-by-byte scan.
+fn first_string_special_scalar(s: &[u8], mut at: usize) -> usize {
+    while let Some(chunk) = s.get(at..at + 8) {
+        let specials = string_specials(u64::from_le_bytes(chunk.try_into().unwrap_or_default()));
+        if specials != 0 {
+            return at + specials.trailing_zeros() as usize / 8;
+        }
+        at += 8;
+    }
+    at
+}
+
+/// [`first_string_special_scalar`], sixteen bytes a step with wasm's `simd128` (the
+/// component's build for speed has it; the library component's, for size, does not).
+#[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
+fn first_string_special(s: &[u8], mut at: usize) -> usize {
+    use core::arch::wasm32::{u8x16, u8x16_bitmask, u8x16_eq, u8x16_lt, u8x16_splat, v128_or};
+    while let Some(b) = s.get(at..at + 16) {
+        // (A safe load: the 16 lanes from the slice compile to one `v128.load`.)
+        let v = u8x16(
+            b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12], b[13],
+            b[14], b[15],
+        );
+        let specials = v128_or(
+            v128_or(
+                u8x16_eq(v, u8x16_splat(b'"')),
+                u8x16_eq(v, u8x16_splat(b'\\')),
+            ),
+            u8x16_lt(v, u8x16_splat(0x20)),
+        );
+        let bits = u8x16_bitmask(specials);
+        if bits != 0 {
+            return at + bits.trailing_zeros() as usize;
+        }
+        at += 16;
+    }
+    first_string_special_scalar(s, at)
+}
+
+#[cfg(not(all(target_arch = "wasm32", target_feature = "simd128")))]
+fn first_string_special(s: &[u8], at: usize) -> usize {
+    first_string_special_scalar(s, at)
 }
 
 /// One JSON value at a [`Cursor`].
@@ -164,20 +211,42 @@ impl<'a> Cursor<'a> {
         }
     }
 
+    /// A plain JSON integer at the cursor (`0` or `-?[1-9][0-9]{0,18}`, a whole token) that a
+    /// column of `bits` (at most 64) holds: its value's two's complement, the cursor past it.
+    /// `None` for anything else (the cursor unmoved): the general reading refuses or reads it.
+    #[cfg(feature = "speed")]
+    pub(super) fn small_integer(&mut self, signed: bool, bits: u16) -> Option<u64> {
+        self.space();
+        let rest = self.rest();
+        let negative = rest.first() == Some(&b'-');
+        let digits = &rest[usize::from(negative)..];
+        let n = digits.iter().take_while(|b| b.is_ascii_digit()).count();
+        let whole = !matches!(digits.get(n), Some(b'.' | b'e' | b'E'));
+        if n == 0 || n > 19 || (n > 1 && digits[0] == b'0') || !whole || (negative && !signed) {
+            return None;
+        }
+        let magnitude = digits[..n]
+            .iter()
+            .fold(0u64, |v, d| v * 10 + u64::from(d - b'0'));
+        let limit = if signed { 1u64 << (bits - 1) } else { 0 };
+        let value = match (signed, negative) {
+            (false, _) if bits == 64 || magnitude >> bits == 0 => magnitude,
+            (true, false) if magnitude < limit => magnitude,
+            (true, true) if magnitude <= limit => magnitude.wrapping_neg(),
+            _ => return None,
+        };
+        self.at += usize::from(negative) + n;
+        Some(value)
+    }
+
     /// A string at the cursor: its content (escapes undone) and its text, quotes included.
     pub(super) fn string(&mut self) -> Result<(Cow<'a, [u8]>, &'a [u8]), Refusal> {
         let start = self.at;
         self.at += 1;
         let from = self.at;
-        // The common case: no escape. Eight bytes at a time while none of them is a quote, a
-        // backslash or a control character (strings are most of a row's bytes).
-        while let Some(chunk) = self.s.get(self.at..self.at + 8) {
-            let x = u64::from_le_bytes(chunk.try_into().unwrap_or_default());
-            if has_string_special(x) {
-                break;
-            }
-            self.at += 8;
-        }
+        // The common case: no escape. Straight to the first quote, backslash or control
+        // character (strings are most of a row's bytes).
+        self.at = first_string_special(self.s, self.at);
         while let Some(&b) = self.s.get(self.at) {
             match b {
                 b'"' => {
@@ -484,25 +553,38 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_eight_byte_string_scan_finds_exactly_quotes_backslashes_and_controls() {
-        for b in 0..=255u8 {
-            for at in 0..8 {
-                let mut bytes = [b'a'; 8];
-                bytes[at] = b;
-                let want = b == b'"' || b == b'\\' || b < 0x20;
-                assert_eq!(
-                    has_string_special(u64::from_le_bytes(bytes)),
-                    want,
-                    "{b:#x} at {at}"
-                );
+    fn the_string_scan_finds_exactly_the_first_quote_backslash_or_control() {
+        let naive = |s: &[u8], at: usize| {
+            at + s[at..]
+                .iter()
+                .position(|b| *b == b'"' || *b == b'\\' || *b < 0x20)
+                .unwrap_or(s.len() - at)
+        };
+        // Every byte at every place of a 20-byte field, among bytes that borrow in the
+        // eight-byte test's subtraction (0x80, 0xff) or lie next to the special ones; then
+        // another special byte after it, and scans from every start.
+        for fill in [b'a', 0x80, 0xff, 0x21, 0x5d, 0x20] {
+            for b in 0..=255u8 {
+                for at in 0..20 {
+                    let mut bytes = [fill; 20];
+                    bytes[at] = b;
+                    if at + 3 < 20 {
+                        bytes[at + 3] = b'"';
+                    }
+                    for from in 0..=at {
+                        let found = first_string_special_scalar(&bytes, from);
+                        let want = naive(&bytes, from);
+                        // The first special byte, or where fewer than eight bytes before it
+                        // are left to scan byte by byte.
+                        assert!(
+                            found == want || (found < want && bytes.len() - found < 8),
+                            "{b:#x} at {at} in {fill:#x}, from {from}: {found}, want {want}"
+                        );
+                    }
+                }
             }
-        }
-        // Next to bytes that borrow in the subtraction (0x00, 0x80, 0xff).
-        for fill in [0x80u8, 0xff, 0x21, 0x5d] {
-            assert!(
-                !has_string_special(u64::from_le_bytes([fill; 8])),
-                "{fill:#x}"
-            );
+            assert_eq!(first_string_special_scalar(&[fill; 20], 0), 16);
+            assert_eq!(first_string_special_scalar(&[fill; 20], 20), 20);
         }
     }
 }

@@ -404,24 +404,51 @@ impl Builder {
                 }
                 Ok(())
             }
-            Builder::Fixed { .. } | Builder::Strings { .. } => {
-                if c.peek() == Some(b'[') || c.peek() == Some(b'{') {
-                    if let Builder::Strings { data, zoned: None } = self {
-                        // A String column keeps an array's or object's text as it is.
-                        let text = c.skip()?;
-                        write_string(data, text);
-                        return Ok(());
-                    }
-                    let text = c.skip()?;
-                    return Err(refuse(
-                        text,
-                        "an array or object, for a column of single values",
-                    ));
-                }
-                let token = c.token()?;
-                self.push_token(token)
+            #[cfg(feature = "speed")]
+            Builder::Strings { data, zoned: None } if c.peek() == Some(b'"') => {
+                // The common case, without a token: a string into a String column.
+                let (content, _) = c.string()?;
+                write_string(data, &content);
+                Ok(())
             }
+            #[cfg(feature = "speed")]
+            Builder::Fixed {
+                kind: Scalar::Int { signed, bits },
+                data,
+            } if *bits <= 64 => {
+                // The common case, read as the digits go by: a plain JSON integer that fits.
+                if let Some(n) = c.small_integer(*signed, *bits) {
+                    data.extend_from_slice(&n.to_le_bytes()[..usize::from(*bits) / 8]);
+                    return Ok(());
+                }
+                self.push_scalar(c)
+            }
+            #[cfg(feature = "speed")]
+            Builder::Fixed { kind, data } if c.peek() == Some(b'"') => {
+                // A string into a column of single values, without a token.
+                let (content, text) = c.string()?;
+                kind.read_text(&content, text, true, data)
+            }
+            Builder::Fixed { .. } | Builder::Strings { .. } => self.push_scalar(c),
         }
+    }
+
+    /// A single value (not an array or object, except into a String column) at the cursor.
+    fn push_scalar(&mut self, c: &mut Cursor<'_>) -> Result<(), Refusal> {
+        if matches!(c.peek(), Some(b'[' | b'{')) {
+            let text = c.skip()?;
+            if let Builder::Strings { data, zoned: None } = self {
+                // A String column keeps an array's or object's text as it is.
+                write_string(data, text);
+                return Ok(());
+            }
+            return Err(refuse(
+                text,
+                "an array or object, for a column of single values",
+            ));
+        }
+        let token = c.token()?;
+        self.push_token(token)
     }
 
     /// A scalar value read as `token`.
@@ -741,6 +768,18 @@ impl Scalar {
             Token::Null => return Err(null_refusal()),
             Token::Open => unreachable!("arrays and objects are read by push"),
         };
+        self.read_text(content, text, quoted, data)
+    }
+
+    /// Reads a number's text (`quoted`: a string's content; `text`: the value as written, for
+    /// the message) as this kind's value into `data`.
+    fn read_text(
+        &self,
+        content: &[u8],
+        text: &[u8],
+        quoted: bool,
+        data: &mut Vec<u8>,
+    ) -> Result<(), Refusal> {
         let fail = |why: Why| refuse(text, why);
         match self {
             Scalar::Int { signed, bits } => {
@@ -818,7 +857,8 @@ impl Scalar {
                 precision,
                 text: how,
             } => {
-                let moment = read_moment(&token, *precision)?;
+                let moment =
+                    scalars::moment(content, precision.unwrap_or(0), !quoted).map_err(fail)?;
                 if let (Moment::Instant(_), TimeText::Json, true) = (moment, how, quoted) {
                     return Err(fail("a date and time with a zone or offset, which the server's JSON reader does not take as it is (this table is sent as JSONEachRow): send it as a Unix time or without the zone".into()));
                 }
@@ -1011,8 +1051,8 @@ impl Block {
         if !c.eat(b'}') {
             loop {
                 c.space();
-                // (An inline compare: a call to the guest's `memcmp` per key costs more.)
                 let rest = c.rest();
+                // (An inline compare: a call to the guest's `memcmp` per key costs more.)
                 let quick = in_order
                     && self.columns.get(read).is_some_and(|column| {
                         rest.len() >= column.key.len()
@@ -1076,6 +1116,12 @@ impl Block {
             write_string(out, column.wire.as_bytes());
             column.builder.write(out);
         }
+    }
+
+    /// Whether the block's columns are `names`, in this order.
+    pub fn has_columns(&self, names: &[String]) -> bool {
+        self.columns.len() == names.len()
+            && self.columns.iter().zip(names).all(|(c, n)| c.name == *n)
     }
 
     /// A column's name.

@@ -169,14 +169,30 @@ fn has_zero_mantissa(body: &str) -> bool {
 /// integer a `Decimal(precision, scale)` stores: refused when digits past the scale are not
 /// zeros (the server drops them) or the number has more digits than the precision allows.
 pub fn decimal(text: &[u8], precision: u8, scale: u8) -> Result<Wide, Why> {
-    let not = || Why::from("not a decimal number");
-    let too_many =
-        || Why::from("has more digits than the column's precision allows before the point");
     let (negative, t) = match text.first() {
         Some(b'-') => (true, &text[1..]),
         Some(b'+') => (false, &text[1..]),
         _ => (false, text),
     };
+    let signed = |n: Wide| {
+        if negative && !is_zero(&n) {
+            negate(n)
+        } else {
+            n
+        }
+    };
+    #[cfg(feature = "speed")]
+    if let Some(n) = plain_decimal(t, precision, scale) {
+        return Ok(signed([n, 0, 0, 0]));
+    }
+    decimal_digits(t, precision, scale).map(signed)
+}
+
+/// [`decimal`]'s general reading of an unsigned text: any exponent, any number of digits.
+fn decimal_digits(t: &[u8], precision: u8, scale: u8) -> Result<Wide, Why> {
+    let not = || Why::from("not a decimal number");
+    let too_many =
+        || Why::from("has more digits than the column's precision allows before the point");
     let (mantissa, exponent) = match t.iter().position(|b| matches!(b, b'e' | b'E')) {
         Some(i) => {
             let e = std::str::from_utf8(&t[i + 1..])
@@ -238,11 +254,31 @@ pub fn decimal(text: &[u8], precision: u8, scale: u8) -> Result<Wide, Why> {
     } else {
         magnitude(&scaled).ok_or_else(not)?
     };
-    Ok(if negative && !is_zero(&n) {
-        negate(n)
-    } else {
-        n
-    })
+    Ok(n)
+}
+
+/// The common decimal, read without allocating: `digits[.digits]` (no sign, no exponent) with
+/// no more places than `scale`, whose scaled value fits 64 bits, as [`decimal`] reads it;
+/// `None` for any other text (then [`decimal`]'s general reading decides, refusals included).
+#[cfg(any(test, feature = "speed"))]
+fn plain_decimal(t: &[u8], precision: u8, scale: u8) -> Option<u64> {
+    let (int, frac) = t.split_at(t.iter().position(|b| *b == b'.').unwrap_or(t.len()));
+    let frac = frac.get(1..).unwrap_or_default();
+    let places = u32::from(scale).checked_sub(frac.len() as u32)?;
+    if int.is_empty() {
+        return None;
+    }
+    let mut n = 0u64;
+    for d in int.iter().chain(frac) {
+        let digit = d.checked_sub(b'0').filter(|d| *d < 10)?;
+        n = n.checked_mul(10)?.checked_add(u64::from(digit))?;
+    }
+    let n = n.checked_mul(10u64.checked_pow(places)?)?;
+    // Digits past the precision: the general reading names the refusal.
+    10u64
+        .checked_pow(u32::from(precision))
+        .is_none_or(|limit| n < limit)
+        .then_some(n)
 }
 
 /// Days from 1970-01-01 to a date of the proleptic Gregorian calendar.
@@ -632,6 +668,51 @@ mod tests {
         for bad in [&b""[..], b".", b"1e", b"1.5x", b"true", b"--1"] {
             assert!(decimal(bad, 10, 2).is_err(), "{bad:?}");
         }
+    }
+
+    #[test]
+    fn the_quick_decimal_reading_agrees_with_the_general_one() {
+        let mut taken = 0;
+        for int in [
+            "0",
+            "00",
+            "7",
+            "007",
+            "12",
+            "99999",
+            "123456789012345678",
+            "1234567890123456789",
+        ] {
+            for frac in ["", ".", ".0", ".5", ".05", ".50", ".123", ".000", "e1"] {
+                let text = format!("{int}{frac}");
+                for (precision, scale) in [
+                    (1, 0),
+                    (5, 2),
+                    (9, 3),
+                    (18, 2),
+                    (18, 18),
+                    (19, 1),
+                    (38, 10),
+                    (76, 0),
+                ] {
+                    let general = decimal_digits(text.as_bytes(), precision, scale);
+                    match plain_decimal(text.as_bytes(), precision, scale) {
+                        Some(n) => {
+                            taken += 1;
+                            assert_eq!(general, Ok([n, 0, 0, 0]), "{text} ({precision}, {scale})");
+                        }
+                        None => assert!(
+                            general.is_err()
+                                || text.contains('e')
+                                || frac.len() > usize::from(scale) + 1
+                                || int.len() + usize::from(scale) > 19,
+                            "{text} ({precision}, {scale}) left to the general reading: {general:?}"
+                        ),
+                    }
+                }
+            }
+        }
+        assert!(taken > 100, "{taken}");
     }
 
     #[test]

@@ -14,10 +14,11 @@
 //!   counted (declared spellings aside: docs/sink.md).
 
 use clickhouse_component::client::ErrorKind;
-use clickhouse_component_host::{CallError, SinkOptions};
+use clickhouse_component_host::component::{CachePolicy, ComponentSource, LIBRARY_COMPONENT_PATH};
+use clickhouse_component_host::{CallError, Runtime, SinkOptions};
 use clickhouse_component_tests::native::sql;
 use clickhouse_component_tests::values::{plus_one, Rng, BOUNDS};
-use clickhouse_component_tests::{clickhouse, instance, unique_name};
+use clickhouse_component_tests::{cache_dir, clickhouse, instance_for, runtime, unique_name};
 use serde_json::Value;
 
 /// How a stored value is compared with its meaning.
@@ -642,6 +643,27 @@ fn stored(db: &str, t: &str) -> Vec<(u64, Value)> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_covered_type_reads_exactly_or_refuses_before_any_request() {
+    corpus_through(runtime(), true).await;
+}
+
+/// The same corpus through the library component, built for size without wasm's `simd128`
+/// (the full component, above, has it): the JSON reader's scalar byte scans, and `memchr`'s.
+/// What the server's JSONEachRow makes of the values is asked once, above.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_library_components_scalar_reader_reads_the_corpus_alike() {
+    let library = LIBRARY_COMPONENT_PATH.expect("built by host/build.rs");
+    let runtime = Runtime::new(
+        &ComponentSource::File(library.into()),
+        &CachePolicy::Dir(cache_dir()),
+    )
+    .unwrap();
+    corpus_through(&runtime, false).await;
+}
+
+/// The corpus through the component `runtime` runs: each type's near-misses refused one by
+/// one, its valid values sent together and read back; `with_server`: each value also sent as
+/// the server's own JSONEachRow, where it disagrees reported.
+async fn corpus_through(runtime: &Runtime, with_server: bool) {
     let seed = std::env::var("TYPED_SEED")
         .ok()
         .and_then(|s| s.parse().ok())
@@ -655,7 +677,7 @@ async fn every_covered_type_reads_exactly_or_refuses_before_any_request() {
     let mut wrong = Vec::new();
     let mut disagreements = Vec::new();
     let (mut accepted, mut refused, mut valid_total) = (0usize, 0usize, 0usize);
-    let mut i = instance().await;
+    let mut i = instance_for(runtime, &clickhouse().connection()).await;
     for (n, ty) in types.iter().enumerate() {
         let ours = table_for(&db, n, ty);
         let theirs = table_for(&db, n + 10_000, ty);
@@ -742,7 +764,7 @@ async fn every_covered_type_reads_exactly_or_refuses_before_any_request() {
             }
         }
         // The server's own JSONEachRow, value by value: where it agrees.
-        for (k, e) in &of_type {
+        for (k, e) in of_type.iter().filter(|_| with_server) {
             let row = format!("{{\"k\":{k},\"v\":{}}}\n", e.json);
             let mut q = clickhouse_component::client::Query::write(
                 "test",
