@@ -327,6 +327,41 @@ impl Builder {
                 }
                 Ok(())
             }
+            Builder::Array { .. } | Builder::Map { .. } | Builder::Tuple { .. } => {
+                self.push_container(c)
+            }
+            #[cfg(feature = "speed")]
+            Builder::Strings { data, zoned: None } if c.peek() == Some(b'"') => {
+                // The common case, without a token: a string into a String column.
+                let (content, _) = c.string()?;
+                write_string(data, &content);
+                Ok(())
+            }
+            #[cfg(feature = "speed")]
+            Builder::Fixed {
+                kind: Scalar::Int { signed, bits },
+                data,
+            } if *bits <= 64 => {
+                // The common case, read as the digits go by: a plain JSON integer that fits.
+                if let Some(n) = c.small_integer(*signed, *bits) {
+                    data.extend_from_slice(&n.to_le_bytes()[..usize::from(*bits) / 8]);
+                    return Ok(());
+                }
+                self.push_scalar(c)
+            }
+            #[cfg(feature = "speed")]
+            Builder::Fixed { kind, data } if c.peek() == Some(b'"') => {
+                // A string into a column of single values, without a token.
+                let (content, text) = c.string()?;
+                kind.read_text(&content, text, true, data)
+            }
+            Builder::Fixed { .. } | Builder::Strings { .. } => self.push_scalar(c),
+        }
+    }
+
+    /// An array, map or tuple value at the cursor.
+    fn push_container(&mut self, c: &mut Cursor<'_>) -> Result<(), Refusal> {
+        match self {
             Builder::Array {
                 offsets,
                 count,
@@ -360,76 +395,8 @@ impl Builder {
                 offsets.extend_from_slice(&count.to_le_bytes());
                 Ok(())
             }
-            Builder::Tuple { names, elements } => {
-                let start = c.at;
-                if c.eat(b'[') {
-                    for (n, element) in elements.iter_mut().enumerate() {
-                        if n > 0 && !c.eat(b',') {
-                            return Err(refuse(&c.s[start..], TUPLE_SIZE));
-                        }
-                        element.push(c)?;
-                    }
-                    if !c.eat(b']') {
-                        return Err(refuse(&c.s[start..], TUPLE_SIZE));
-                    }
-                    return Ok(());
-                }
-                if !c.eat(b'{') || names.iter().any(Option::is_none) {
-                    return Err(c.shape(
-                        "not an array (or, for a tuple whose elements are named, an object)",
-                    ));
-                }
-                let mut seen = vec![false; names.len()];
-                c.each(b'}', |c| {
-                    let (key, _) = c.key()?;
-                    let Some(n) = names
-                        .iter()
-                        .position(|name| name.as_deref().map(str::as_bytes) == Some(&key[..]))
-                    else {
-                        return Err(refuse(
-                            &c.s[start..],
-                            "a key that names no element of the tuple",
-                        ));
-                    };
-                    if std::mem::replace(&mut seen[n], true) {
-                        return Err(refuse(&c.s[start..], "an element named twice"));
-                    }
-                    elements[n].push(c)
-                })?;
-                if seen.contains(&false) {
-                    return Err(refuse(
-                        &c.s[start..c.at],
-                        "missing an element of the tuple (the server would store its default)",
-                    ));
-                }
-                Ok(())
-            }
-            #[cfg(feature = "speed")]
-            Builder::Strings { data, zoned: None } if c.peek() == Some(b'"') => {
-                // The common case, without a token: a string into a String column.
-                let (content, _) = c.string()?;
-                write_string(data, &content);
-                Ok(())
-            }
-            #[cfg(feature = "speed")]
-            Builder::Fixed {
-                kind: Scalar::Int { signed, bits },
-                data,
-            } if *bits <= 64 => {
-                // The common case, read as the digits go by: a plain JSON integer that fits.
-                if let Some(n) = c.small_integer(*signed, *bits) {
-                    data.extend_from_slice(&n.to_le_bytes()[..usize::from(*bits) / 8]);
-                    return Ok(());
-                }
-                self.push_scalar(c)
-            }
-            #[cfg(feature = "speed")]
-            Builder::Fixed { kind, data } if c.peek() == Some(b'"') => {
-                // A string into a column of single values, without a token.
-                let (content, text) = c.string()?;
-                kind.read_text(&content, text, true, data)
-            }
-            Builder::Fixed { .. } | Builder::Strings { .. } => self.push_scalar(c),
+            Builder::Tuple { names, elements } => push_tuple(names, elements, c),
+            _ => unreachable!("containers only"),
         }
     }
 
@@ -559,6 +526,55 @@ impl Builder {
             Builder::Unchecked { .. } => 0,
         }
     }
+}
+
+/// A tuple's value: an array of its elements in order, or (its elements named) an object of
+/// every element by name.
+fn push_tuple(
+    names: &[Option<String>],
+    elements: &mut [Builder],
+    c: &mut Cursor<'_>,
+) -> Result<(), Refusal> {
+    let start = c.at;
+    if c.eat(b'[') {
+        for (n, element) in elements.iter_mut().enumerate() {
+            if n > 0 && !c.eat(b',') {
+                return Err(refuse(&c.s[start..], TUPLE_SIZE));
+            }
+            element.push(c)?;
+        }
+        if !c.eat(b']') {
+            return Err(refuse(&c.s[start..], TUPLE_SIZE));
+        }
+        return Ok(());
+    }
+    if !c.eat(b'{') || names.iter().any(Option::is_none) {
+        return Err(c.shape("not an array (or, for a tuple whose elements are named, an object)"));
+    }
+    let mut seen = vec![false; names.len()];
+    c.each(b'}', |c| {
+        let (key, _) = c.key()?;
+        let Some(n) = names
+            .iter()
+            .position(|name| name.as_deref().map(str::as_bytes) == Some(&key[..]))
+        else {
+            return Err(refuse(
+                &c.s[start..],
+                "a key that names no element of the tuple",
+            ));
+        };
+        if std::mem::replace(&mut seen[n], true) {
+            return Err(refuse(&c.s[start..], "an element named twice"));
+        }
+        elements[n].push(c)
+    })?;
+    if seen.contains(&false) {
+        return Err(refuse(
+            &c.s[start..c.at],
+            "missing an element of the tuple (the server would store its default)",
+        ));
+    }
+    Ok(())
 }
 
 /// A null where the type takes none (the type is named by the caller's message).
@@ -771,8 +787,8 @@ impl Scalar {
         self.read_text(content, text, quoted, data)
     }
 
-    /// Reads a number's text (`quoted`: a string's content; `text`: the value as written, for
-    /// the message) as this kind's value into `data`.
+    /// Reads a value's text (`quoted`: a string's content; `text`: the value as written, for
+    /// the message) as this kind's value into `data`, by the kind's family.
     fn read_text(
         &self,
         content: &[u8],
@@ -780,14 +796,29 @@ impl Scalar {
         quoted: bool,
         data: &mut Vec<u8>,
     ) -> Result<(), Refusal> {
-        let fail = |why: Why| refuse(text, why);
+        match self {
+            Scalar::Int { .. } | Scalar::Float { .. } | Scalar::Bool | Scalar::Decimal { .. } => {
+                self.read_number(content, quoted, data)
+            }
+            Scalar::Date { .. } | Scalar::DateTime { .. } => self.read_time(content, quoted, data),
+            Scalar::FixedString(_)
+            | Scalar::Uuid
+            | Scalar::Ipv4
+            | Scalar::Ipv6
+            | Scalar::Enum { .. } => self.read_text_kind(content, quoted, data),
+        }
+        .map_err(|why| refuse(text, why))
+    }
+
+    /// Integers, floats, booleans and decimals.
+    fn read_number(&self, content: &[u8], quoted: bool, data: &mut Vec<u8>) -> Result<(), Why> {
         match self {
             Scalar::Int { signed, bits } => {
-                let n = scalars::integer(content, *signed, *bits).map_err(fail)?;
+                let n = scalars::integer(content, *signed, *bits)?;
                 write_wide(data, &n, usize::from(*bits) / 8);
             }
             Scalar::Float { wide } => {
-                let v = scalars::float(content, *wide).map_err(fail)?;
+                let v = scalars::float(content, *wide)?;
                 if *wide {
                     data.extend_from_slice(&v.to_le_bytes());
                 } else {
@@ -799,53 +830,33 @@ impl Scalar {
                 match (quoted, content) {
                     (false, b"0") => data.push(0),
                     (false, b"1") => data.push(1),
-                    _ => return Err(fail("not a boolean (true, false, 0 or 1)".into())),
+                    _ => return Err("not a boolean (true, false, 0 or 1)".into()),
                 }
             }
             Scalar::Decimal { precision, scale } => {
-                let n = scalars::decimal(content, *precision, *scale).map_err(fail)?;
+                let n = scalars::decimal(content, *precision, *scale)?;
                 write_wide(data, &n, decimal_width(*precision));
             }
-            Scalar::FixedString(n) => {
-                if !quoted {
-                    return Err(fail("not a string".into()));
-                }
-                if content.len() > *n as usize {
-                    return Err(fail("longer than the FixedString holds".into()));
-                }
-                data.extend_from_slice(content);
-                data.resize(data.len() + *n as usize - content.len(), 0);
-            }
-            Scalar::Uuid => {
-                if !quoted {
-                    return Err(fail("not a UUID (a string)".into()));
-                }
-                data.extend_from_slice(&scalars::uuid(content).map_err(fail)?);
-            }
-            Scalar::Ipv4 => {
-                if !quoted {
-                    return Err(fail("not an IPv4 address (a string a.b.c.d)".into()));
-                }
-                data.extend_from_slice(&scalars::ipv4(content).map_err(fail)?.to_le_bytes());
-            }
-            Scalar::Ipv6 => {
-                if !quoted {
-                    return Err(fail("not an IPv6 address (a string)".into()));
-                }
-                data.extend_from_slice(&scalars::ipv6(content).map_err(fail)?);
-            }
+            _ => unreachable!("numbers only"),
+        }
+        Ok(())
+    }
+
+    /// Dates and date-times.
+    fn read_time(&self, content: &[u8], quoted: bool, data: &mut Vec<u8>) -> Result<(), Why> {
+        match self {
             Scalar::Date { wide } => {
                 if !quoted {
-                    return Err(fail("not a date (a string YYYY-MM-DD)".into()));
+                    return Err("not a date (a string YYYY-MM-DD)".into());
                 }
-                let days = scalars::date(content).map_err(fail)?;
+                let days = scalars::date(content)?;
                 let (lo, hi) = if *wide { DATE32_RANGE } else { DATE_RANGE };
                 if days < lo || days > hi {
-                    return Err(fail(if *wide {
+                    return Err(if *wide {
                         "out of the range of Date32 (1900-01-01 to 2299-12-31)".into()
                     } else {
                         "out of the range of Date (1970-01-01 to 2149-06-06)".into()
-                    }));
+                    });
                 }
                 if *wide {
                     data.extend_from_slice(&(days as i32).to_le_bytes());
@@ -857,22 +868,50 @@ impl Scalar {
                 precision,
                 text: how,
             } => {
-                let moment =
-                    scalars::moment(content, precision.unwrap_or(0), !quoted).map_err(fail)?;
+                let moment = scalars::moment(content, precision.unwrap_or(0), !quoted)?;
                 if let (Moment::Instant(_), TimeText::Json, true) = (moment, how, quoted) {
-                    return Err(fail("a date and time with a zone or offset, which the server's JSON reader does not take as it is (this table is sent as JSONEachRow): send it as a Unix time or without the zone".into()));
+                    return Err("a date and time with a zone or offset, which the server's JSON reader does not take as it is (this table is sent as JSONEachRow): send it as a Unix time or without the zone".into());
                 }
                 // A wall-clock time in UTC is its instant.
                 let instant = match moment {
                     Moment::Local(t) if *how == TimeText::Binary => Moment::Instant(t),
                     m => m,
                 };
-                let ticks = in_range(instant, *precision).map_err(fail)?;
+                let ticks = in_range(instant, *precision)?;
                 if precision.is_some() {
                     data.extend_from_slice(&ticks.to_le_bytes());
                 } else {
                     data.extend_from_slice(&(ticks as u32).to_le_bytes());
                 }
+            }
+            _ => unreachable!("dates and times only"),
+        }
+        Ok(())
+    }
+
+    /// Fixed strings, UUIDs, addresses and Enum elements: values written as strings.
+    fn read_text_kind(&self, content: &[u8], quoted: bool, data: &mut Vec<u8>) -> Result<(), Why> {
+        let string = |what: &'static str| if quoted { Ok(()) } else { Err(Why::from(what)) };
+        match self {
+            Scalar::FixedString(n) => {
+                string("not a string")?;
+                if content.len() > *n as usize {
+                    return Err("longer than the FixedString holds".into());
+                }
+                data.extend_from_slice(content);
+                data.resize(data.len() + *n as usize - content.len(), 0);
+            }
+            Scalar::Uuid => {
+                string("not a UUID (a string)")?;
+                data.extend_from_slice(&scalars::uuid(content)?);
+            }
+            Scalar::Ipv4 => {
+                string("not an IPv4 address (a string a.b.c.d)")?;
+                data.extend_from_slice(&scalars::ipv4(content)?.to_le_bytes());
+            }
+            Scalar::Ipv6 => {
+                string("not an IPv6 address (a string)")?;
+                data.extend_from_slice(&scalars::ipv6(content)?);
             }
             Scalar::Enum { wide, values } => {
                 let by_name = quoted
@@ -886,7 +925,7 @@ impl Scalar {
                             .and_then(|t| t.parse::<i16>().ok());
                         match number.filter(|n| values.iter().any(|(_, v)| v == n)) {
                             Some(n) => n,
-                            None => return Err(fail("not an element of the Enum".into())),
+                            None => return Err("not an element of the Enum".into()),
                         }
                     }
                 };
@@ -896,6 +935,7 @@ impl Scalar {
                     data.push(value as i8 as u8);
                 }
             }
+            _ => unreachable!("values written as strings only"),
         }
         Ok(())
     }
