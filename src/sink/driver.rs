@@ -14,9 +14,9 @@ use sha2::{Digest, Sha256};
 
 use crate::client::error_codes::{SETTING_CONSTRAINT_VIOLATION, UNKNOWN_SETTING};
 use crate::client::response::json_rows;
-use crate::client::retry::{self, RetryPolicy};
+use crate::client::retry::Retried;
 use crate::client::sql::quote_identifier;
-use crate::client::{Client, Error, ErrorKind, HttpRequest, InFlight, Query, Transport};
+use crate::client::{Client, Error, ErrorKind, HttpRequest, InFlight, Query, Response, Transport};
 use crate::platform::Platform;
 use crate::state::StateStore;
 
@@ -27,6 +27,7 @@ use super::encode::encode_lines;
 use super::encode::{encode_json, encode_rows, Encoded, Row};
 use super::native::Block;
 use super::resume::{Checkpoints, InFlightSend};
+use super::statements::{self, Statement};
 use super::types::Type;
 
 /// What a successful send did.
@@ -174,21 +175,27 @@ impl<T: Transport, P: Platform> Sink<T, P> {
         Ok(sink)
     }
 
-    fn retry_policy(&self) -> RetryPolicy {
-        RetryPolicy::new(self.config.retries)
+    /// Sends `request` as every statement of the sink is sent ([`statements::send`]).
+    fn send_request(
+        &self,
+        request: &HttpRequest,
+        in_flight: Option<InFlight>,
+    ) -> Result<Retried<Response>, Error> {
+        statements::send(
+            &self.client,
+            &self.platform,
+            self.config.retries,
+            request,
+            in_flight,
+        )
     }
 
-    /// A read of the sink's own (the dedup check, the column types): repeated as the sink's
-    /// retries allow; nothing has been sent yet.
-    fn read(&self, query: &Query) -> Result<crate::client::Response, Error> {
-        retry::run(
-            &self.retry_policy(),
-            &self.platform,
-            None,
-            || self.client.execute(query),
-            |e| retry::is_worth_retrying(e.kind),
-        )
-        .map(|retried| retried.value)
+    /// A read of the sink's own (the dedup check, the column types): nothing has been sent
+    /// yet.
+    fn read(&self, query: Query) -> Result<Response, Error> {
+        let request = self.client.prepare(query)?;
+        self.send_request(&request, None)
+            .map(|retried| retried.value)
     }
 
     /// Checks that the target table deduplicates inserts (see [`deduplication_refusal`]);
@@ -199,23 +206,21 @@ impl<T: Transport, P: Platform> Sink<T, P> {
         } else {
             "currentDatabase()"
         };
-        let mut query = Query::read(
-            "check-dedup",
-            format!(
+        let mut query = Statement::CheckDedup
+            .query(format!(
                 "SELECT engine, engine_full, database,
                     (SELECT any(value) FROM system.merge_tree_settings
                      WHERE name = 'non_replicated_deduplication_window') AS non_replicated_default,
                     (SELECT any(value) FROM system.merge_tree_settings
                      WHERE name = 'replicated_deduplication_window') AS replicated_default
                  FROM system.tables WHERE database = {database} AND name = {{t:String}}"
-            ),
-        )
-        .param("t", &self.config.table)
-        .format("JSONEachRow");
+            ))
+            .param("t", &self.config.table)
+            .format("JSONEachRow");
         if let Some(db) = &self.config.database {
             query = query.param("db", db);
         }
-        let response = self.read(&query)?;
+        let response = self.read(query)?;
         let rows = json_rows(&response.body, "the table engine query")?;
         let table = self.config.qualified_table();
         let Some(mut row) = rows.into_iter().next() else {
@@ -327,15 +332,13 @@ impl<T: Transport, P: Platform> Sink<T, P> {
         } else {
             "{t:Identifier}"
         };
-        let mut query = Query::write(
-            "send",
-            format!(
+        let mut query = Statement::Insert
+            .query(format!(
                 "INSERT INTO {target} ({}) FORMAT {}",
                 column_list.join(", "),
                 format.name()
-            ),
-        )
-        .param("t", &self.config.table);
+            ))
+            .param("t", &self.config.table);
         if let Some(db) = &self.config.database {
             query = query.param("db", db);
         }
@@ -449,7 +452,6 @@ impl<T: Transport, P: Platform> Sink<T, P> {
         build: &mut dyn FnMut(usize) -> Result<ChunkRequest, Error>,
         first: Option<InFlight>,
     ) -> Result<Receipt, Error> {
-        let policy = self.retry_policy();
         let mut receipt = Receipt::default();
         let mut started = first;
         let mut current = if count > 0 { Some(build(0)?) } else { None };
@@ -462,22 +464,10 @@ impl<T: Transport, P: Platform> Sink<T, P> {
                 .take()
                 .unwrap_or_else(|| self.client.start(&request));
             let upcoming = (chunk + 1 < count).then(|| build(chunk + 1));
-            let send = |request: &HttpRequest, mut in_flight: Option<InFlight>| {
-                retry::run(
-                    &policy,
-                    &self.platform,
-                    None,
-                    || match in_flight.take() {
-                        Some(answer) => self.client.wait(request, answer),
-                        None => self.client.send(request),
-                    },
-                    |e| retry::is_worth_retrying(e.kind),
-                )
-            };
-            let sent = match send(&request, Some(in_flight)) {
+            let sent = match self.send_request(&request, Some(in_flight)) {
                 Err(e) if receipt.chunks == 0 && self.switch_setting_name(&e) => {
                     self.for_server(&mut request);
-                    send(&request, None)
+                    self.send_request(&request, None)
                 }
                 sent => sent.map_err(constraint_on_foreground),
             };
@@ -908,7 +898,8 @@ impl<T: Transport, P: Platform> Sink<T, P> {
             "DESCRIBE TABLE {t:Identifier}"
         };
         // Pinned so a connection's settings cannot change the answer's shape.
-        let mut query = Query::read("describe", sql)
+        let mut query = Statement::Describe
+            .query(sql)
             .param("t", &self.config.table)
             .setting("output_format_json_array_of_rows", "0")
             .setting("describe_include_subcolumns", "0")
@@ -916,7 +907,7 @@ impl<T: Transport, P: Platform> Sink<T, P> {
         if let Some(db) = &self.config.database {
             query = query.param("db", db);
         }
-        let response = self.read(&query)?;
+        let response = self.read(query)?;
         // Comments and default expressions are free text, whose bytes ClickHouse writes
         // unchecked: read the answer lossily (the names and types read are the table's
         // identifiers; a name that is not UTF-8 is one no row of ours can name anyway).
@@ -934,7 +925,7 @@ impl<T: Transport, P: Platform> Sink<T, P> {
             columns.push((name, ty));
         }
         let zone = if TableColumns::needs_server_zone(&columns) {
-            let answer = self.read(&Query::read("timezone", "SELECT timezone()"))?;
+            let answer = self.read(Statement::Timezone.query("SELECT timezone()"))?;
             String::from_utf8_lossy(&answer.body).trim().to_string()
         } else {
             String::new()

@@ -11,8 +11,9 @@
 //! dates, times, UUIDs, addresses), [`json`] (the JSON reader rows are read with, and the JSON
 //! string writer), [`native`] (values read into columns by type; the Native block),
 //! [`encode`] (a send's rows found in its input: lines, array elements, typed rows),
-//! [`driver`] (chunking, acknowledgement, failure semantics), [`resume`] (checkpoints in the
-//! state store, so a later process continues a stopped one's sends).
+//! [`driver`] (chunking, acknowledgement, failure semantics), [`statements`] (every request
+//! the sink sends, its repeat rule, and the one send), [`resume`] (checkpoints in the state
+//! store, so a later process continues a stopped one's sends).
 
 pub mod columns;
 pub mod config;
@@ -22,6 +23,7 @@ pub mod json;
 pub mod native;
 pub mod resume;
 pub mod scalars;
+pub mod statements;
 pub mod types;
 
 pub use columns::Format;

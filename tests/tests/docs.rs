@@ -457,6 +457,7 @@ fn the_dependency_rules_hold() {
         sink(&["sink::types", "sink::scalars", "sink::json"]),
     );
     check("sink::encode", &[], sink(&["sink::json"]));
+    check("sink::statements", &[], sink(&[]));
     check(
         "sink::columns",
         &[],
@@ -579,4 +580,34 @@ fn hosts_reach_the_crate_only_through_host_api() {
             .any(|l| l.contains("test-util"));
         assert!(!enabled, "{manifest} enables test-util");
     }
+}
+
+/// The sink's requests have one send, as docs/architecture.md and `sink::statements` say: no
+/// other module of the sink sends, waits for or repeats a request itself (the driver only
+/// starts a chunk's first attempt, whose answer `statements::send` waits for). Checked by
+/// putting a `retry::run` back into the driver.
+#[test]
+fn the_sink_sends_only_through_its_statements() {
+    let dir = root().join("src/sink");
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir(&dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.file_name().is_some_and(|n| n == "statements.rs") {
+            continue;
+        }
+        let text = std::fs::read_to_string(&path).unwrap();
+        for call in [
+            "retry::run(",
+            "client.send(",
+            "client.wait(",
+            "client.execute(",
+        ] {
+            if text.contains(call) {
+                found.push(format!("{} calls {call}", path.display()));
+            }
+        }
+    }
+    let statements = std::fs::read_to_string(dir.join("statements.rs")).unwrap();
+    assert!(statements.contains("retry::run("), "the one send repeats");
+    assert!(found.is_empty(), "{found:?}");
 }
