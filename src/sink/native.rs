@@ -997,8 +997,13 @@ pub fn wire_type(ty: &Type, encoding: Encoding<'_>) -> Type {
 pub struct Block {
     columns: Vec<BlockColumn>,
     rows: u64,
-    /// Which columns a row out of the columns' order has named so far.
+    /// Which columns a row that left the guessed order has named so far.
     seen: Vec<bool>,
+    /// The column each key of the last whole row that left the guessed order named, by
+    /// place: the guess for the next rows (empty: the columns' own order).
+    order: Vec<usize>,
+    /// The columns the row being read has named, once it left the guessed order.
+    named: Vec<usize>,
 }
 
 #[derive(Clone, Debug)]
@@ -1050,6 +1055,8 @@ impl Block {
                 .collect(),
             rows: 0,
             seen: Vec::new(),
+            order: Vec::new(),
+            named: Vec::new(),
         }
     }
 
@@ -1080,9 +1087,12 @@ impl Block {
         }
         c.depth = 1;
         let count = self.columns.len();
-        // Keys read so far; while they are the columns in order, `seen` is not kept.
+        // Keys read so far. Each key is first guessed to name the column the same place named
+        // in the last whole row (`order`; empty: the columns' own order), and compared with
+        // that column's key text alone. While the keys follow the guess, `seen` is not kept:
+        // that row named every column once, so following it names none twice.
         let mut read = 0;
-        let mut in_order = true;
+        let mut guessing = true;
         let keys = |_| match object_keys_until(row) {
             (keys, None) => RowRefusal::Keys(keys),
             (_, Some(refusal)) => RowRefusal::Shape(refusal),
@@ -1092,18 +1102,19 @@ impl Block {
             loop {
                 c.space();
                 let rest = c.rest();
+                let guess = self.order.get(read).copied().unwrap_or(read);
                 // (An inline compare: a call to the guest's `memcmp` per key costs more.)
-                let quick = in_order
-                    && self.columns.get(read).is_some_and(|column| {
+                let quick = guessing
+                    && self.columns.get(guess).is_some_and(|column| {
                         rest.len() >= column.key.len()
                             && column.key.iter().zip(rest).all(|(a, b)| a == b)
                     });
                 let n = if quick {
-                    c.at += self.columns[read].key.len();
+                    c.at += self.columns[guess].key.len();
                     if !c.eat(b':') {
                         return Err(shape(c.malformed()));
                     }
-                    read
+                    guess
                 } else {
                     let (key, _) = c.key().map_err(shape)?;
                     let n = self
@@ -1112,15 +1123,21 @@ impl Block {
                         .position(|column| column.name.as_bytes() == &key[..])
                         .ok_or(())
                         .map_err(keys)?;
-                    if in_order {
-                        in_order = false;
+                    if guessing {
+                        guessing = false;
                         self.seen.clear();
                         self.seen.resize(count, false);
-                        self.seen[..read].fill(true);
+                        self.named.clear();
+                        for k in 0..read {
+                            let named = self.order.get(k).copied().unwrap_or(k);
+                            self.seen[named] = true;
+                            self.named.push(named);
+                        }
                     }
                     if std::mem::replace(&mut self.seen[n], true) {
                         return Err(keys(()));
                     }
+                    self.named.push(n);
                     n
                 };
                 read += 1;
@@ -1141,6 +1158,10 @@ impl Block {
         }
         if read != count {
             return Err(keys(()));
+        }
+        if !guessing {
+            // The next row's guess: this row's order.
+            std::mem::swap(&mut self.order, &mut self.named);
         }
         self.rows += 1;
         Ok(())
@@ -1407,6 +1428,48 @@ mod tests {
         let e = b.push_row(br#"{"b":"x","a":300}"#).unwrap_err();
         assert!(matches!(e, RowRefusal::Value { column: 0, .. }), "{e:?}");
         assert_eq!(b.rows(), 3);
+    }
+
+    #[test]
+    fn a_rows_order_of_keys_is_the_next_rows_guess_and_never_trusted() {
+        let columns = [("a", "UInt8"), ("b", "UInt8"), ("c", "UInt8")];
+        let mut b = block(&columns);
+        for row in [
+            r#"{"a":1,"b":2,"c":3}"#,
+            r#"{"c":6,"b":5,"a":4}"#,
+            r#"{"c":9,"b":8,"a":7}"#,
+            r#"{"a":10,"c":12,"b":11}"#,
+            r#"{"a":13,"c":15,"b":14}"#,
+            r#"{"c":18,"a":16,"b":17}"#,
+        ] {
+            b.push_row(row.as_bytes()).unwrap();
+        }
+        for (n, want) in [
+            [1, 4, 7, 10, 13, 16],
+            [2, 5, 8, 11, 14, 17],
+            [3, 6, 9, 12, 15, 18],
+        ]
+        .iter()
+        .enumerate()
+        {
+            let mut out = Vec::new();
+            b.columns[n].builder.write(&mut out);
+            assert_eq!(out, want, "column {n}");
+        }
+        // Rows that follow a learned order (c, a, b), then name a column twice, leave one out
+        // or name another: refused as keys, as in the columns' own order.
+        for bad in [
+            r#"{"c":1,"a":2,"c":3}"#,
+            r#"{"c":1,"a":2}"#,
+            r#"{"c":1,"a":2,"b":3,"b":4}"#,
+            r#"{"c":1,"a":2,"d":3}"#,
+            r#"{"c":1,"c":2,"b":3}"#,
+        ] {
+            let mut b = block(&columns);
+            b.push_row(br#"{"c":0,"a":0,"b":0}"#).unwrap();
+            let e = b.push_row(bad.as_bytes()).unwrap_err();
+            assert!(matches!(e, RowRefusal::Keys(_)), "{bad}: {e:?}");
+        }
     }
 
     #[test]
