@@ -48,23 +48,52 @@ struct Inner {
     /// the library component does not.
     run: Option<ComponentExportIndex>,
     report: LoadReport,
+    /// Whether running guest code can be interrupted ([`Runtime::new_uninterruptible`]).
+    interruptible: bool,
 }
 
 impl Runtime {
     /// Loads the component (from the cache when possible) and links WASI and wasi:http.
+    /// Calls can be bounded in time ([`Limits::call_timeout`]), and a running call yields to
+    /// other tasks every 50 ms.
     pub fn new(source: &ComponentSource, cache: &CachePolicy) -> anyhow::Result<Runtime> {
+        Runtime::load(source, cache, true)
+    }
+
+    /// [`Runtime::new`] whose running guest code is never interrupted: it is compiled without
+    /// epoch checks, which cost the sink's typed reads about 30% of their speed
+    /// (docs/benchmarks.md). So a call cannot be bounded in time (an instance with a
+    /// [`Limits::call_timeout`] is refused) and does not yield to other tasks while it computes:
+    /// for a caller that runs its calls where nothing else waits on that thread, as the CLI
+    /// does (`block_on` on its main thread; the host's connections run on the tokio runtime's
+    /// workers). Requests keep their deadlines ([`RequestDeadline`]).
+    pub fn new_uninterruptible(
+        source: &ComponentSource,
+        cache: &CachePolicy,
+    ) -> anyhow::Result<Runtime> {
+        Runtime::load(source, cache, false)
+    }
+
+    fn load(
+        source: &ComponentSource,
+        cache: &CachePolicy,
+        interruptible: bool,
+    ) -> anyhow::Result<Runtime> {
         let mut config = Config::new();
         config.wasm_component_model(true);
         // Calls can be bounded in time, and a running call yields to other tasks (see
-        // `instantiate_with`).
-        config.epoch_interruption(true);
+        // `instantiate_with`). The precompiled cache keys on the engine's settings, so either
+        // kind of runtime finds its own compiled component.
+        config.epoch_interruption(interruptible);
         // For profiling the guest with `perf record` (docs/measurements.md): names the
         // compiled functions in /tmp/perf-PID.map.
         if std::env::var("CLICKHOUSE_WASM_PROFILER").as_deref() == Ok("perfmap") {
             config.profiler(wasmtime::ProfilingStrategy::PerfMap);
         }
         let engine = Engine::new(&config)?;
-        limits::start_epoch_ticker(&engine);
+        if interruptible {
+            limits::start_epoch_ticker(&engine);
+        }
         let (component, report) = component::load(&engine, source, cache)?;
         let mut linker = Linker::<HostState>::new(&engine);
         wasmtime_wasi::p2::add_to_linker_async(&mut linker)?;
@@ -83,6 +112,7 @@ impl Runtime {
                 library,
                 run,
                 report,
+                interruptible,
             }),
             limits: Limits::default(),
             network: Network::default(),
@@ -182,6 +212,11 @@ impl Runtime {
 
     async fn instantiate_with(&self, allow: AllowList, wasi: WasiCtx) -> anyhow::Result<Instance> {
         let limits = self.limits;
+        if !self.inner.interruptible && limits.call_timeout.is_some() {
+            anyhow::bail!(
+                "a call timeout needs a runtime that can interrupt a running call (Runtime::new, not Runtime::new_uninterruptible)"
+            );
+        }
         let allow = Arc::new(allow);
         let state = HostState {
             table: ResourceTable::new(),
@@ -203,14 +238,16 @@ impl Runtime {
         store.limiter(|state| &mut state.memory);
         // At every epoch tick a running call checks its deadline, then yields to other tasks
         // (a busy guest never starves the host's own tasks on the same thread).
-        store.set_epoch_deadline(1);
-        store.epoch_deadline_callback(|context| {
-            let call = context.data().hooks.call;
-            if call.passed() {
-                return Err(CallDeadlineExceeded(call.limit).into());
-            }
-            Ok(wasmtime::UpdateDeadline::Yield(1))
-        });
+        if self.inner.interruptible {
+            store.set_epoch_deadline(1);
+            store.epoch_deadline_callback(|context| {
+                let call = context.data().hooks.call;
+                if call.passed() {
+                    return Err(CallDeadlineExceeded(call.limit).into());
+                }
+                Ok(wasmtime::UpdateDeadline::Yield(1))
+            });
+        }
         let instance = self.inner.pre.instantiate_async(&mut store).await?;
         let connector = self.inner.library.load(&mut store, &instance)?;
         let run = match self.inner.run {
@@ -733,7 +770,7 @@ pub fn default_allow_list(connection: &ConnectionOptions) -> Result<AllowList, E
 }
 
 /// Converts the core connection options to the WIT record.
-pub fn to_wit_connection(c: &ConnectionOptions) -> Connection {
+pub(crate) fn to_wit_connection(c: &ConnectionOptions) -> Connection {
     Connection {
         url: c.url.clone(),
         user: c.user.clone(),
@@ -746,7 +783,7 @@ pub fn to_wit_connection(c: &ConnectionOptions) -> Connection {
 }
 
 /// Converts the component's WIT error to the core error type.
-pub fn from_wit_error(e: WitError) -> Error {
+pub(crate) fn from_wit_error(e: WitError) -> Error {
     Error {
         kind: match e.kind {
             WitErrorKind::InvalidInput => ErrorKind::InvalidInput,
@@ -770,7 +807,7 @@ pub fn from_wit_error(e: WitError) -> Error {
 }
 
 /// Per-store host state.
-pub struct HostState {
+pub(crate) struct HostState {
     table: ResourceTable,
     wasi: WasiCtx,
     http: WasiHttpCtx,

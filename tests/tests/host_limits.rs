@@ -6,8 +6,12 @@ use std::io::Write;
 use std::time::{Duration, Instant};
 
 use clickhouse_component::client::{ConnectionOptions, ErrorKind};
-use clickhouse_component_host::{default_allow_list, CallError, Limits, SinkOptions};
-use clickhouse_component_tests::{clickhouse, raw_http_server, runtime, trickling_server};
+use clickhouse_component_host::{
+    default_allow_list, CachePolicy, CallError, ComponentSource, Limits, Runtime, SinkOptions,
+};
+use clickhouse_component_tests::{
+    cache_dir, clickhouse, raw_http_server, runtime, trickling_server,
+};
 
 /// A server that answers every request with a 500 whose body never ends (as fast as it can).
 fn endless_error_server() -> String {
@@ -88,6 +92,37 @@ async fn a_call_ends_at_its_deadline_even_when_the_server_trickles() {
         .unwrap();
     let outcome = tokio::time::timeout(Duration::from_secs(4), unlimited.ping(&connection)).await;
     assert!(outcome.is_err(), "without a call deadline the call goes on");
+}
+
+/// A runtime whose guest code carries no epoch checks (the CLI's, without a call timeout) runs
+/// the component, and refuses an instance with a call timeout: nothing could end a running
+/// call at it.
+#[tokio::test]
+async fn a_runtime_without_interruption_refuses_a_call_timeout() {
+    let connection = clickhouse().connection();
+    let fast =
+        Runtime::new_uninterruptible(&ComponentSource::Embedded, &CachePolicy::Dir(cache_dir()))
+            .unwrap();
+    let mut instance = fast
+        .instantiate(default_allow_list(&connection).unwrap())
+        .await
+        .unwrap();
+    instance.ping(&connection).await.unwrap();
+    let limited = fast.with_limits(Limits {
+        call_timeout: Some(Duration::from_secs(1)),
+        ..Limits::default()
+    });
+    let refused = limited
+        .instantiate(default_allow_list(&connection).unwrap())
+        .await
+        .err()
+        .expect("a call timeout on a runtime that cannot interrupt is refused");
+    assert!(
+        refused
+            .to_string()
+            .contains("a call timeout needs a runtime that can interrupt a running call"),
+        "{refused}"
+    );
 }
 
 #[tokio::test]
