@@ -830,8 +830,9 @@ async fn bench_python(iterations: usize) {
 /// Cold and warm start of each artifact: load (Cranelift compiles it, or the precompiled
 /// one comes from the cache), instantiate, and a first `ping`; median of 5.
 async fn bench_load() {
-    use clickhouse_component_host::component::{EMBEDDED_COMPONENT_PATH, LIBRARY_COMPONENT_PATH};
-    use clickhouse_component_host::{CachePolicy, ComponentSource, Runtime};
+    use clickhouse_component_host::{
+        CachePolicy, ComponentSource, Runtime, EMBEDDED_COMPONENT_PATH, LIBRARY_COMPONENT_PATH,
+    };
     let server = clickhouse();
     let conn = server.connection();
     let cache = std::env::temp_dir().join(format!("bench-load-cache-{}", std::process::id()));
@@ -985,7 +986,7 @@ async fn bench_serve(iterations: usize, clients: usize) {
         size(&files.composed),
         size(&files.consumer),
         size(std::path::Path::new(
-            clickhouse_component_host::component::LIBRARY_COMPONENT_PATH.unwrap()
+            clickhouse_component_host::LIBRARY_COMPONENT_PATH.unwrap()
         ))
     );
     println!("| path | p50 (ms) | p99 (ms) | req/s, 1 client | req/s, {clients} clients |");

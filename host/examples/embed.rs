@@ -6,7 +6,7 @@
 //! with columns `task UInt64, n UInt64`, each task also sends rows into it. Prints one line per
 //! task; exits non-zero on any error. The test suite runs it against the local ClickHouse.
 
-use clickhouse_component::client::ConnectionOptions;
+use clickhouse_component::host_api::ConnectionOptions;
 use clickhouse_component_host::{
     default_allow_list, CachePolicy, ComponentSource, Runtime, SinkOptions, State, StoreOptions,
     Value,

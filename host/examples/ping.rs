@@ -3,7 +3,7 @@
 //! `cargo run -p clickhouse-component-host --example ping -- http://127.0.0.1:8123`
 //! (credentials from CLICKHOUSE_USER / CLICKHOUSE_PASSWORD).
 
-use clickhouse_component::client::ConnectionOptions;
+use clickhouse_component::host_api::ConnectionOptions;
 use clickhouse_component_host::{default_allow_list, CachePolicy, ComponentSource, Runtime};
 
 #[tokio::main]

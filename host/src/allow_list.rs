@@ -154,7 +154,7 @@ enum PortPattern {
 
 /// One allowed destination pattern.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct AllowedHost {
+pub(crate) struct AllowedHost {
     scheme: SchemePattern,
     host: HostPattern,
     port: PortPattern,

@@ -22,7 +22,7 @@ pub use exports::clickhouse::connector::state_store::{LockEngine, State, StoreOp
 pub use exports::clickhouse::connector::table_sink::{
     Compression, InsertFormat, Receipt, SinkOptions, Value,
 };
-pub use exports::clickhouse::connector::types::{
+pub(crate) use exports::clickhouse::connector::types::{
     Connection, Error as WitError, ErrorKind as WitErrorKind,
 };
 

@@ -12,7 +12,7 @@ use wasmtime::component::Component;
 use wasmtime::Engine;
 
 /// The component built with this host (see `build.rs`).
-pub const EMBEDDED_COMPONENT: &[u8] = include_bytes!(env!("CLICKHOUSE_COMPONENT_WASM"));
+pub(crate) const EMBEDDED_COMPONENT: &[u8] = include_bytes!(env!("CLICKHOUSE_COMPONENT_WASM"));
 
 /// Where the embedded component was built (useful to run it under other runtimes).
 pub const EMBEDDED_COMPONENT_PATH: &str = env!("CLICKHOUSE_COMPONENT_WASM");
@@ -109,7 +109,7 @@ pub struct LoadReport {
 /// code as this user, so the directory must be this user's alone, which is what is checked.
 /// There is no keyed tag: a key kept in the same directory would guard it against nobody the
 /// ownership checks do not already keep out.
-pub fn load(
+pub(crate) fn load(
     engine: &Engine,
     source: &ComponentSource,
     cache: &CachePolicy,
@@ -200,7 +200,7 @@ pub fn load(
 }
 
 /// `clickhouse_component-<sha256 of bytes, 16 hex>-<engine hash>-wasmtime-<version>.cwasm`.
-pub fn cache_file_name(engine: &Engine, bytes: &[u8]) -> String {
+pub(crate) fn cache_file_name(engine: &Engine, bytes: &[u8]) -> String {
     let digest = Sha256::digest(bytes);
     let hex = clickhouse_component::host_api::hex(&digest[..8]);
     let mut hasher = std::collections::hash_map::DefaultHasher::new();

@@ -20,25 +20,41 @@
 //! }
 //! # Ok(()) }
 //! ```
+//!
+//! # One path per item
+//!
+//! The crate root is the embedding API: each item an embedder names is re-exported here from
+//! a private module (`mod runtime;`), so it has one path (`clickhouse_component_host::Runtime`,
+//! never `...::runtime::Runtime`). The command line's plumbing, used only by this crate's
+//! binary, the Python wheel's console script and the tests, lives in the two public modules
+//! [`config`] (the host's flags) and [`command_setup`] (what the host prepares before a
+//! command runs) and is never re-exported at the root. A private module's item that is not
+//! re-exported is `pub(crate)` (the generated bindings aside).
+//! `tests/tests/docs.rs::the_host_has_one_path_per_item` holds the rule.
 
-pub mod allow_list;
-pub mod bindings;
+mod allow_list;
+mod bindings;
 pub mod command_setup;
-pub mod component;
+mod component;
 pub mod config;
-pub mod limits;
-pub mod pool;
-pub mod runtime;
+mod limits;
+mod pool;
+mod runtime;
 
-pub use allow_list::{AllowList, AllowListError};
+pub use allow_list::{AddressDenied, AllowList, AllowListError};
 pub use bindings::{
     Compression, InsertFormat, LockEngine, Receipt, ServerInfo, SinkOptions, State, StoreOptions,
     Value,
 };
-pub use component::{CachePolicy, ComponentSource, LoadKind, LoadReport};
+pub use component::{
+    CachePolicy, ComponentSource, LoadKind, LoadReport, EMBEDDED_COMPONENT_PATH,
+    LIBRARY_COMPONENT_PATH, WASMTIME_VERSION,
+};
 pub use limits::{CallDeadlineExceeded, Limits, MemoryLimitExceeded};
-pub use pool::{Network, NetworkError, Resolve, SystemResolver, TlsOptions};
+pub use pool::{
+    ConnectionPool, LookupFuture, Network, NetworkError, Resolve, SystemResolver, TlsOptions,
+};
 pub use runtime::{
-    default_allow_list, CallError, CapturedOutput, CommandInput, Instance, LockHandle, ReadableDir,
-    RequestDeadline, Runtime, SinkHandle, StoreHandle,
+    default_allow_list, runner_message, CallError, CapturedOutput, CommandInput, Instance,
+    LockHandle, ReadableDir, RequestDeadline, Runtime, SinkHandle, StoreHandle,
 };

@@ -5,15 +5,15 @@
 use std::time::{Duration, Instant};
 
 /// Default most guest memory: 1 GiB.
-pub const DEFAULT_MAX_MEMORY_BYTES: usize = 1 << 30;
+pub(crate) const DEFAULT_MAX_MEMORY_BYTES: usize = 1 << 30;
 /// Default most bytes read from one response: 256 MiB (room for `state export` of a large
 /// store).
-pub const DEFAULT_MAX_RESPONSE_BYTES: u64 = 256 << 20;
+pub(crate) const DEFAULT_MAX_RESPONSE_BYTES: u64 = 256 << 20;
 /// Default most outgoing requests in flight per instance.
-pub const DEFAULT_MAX_CONCURRENT_REQUESTS: usize = 16;
+pub(crate) const DEFAULT_MAX_CONCURRENT_REQUESTS: usize = 16;
 /// How often the engine's epoch advances: a running call yields to other tasks and checks its
 /// deadline this often.
-pub const EPOCH_TICK: Duration = Duration::from_millis(50);
+pub(crate) const EPOCH_TICK: Duration = Duration::from_millis(50);
 
 /// Per-instance limits.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

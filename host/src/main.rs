@@ -134,7 +134,7 @@ fn main() -> ExitCode {
         ),
         Err(CallError::Runner(e)) => {
             tracing::debug!(error = ?e, "runner failure");
-            let message = clickhouse_component_host::runtime::runner_message(&e);
+            let message = clickhouse_component_host::runner_message(&e);
             if json {
                 println!(
                     "{}",

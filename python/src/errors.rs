@@ -1,8 +1,7 @@
 //! Failures as the Python exceptions of their WIT error kinds, redacted of secrets.
 
 use clickhouse_component::host_api::{Error, Redactor};
-use clickhouse_component_host::runtime::runner_message;
-use clickhouse_component_host::CallError;
+use clickhouse_component_host::{runner_message, CallError};
 use pyo3::prelude::*;
 
 /// A failure on its way to Python (built without the GIL, raised with it).

@@ -27,8 +27,7 @@ use crate::runtime::*;
 use crate::sink::*;
 use crate::store::*;
 use clickhouse_component::host_api::ErrorKind;
-use clickhouse_component_host::runtime::runner_message;
-use clickhouse_component_host::{AllowList, CommandInput, LoadKind};
+use clickhouse_component_host::{runner_message, AllowList, CommandInput, LoadKind};
 use pyo3::prelude::*;
 
 /// Loads the component now (instead of at the first call): (`compiled` | `cache-hit` | ...,
@@ -142,7 +141,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(_after_fork_in_child, m)?)?;
     m.add(
         "WASMTIME_VERSION",
-        clickhouse_component_host::component::WASMTIME_VERSION,
+        clickhouse_component_host::WASMTIME_VERSION,
     )?;
     Ok(())
 }

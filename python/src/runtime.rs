@@ -10,8 +10,9 @@ use std::sync::{Arc, Mutex, OnceLock};
 use crate::connection::*;
 use crate::errors::*;
 use clickhouse_component::host_api::Redactor;
-use clickhouse_component_host::runtime::runner_message;
-use clickhouse_component_host::{CachePolicy, CallError, ComponentSource, Instance, Runtime};
+use clickhouse_component_host::{
+    runner_message, CachePolicy, CallError, ComponentSource, Instance, Runtime,
+};
 use pyo3::prelude::*;
 
 /// The process's tokio runtime and compiled component, made once.

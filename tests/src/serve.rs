@@ -29,7 +29,7 @@ pub struct Composed {
 pub fn composed() -> &'static Composed {
     static COMPOSED: OnceLock<Composed> = OnceLock::new();
     COMPOSED.get_or_init(|| {
-        let library = clickhouse_component_host::component::LIBRARY_COMPONENT_PATH
+        let library = clickhouse_component_host::LIBRARY_COMPONENT_PATH
             .expect("the host was built with a prebuilt component: no library component");
         let out = Command::new(repo_root().join("scripts/compose"))
             .env("COMPOSE_LIBRARY", library)

@@ -450,10 +450,7 @@ fn the_spin_manifest_names_the_built_components() {
     assert_eq!(resolved[0], std::fs::canonicalize(&files.consumer).unwrap());
     assert_eq!(
         resolved[1],
-        std::fs::canonicalize(
-            clickhouse_component_host::component::LIBRARY_COMPONENT_PATH.unwrap()
-        )
-        .unwrap()
+        std::fs::canonicalize(clickhouse_component_host::LIBRARY_COMPONENT_PATH.unwrap()).unwrap()
     );
     assert!(manifest.contains("\"clickhouse:connector@0.1.0\" = { path = "));
     assert!(manifest.contains("dependencies_inherit_configuration = true"));

@@ -1,8 +1,9 @@
 //! The documentation stays true to the code: every relative link in README.md and docs/
 //! resolves (file and `#anchor`), and docs/configuration.md lists exactly the options and
 //! environment variables the CLI's `--help` shows (plus environment variables the code reads
-//! without an option, each of which must be read somewhere in the sources), and
-//! docs/architecture.md's layout names every module of the component and the host.
+//! without an option, each of which must be read somewhere in the sources),
+//! docs/architecture.md's layout names every module of the component and the host, and the
+//! module rules it states hold (which module uses which, the host's one path per item).
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -526,8 +527,8 @@ fn the_dependency_rules_hold() {
 }
 
 /// The crate's surface is `host_api` (docs/architecture.md): `src/lib.rs` declares every other
-/// module public only under `test-util` (and private otherwise), the host and the
-/// Python binding reach the crate only through `host_api`, and only the tests and the
+/// module public only under `test-util` (and private otherwise), the host (with its examples)
+/// and the Python binding reach the crate only through `host_api`, and only the tests and the
 /// benchmarks enable `test-util`.
 #[test]
 fn hosts_reach_the_crate_only_through_host_api() {
@@ -553,7 +554,7 @@ fn hosts_reach_the_crate_only_through_host_api() {
         ["pub mod host_api;"],
         "public modules of src/lib.rs"
     );
-    for dir in ["host/src", "python/src"] {
+    for dir in ["host/src", "host/examples", "python/src"] {
         let mut files = Vec::new();
         rust_files(&root().join(dir), &mut files);
         for file in files {
@@ -610,4 +611,139 @@ fn the_sink_sends_only_through_its_statements() {
     let statements = std::fs::read_to_string(dir.join("statements.rs")).unwrap();
     assert!(statements.contains("retry::run("), "the one send repeats");
     assert!(found.is_empty(), "{found:?}");
+}
+
+/// The names a `use` statement's text brings in (`a::{B, C as D}` gives `B` and `D`), and the
+/// first segment of its path (`self::` and `crate::` left out).
+fn use_names(statement: &str) -> (String, Vec<String>) {
+    let path = statement.trim().trim_end_matches(';').trim();
+    let path = path
+        .strip_prefix("self::")
+        .or_else(|| path.strip_prefix("crate::"))
+        .unwrap_or(path);
+    let (module, rest) = path.split_once("::").unwrap_or(("", path));
+    let names = rest
+        .split([',', '{', '}'])
+        .map(|part| {
+            let part = part.trim();
+            let name = part.rsplit_once(" as ").map_or(part, |(_, alias)| alias);
+            name.rsplit("::").next().unwrap().trim().to_string()
+        })
+        .filter(|name| !name.is_empty() && name != "self")
+        .collect();
+    (module.to_string(), names)
+}
+
+/// The `pub` items declared at the top level of a Rust file (`pub struct X`, `pub fn x`,
+/// `pub use a::{X, Y}`, ...), not `pub(crate)` ones nor modules: each name with, for a `use`,
+/// its path's first segment (empty for a declaration).
+fn top_level_pub_items(text: &str) -> Vec<(String, String)> {
+    let mut items = Vec::new();
+    let mut lines = text.lines();
+    while let Some(line) = lines.next() {
+        let Some(rest) = line.strip_prefix("pub ") else {
+            continue;
+        };
+        if rest.starts_with("mod ") {
+            continue;
+        }
+        if let Some(statement) = rest.strip_prefix("use ") {
+            let mut statement = statement.to_string();
+            while !statement.trim_end().ends_with(';') {
+                statement.push_str(lines.next().expect("a `use` ends with `;`"));
+            }
+            let (module, names) = use_names(&statement);
+            items.extend(names.into_iter().map(|name| (module.clone(), name)));
+            continue;
+        }
+        let mut words = rest.split_whitespace();
+        let keywords = [
+            "struct", "enum", "fn", "async", "unsafe", "const", "static", "type", "trait",
+        ];
+        let name = words.find(|w| !keywords.contains(w)).unwrap_or_default();
+        let name: String = name
+            .chars()
+            .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+            .collect();
+        items.push((String::new(), name));
+    }
+    items
+}
+
+/// The host's public items have one path each (host/src/lib.rs and docs/architecture.md say
+/// the rule): a module of host/src/lib.rs is public (the command line's plumbing, whose items
+/// the root never re-exports) or private (its public items re-exported at the root, anything
+/// else `pub(crate)`). So no `pub use` of the root takes from a public module, every top-level
+/// `pub` item of a private module is re-exported at the root, and no doc names a private
+/// module's path (Rust code that does would not compile). Checked by putting
+/// `pub use config::HostArgs;` back into host/src/lib.rs, and by making `runtime` public.
+#[test]
+fn the_host_has_one_path_per_item() {
+    let host = root().join("host/src");
+    let lib = std::fs::read_to_string(host.join("lib.rs")).unwrap();
+    let (mut public, mut private) = (BTreeSet::new(), BTreeSet::new());
+    for line in lib.lines() {
+        if let Some(name) = line.strip_prefix("pub mod ") {
+            public.insert(name.trim_end_matches(';').to_string());
+        } else if let Some(name) = line.strip_prefix("mod ") {
+            private.insert(name.trim_end_matches(';').to_string());
+        }
+    }
+    assert!(
+        !private.is_empty() && !public.is_empty(),
+        "host/src/lib.rs declares modules: {public:?} {private:?}"
+    );
+    let mut exported = BTreeSet::new();
+    for (module, name) in top_level_pub_items(&lib) {
+        assert!(
+            !public.contains(&module),
+            "host/src/lib.rs re-exports `{module}::{name}` at the root, and `{module}` is a public \
+             module: two paths to one item (a module is public or re-exported, not both)"
+        );
+        assert!(
+            private.contains(&module),
+            "host/src/lib.rs: `pub {name}` is not a re-export from one of its private modules \
+             ({private:?})"
+        );
+        exported.insert(name);
+    }
+    let mut unexported = Vec::new();
+    for module in &private {
+        let file = host.join(format!("{module}.rs"));
+        let file = if file.exists() {
+            file
+        } else {
+            host.join(module).join("mod.rs")
+        };
+        let text = std::fs::read_to_string(&file).unwrap();
+        for (_, name) in top_level_pub_items(&text) {
+            if !exported.contains(&name) {
+                unexported.push(format!("{module}::{name}"));
+            }
+        }
+    }
+    assert!(
+        unexported.is_empty(),
+        "public items of the host's private modules that the root does not re-export (re-export \
+         them in host/src/lib.rs, or make them pub(crate)): {unexported:?}"
+    );
+    for file in markdown_files() {
+        let text = std::fs::read_to_string(&file).unwrap();
+        for (n, line) in text.lines().enumerate() {
+            for (at, _) in line.match_indices("clickhouse_component_host::") {
+                let path = &line[at + "clickhouse_component_host::".len()..];
+                let module: String = path
+                    .chars()
+                    .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+                    .collect();
+                assert!(
+                    !private.contains(&module),
+                    "{}:{}: `{module}` is a private module of the host: its items are at the \
+                     root: {line}",
+                    file.display(),
+                    n + 1
+                );
+            }
+        }
+    }
 }

@@ -16,7 +16,7 @@ use serde_json::Value;
 async fn ping(
     connection: &ConnectionOptions,
     allow: AllowList,
-) -> Result<clickhouse_component_host::bindings::ServerInfo, clickhouse_component::client::Error> {
+) -> Result<clickhouse_component_host::ServerInfo, clickhouse_component::client::Error> {
     let mut instance = runtime().instantiate(allow).await.unwrap();
     instance
         .ping(connection)
@@ -433,9 +433,9 @@ fn the_embedding_example_runs() {
 /// refuses command mode with a clear runner error.
 #[tokio::test]
 async fn the_library_component_serves_the_library_and_has_no_command_mode() {
-    use clickhouse_component_host::component::{EMBEDDED_COMPONENT_PATH, LIBRARY_COMPONENT_PATH};
     use clickhouse_component_host::{
         default_allow_list, CachePolicy, ComponentSource, Compression, Runtime, SinkOptions, State,
+        EMBEDDED_COMPONENT_PATH, LIBRARY_COMPONENT_PATH,
     };
 
     let library = std::path::PathBuf::from(LIBRARY_COMPONENT_PATH.expect("built by host/build.rs"));

@@ -9,8 +9,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use clickhouse_component::client::{ConnectionOptions, ErrorKind};
-use clickhouse_component_host::pool::{Network, TlsOptions};
-use clickhouse_component_host::{default_allow_list, CallError, Limits};
+use clickhouse_component_host::{default_allow_list, CallError, Limits, Network, TlsOptions};
 use clickhouse_component_tests::{clickhouse, raw_http_server, runtime};
 use tokio::net::{TcpListener, TcpStream};
 

@@ -5,7 +5,7 @@
 
 use std::process::Command;
 
-use clickhouse_component_host::component::EMBEDDED_COMPONENT_PATH;
+use clickhouse_component_host::EMBEDDED_COMPONENT_PATH;
 use clickhouse_component_tests::native::Sql;
 use clickhouse_component_tests::proxy::{Fault, Proxy, Rule};
 use clickhouse_component_tests::serve::wasmtime_cli as wasmtime;

@@ -14,8 +14,9 @@
 //!   counted (declared spellings aside: docs/sink.md).
 
 use clickhouse_component::client::ErrorKind;
-use clickhouse_component_host::component::{CachePolicy, ComponentSource, LIBRARY_COMPONENT_PATH};
-use clickhouse_component_host::{CallError, Runtime, SinkOptions};
+use clickhouse_component_host::{
+    CachePolicy, CallError, ComponentSource, Runtime, SinkOptions, LIBRARY_COMPONENT_PATH,
+};
 use clickhouse_component_tests::native::sql;
 use clickhouse_component_tests::values::{plus_one, Rng, BOUNDS};
 use clickhouse_component_tests::{cache_dir, clickhouse, instance_for, runtime, unique_name};

@@ -69,7 +69,7 @@ const MAX_IDLE_PER_HOST: usize = 16;
 /// An idle connection older than this is not reused (servers close idle keep-alive connections
 /// after their own timeout, ClickHouse's default being 10 s or more; reusing one just as the
 /// server closes it would fail the request).
-pub const MAX_IDLE: Duration = Duration::from_secs(2);
+pub(crate) const MAX_IDLE: Duration = Duration::from_secs(2);
 /// Used when a request has no timeout of its own (wasmtime-wasi-http's default).
 const DEFAULT_TIMEOUT: Duration = Duration::from_secs(600);
 
@@ -296,7 +296,7 @@ fn client_config(extra: &[CertificateDer<'static>]) -> rustls::ClientConfig {
 }
 
 /// The connections of one instance: hyper-util's pooled client over the instance's
-/// [`Connector`], the allow-list, the limits. Cheap to clone (clones share everything).
+/// connector, the allow-list, the limits. Cheap to clone (clones share everything).
 #[derive(Clone)]
 pub struct ConnectionPool {
     client: Client<Connector, RequestBody>,
@@ -375,7 +375,7 @@ const CONNECT_MARGIN: Duration = Duration::from_millis(100);
 
 impl ConnectionPool {
     /// How many idle connections are kept (all destinations): open, carrying no request, idle
-    /// for less than [`MAX_IDLE`].
+    /// for less than 2 s (an older one is never reused).
     pub fn idle(&self) -> usize {
         self.tracker.idle()
     }
