@@ -21,7 +21,7 @@ use crate::client::retry::DEFAULT_RETRIES;
 use crate::client::{Client, Compression, Error, ErrorKind, Transport};
 use crate::hex::hex;
 use crate::platform::Platform;
-use crate::sink::encode::{read_line, row_span, MAX_ROW_BYTES};
+use crate::sink::encode::{read_line, row_span, BOM, MAX_ROW_BYTES};
 use crate::sink::json::{array_elements, object_keys_until};
 use crate::sink::{PreparedSend, Receipt, Sink, SinkOptions, StartedSend};
 use crate::state::StateStore;
@@ -769,6 +769,10 @@ pub fn read_batches(
     let mut reader = BufReader::with_capacity(1 << 20, input);
     // Lines before the batch being read (the blank ones at the start too).
     let mut before = 0u64;
+    // A byte order mark may start the input: not part of its first row or array.
+    if reader.fill_buf().map_err(read_error)?.starts_with(BOM) {
+        reader.consume(BOM.len());
+    }
     let first = loop {
         let (skip, len, first, lines) = {
             let buf = reader.fill_buf().map_err(read_error)?;
@@ -1183,6 +1187,11 @@ mod tests {
                 ("[{\"a\":1},{\"a\":2}]".to_string(), 0),
                 ("[{\"a\":3}]".to_string(), 2)
             ]
+        );
+        // A byte order mark before the array.
+        assert_eq!(
+            batches("\u{feff}[{\"a\":1}]", 5),
+            vec![("[{\"a\":1}]".to_string(), 0)]
         );
         let mut input = "[{\"a\":1}".as_bytes();
         assert!(read_batches(&mut input, 5, |_, _| Ok(()))

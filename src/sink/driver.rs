@@ -288,7 +288,10 @@ impl<T: Transport, P: Platform> Sink<T, P> {
         #[cfg(not(feature = "speed"))]
         let spare: Option<Block> = None;
         let mut block = match spare.filter(|b| b.has_columns(&encoded.columns)) {
-            Some(block) => block,
+            Some(mut block) => {
+                block.clear();
+                block
+            }
             None => table.block(&encoded.columns, &self.config.qualified_table())?,
         };
         let total = encoded.len();

@@ -298,7 +298,7 @@ pub fn encode_json<'a>(data: &'a [u8], columns: Option<&[String]>) -> Result<Enc
 }
 
 /// A byte order mark, which JSON input may start with (and which is not part of its first row).
-const BOM: &[u8] = "\u{feff}".as_bytes();
+pub const BOM: &[u8] = "\u{feff}".as_bytes();
 
 /// Whether `data` is UTF-8, as `std::str::from_utf8` decides, from the first byte that is not
 /// ASCII on: std's check reads four bytes a step on wasm32 (its word), this scan 32 (the input
@@ -334,6 +334,9 @@ pub fn encode_lines<'a>(
     columns: Option<&[String]>,
 ) -> Result<Encoded<'a>, Error> {
     check_utf8(data)?;
+    for &(a, b) in rows {
+        check_row_size(b - a, || format!("line {}", line_number(data, a)))?;
+    }
     let mut spans = rows.to_vec();
     if data.starts_with(BOM) {
         if let Some(first) = spans.first_mut().filter(|(a, _)| *a == 0) {
@@ -424,8 +427,17 @@ mod tests {
     #[test]
     fn rows_over_the_size_limit_are_refused_by_their_line_or_element() {
         let big = format!("{{\"s\":\"{}\"}}", "x".repeat(MAX_ROW_BYTES));
-        let message = err_json(&format!("{{\"s\":\"a\"}}\n\n{big}\n"), None);
+        let input = format!("{{\"s\":\"a\"}}\n\n{big}\n");
+        let message = err_json(&input, None);
         assert!(message.starts_with("line 3 is over 64 MiB"), "{message}");
+        // The same, its rows found as the CLI reads its lines.
+        let rows = [(0, 9), (11, 11 + big.len())];
+        let e = encode_lines(input.as_bytes(), &rows, None).unwrap_err();
+        assert!(
+            e.message.starts_with("line 3 is over 64 MiB"),
+            "{}",
+            e.message
+        );
         let message = err_json(&format!("[{big}]"), None);
         assert!(message.starts_with("element 1 is over 64 MiB"), "{message}");
         // Just under: found (read later).

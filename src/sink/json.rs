@@ -221,7 +221,8 @@ impl<'a> Cursor<'a> {
         let negative = rest.first() == Some(&b'-');
         let digits = &rest[usize::from(negative)..];
         let n = digits.iter().take_while(|b| b.is_ascii_digit()).count();
-        let whole = !matches!(digits.get(n), Some(b'.' | b'e' | b'E'));
+        // The general reading's token runs on through these (and names the whole text).
+        let whole = !matches!(digits.get(n), Some(b'.' | b'e' | b'E' | b'+' | b'-'));
         if n == 0 || n > 19 || (n > 1 && digits[0] == b'0') || !whole || (negative && !signed) {
             return None;
         }

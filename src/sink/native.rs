@@ -1219,6 +1219,17 @@ mod tests {
         out
     }
 
+    #[test]
+    fn a_number_running_on_into_a_sign_is_refused_as_one_text_on_every_path() {
+        // A small integer column's quick reading stops where the general one does.
+        for ty in ["Int32", "UInt8", "Int128"] {
+            for value in ["1-2", "1+", "1+2", "1-", "-0-"] {
+                let why = refusal(ty, value);
+                assert!(why.contains("not a JSON number"), "{ty} {value}: {why}");
+            }
+        }
+    }
+
     fn refusal(ty: &str, value: &str) -> String {
         let mut b = block(&[("v", ty)]);
         let row = format!("{{\"v\":{value}}}");
