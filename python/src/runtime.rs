@@ -11,14 +11,36 @@ use crate::connection::*;
 use crate::errors::*;
 use clickhouse_component::host_api::Redactor;
 use clickhouse_component_host::{
-    runner_message, CachePolicy, CallError, ComponentSource, Instance, Runtime,
+    runner_message, CachePolicy, CallError, ComponentSource, Instance, Limits, Runtime,
 };
 use pyo3::prelude::*;
 
 /// The process's tokio runtime and compiled component, made once.
 pub(crate) struct Shared {
     pub(crate) tokio: tokio::runtime::Runtime,
+    /// The runtime of connections without a call timeout: its guest code carries no epoch
+    /// checks (about 30% faster typed reads). Each call runs on its Python thread
+    /// (`block_on`), the connections on the tokio workers, so a busy call holds up no task.
     pub(crate) runtime: Runtime,
+    /// The runtime of connections with a call timeout, made at the first such connection.
+    timed: OnceLock<Result<Runtime, String>>,
+}
+
+impl Shared {
+    /// The runtime for instances with `limits`: one that can interrupt a running call when
+    /// they bound calls in time.
+    fn runtime_for(&self, limits: &Limits) -> Result<&Runtime, Failure> {
+        if limits.call_timeout.is_none() {
+            return Ok(&self.runtime);
+        }
+        self.timed
+            .get_or_init(|| {
+                Runtime::new(&ComponentSource::Embedded, &CachePolicy::Default)
+                    .map_err(|e| format!("cannot load the component: {}", runner_message(&e)))
+            })
+            .as_ref()
+            .map_err(|e| Failure::runner(e.clone()))
+    }
 }
 
 pub(crate) static SHARED: OnceLock<Result<Shared, String>> = OnceLock::new();
@@ -42,9 +64,14 @@ pub(crate) fn shared() -> Result<&'static Shared, Failure> {
             .enable_all()
             .build()
             .map_err(|e| format!("cannot start the tokio runtime: {e}"))?;
-        let runtime = Runtime::new(&ComponentSource::Embedded, &CachePolicy::Default)
-            .map_err(|e| format!("cannot load the component: {}", runner_message(&e)))?;
-        Ok(Shared { tokio, runtime })
+        let runtime =
+            Runtime::new_uninterruptible(&ComponentSource::Embedded, &CachePolicy::Default)
+                .map_err(|e| format!("cannot load the component: {}", runner_message(&e)))?;
+        Ok(Shared {
+            tokio,
+            runtime,
+            timed: OnceLock::new(),
+        })
     });
     shared.as_ref().map_err(|e| Failure::runner(e.clone()))
 }
@@ -136,7 +163,7 @@ pub(crate) fn new_session(py: Python<'_>, connection: &Connection) -> PyResult<S
     let result = py.detach(move || -> Result<Instance, Failure> {
         let shared = shared()?;
         let runtime = shared
-            .runtime
+            .runtime_for(&limits)?
             .clone()
             .with_network(runtime_network)
             .with_limits(limits);
