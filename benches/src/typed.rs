@@ -250,22 +250,18 @@ fn native_bodies(shape: &Shape, batches: &[Vec<u8>], zone: &str) -> Vec<Vec<u8>>
 /// timed inside the guest), compiled once and run as a WASI command.
 ///
 /// Run here, by the wasmtime the host links, rather than by the stock `wasmtime run --dir` of
-/// the same version: the host's settings that touch the guest's speed are mirrored exactly,
-/// which that CLI cannot do (the host compiles with epoch interruption, a check at every loop
-/// head and call, and yields at each tick, and reads files on the calling thread,
-/// `allow_blocking_current_thread`; `wasmtime run` compiles epoch checks only with `-W
-/// timeout`, which also turns those reads back into `spawn_blocking` tasks), and no second
-/// wasmtime has to be on the PATH. It matters: the epoch checks cost this guest about 30% (the
+/// the same version: the settings of the CLI's runtime that touch the guest's speed are
+/// mirrored exactly (without `--call-timeout-seconds`, as the bench runs it, the CLI compiles
+/// without epoch interruption, `Runtime::new_uninterruptible`, and reads files on the calling
+/// thread, `allow_blocking_current_thread`, which `wasmtime run` does not), and no second
+/// wasmtime has to be on the PATH. It matters: epoch checks cost this guest about 30% (the
 /// 1M-row events file in 0.36 s without them, 0.47 s with; 2026-12-05), as they cost the
-/// component's first pass, which runs under them too. Not mirrored, as they do not touch the
-/// guest's code: the host's memory limiter (the guest grows to a few MiB), its call deadline
-/// (none by default) and its on-disk cache of compiled components (the guest is compiled
-/// once, before timing).
+/// component's first pass. Not mirrored, as they do not touch the guest's code: the host's
+/// memory limiter (the guest grows to a few MiB) and its on-disk cache of compiled components
+/// (the guest is compiled once, before timing).
 struct SerdeGuest {
     pre: CommandPre<GuestState>,
     runtime: tokio::runtime::Runtime,
-    /// The engine's epoch ticker, stopped when the guest is dropped.
-    ticker: Option<(std::sync::mpsc::Sender<()>, std::thread::JoinHandle<()>)>,
 }
 
 /// A store's state: WASI only (the guest makes no requests).
@@ -309,25 +305,14 @@ impl SerdeGuest {
             );
             return None;
         }
-        // The host's engine (host/src/runtime.rs, `Runtime::new`): wasmtime's defaults (Cranelift,
-        // opt-level speed), the component model and epoch interruption, ticked as the host's
-        // (host/src/limits.rs, every 50 ms).
+        // The CLI's engine (host/src/runtime.rs, `Runtime::new_uninterruptible`): wasmtime's
+        // defaults (Cranelift, opt-level speed) and the component model, no epoch interruption.
         let mut config = Config::new();
         config.wasm_component_model(true);
-        config.epoch_interruption(true);
         if std::env::var("CLICKHOUSE_WASM_PROFILER").as_deref() == Ok("perfmap") {
             config.profiler(wasmtime::ProfilingStrategy::PerfMap);
         }
         let engine = Engine::new(&config).unwrap();
-        let (stop, stopped) = std::sync::mpsc::channel::<()>();
-        let ticking = engine.clone();
-        let ticker = std::thread::spawn(move || {
-            while let Err(std::sync::mpsc::RecvTimeoutError::Timeout) =
-                stopped.recv_timeout(std::time::Duration::from_millis(50))
-            {
-                ticking.increment_epoch();
-            }
-        });
         let component = Component::from_file(&engine, &wasm).unwrap();
         let mut linker = Linker::<GuestState>::new(&engine);
         wasmtime_wasi::p2::add_to_linker_async(&mut linker).unwrap();
@@ -336,11 +321,7 @@ impl SerdeGuest {
             .enable_all()
             .build()
             .unwrap();
-        Some(SerdeGuest {
-            pre,
-            runtime,
-            ticker: Some((stop, ticker)),
-        })
+        Some(SerdeGuest { pre, runtime })
     }
 
     /// Runs the guest over `input` as `shape` in a new instance (the file's directory preopened
@@ -362,9 +343,6 @@ impl SerdeGuest {
             wasi: wasi.build(),
         };
         let mut store = Store::new(self.pre.engine(), state);
-        // As the host: at every tick the running guest yields to the executor, then goes on.
-        store.set_epoch_deadline(1);
-        store.epoch_deadline_callback(|_| Ok(wasmtime::UpdateDeadline::Yield(1)));
         let ran = self.runtime.block_on(async {
             let command = self.pre.instantiate_async(&mut store).await?;
             command.wasi_cli_run().call_run(&mut store).await
@@ -388,15 +366,6 @@ impl SerdeGuest {
             bytes: field("bytes")? as u64,
             seconds: field("seconds")?,
         })
-    }
-}
-
-impl Drop for SerdeGuest {
-    fn drop(&mut self) {
-        if let Some((stop, ticker)) = self.ticker.take() {
-            drop(stop);
-            let _ = ticker.join();
-        }
     }
 }
 
