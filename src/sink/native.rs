@@ -577,6 +577,15 @@ fn push_tuple(
     Ok(())
 }
 
+/// A row whose keys are not the block's columns: every key of the row, or why it stops being
+/// JSON.
+fn keys_refusal(row: &[u8]) -> RowRefusal {
+    match object_keys_until(row) {
+        (keys, None) => RowRefusal::Keys(keys),
+        (_, Some(refusal)) => RowRefusal::Shape(refusal),
+    }
+}
+
 /// A null where the type takes none (the type is named by the caller's message).
 fn null_refusal() -> Refusal {
     refuse(
@@ -1086,60 +1095,13 @@ impl Block {
             return Err(RowRefusal::Shape(refuse(row, "not a JSON object")));
         }
         c.depth = 1;
-        let count = self.columns.len();
-        // Keys read so far. Each key is first guessed to name the column the same place named
-        // in the last whole row (`order`; empty: the columns' own order), and compared with
-        // that column's key text alone. While the keys follow the guess, `seen` is not kept:
-        // that row named every column once, so following it names none twice.
+        // Keys read so far, and whether they follow the guessed order ([`Block::key_column`]).
         let mut read = 0;
         let mut guessing = true;
-        let keys = |_| match object_keys_until(row) {
-            (keys, None) => RowRefusal::Keys(keys),
-            (_, Some(refusal)) => RowRefusal::Shape(refusal),
-        };
         let shape = RowRefusal::Shape;
         if !c.eat(b'}') {
             loop {
-                c.space();
-                let rest = c.rest();
-                let guess = self.order.get(read).copied().unwrap_or(read);
-                // (An inline compare: a call to the guest's `memcmp` per key costs more.)
-                let quick = guessing
-                    && self.columns.get(guess).is_some_and(|column| {
-                        rest.len() >= column.key.len()
-                            && column.key.iter().zip(rest).all(|(a, b)| a == b)
-                    });
-                let n = if quick {
-                    c.at += self.columns[guess].key.len();
-                    if !c.eat(b':') {
-                        return Err(shape(c.malformed()));
-                    }
-                    guess
-                } else {
-                    let (key, _) = c.key().map_err(shape)?;
-                    let n = self
-                        .columns
-                        .iter()
-                        .position(|column| column.name.as_bytes() == &key[..])
-                        .ok_or(())
-                        .map_err(keys)?;
-                    if guessing {
-                        guessing = false;
-                        self.seen.clear();
-                        self.seen.resize(count, false);
-                        self.named.clear();
-                        for k in 0..read {
-                            let named = self.order.get(k).copied().unwrap_or(k);
-                            self.seen[named] = true;
-                            self.named.push(named);
-                        }
-                    }
-                    if std::mem::replace(&mut self.seen[n], true) {
-                        return Err(keys(()));
-                    }
-                    self.named.push(n);
-                    n
-                };
+                let n = self.key_column(&mut c, row, read, &mut guessing)?;
                 read += 1;
                 self.columns[n]
                     .builder
@@ -1156,8 +1118,8 @@ impl Block {
         if !c.at_end() {
             return Err(shape(c.malformed()));
         }
-        if read != count {
-            return Err(keys(()));
+        if read != self.columns.len() {
+            return Err(keys_refusal(row));
         }
         if !guessing {
             // The next row's guess: this row's order.
@@ -1165,6 +1127,57 @@ impl Block {
         }
         self.rows += 1;
         Ok(())
+    }
+
+    /// The column the key at the cursor names (its colon read), `read` keys into `row`. The
+    /// key is first guessed to name the column the same place named in the last whole row
+    /// (`order`; empty: the columns' own order), and compared with that column's key text
+    /// alone. While the keys follow the guess (`guessing`), `seen` is not kept: that row named
+    /// every column once, so following it names none twice. Once a key leaves it, keys are
+    /// looked up, and a column named twice is refused.
+    fn key_column(
+        &mut self,
+        c: &mut Cursor<'_>,
+        row: &[u8],
+        read: usize,
+        guessing: &mut bool,
+    ) -> Result<usize, RowRefusal> {
+        c.space();
+        let rest = c.rest();
+        let guess = self.order.get(read).copied().unwrap_or(read);
+        // (An inline compare: a call to the guest's `memcmp` per key costs more.)
+        let quick = *guessing
+            && self.columns.get(guess).is_some_and(|column| {
+                rest.len() >= column.key.len() && column.key.iter().zip(rest).all(|(a, b)| a == b)
+            });
+        if quick {
+            c.at += self.columns[guess].key.len();
+            if !c.eat(b':') {
+                return Err(RowRefusal::Shape(c.malformed()));
+            }
+            return Ok(guess);
+        }
+        let (key, _) = c.key().map_err(RowRefusal::Shape)?;
+        let n = self
+            .columns
+            .iter()
+            .position(|column| column.name.as_bytes() == &key[..])
+            .ok_or_else(|| keys_refusal(row))?;
+        if std::mem::replace(guessing, false) {
+            self.seen.clear();
+            self.seen.resize(self.columns.len(), false);
+            self.named.clear();
+            for k in 0..read {
+                let named = self.order.get(k).copied().unwrap_or(k);
+                self.seen[named] = true;
+                self.named.push(named);
+            }
+        }
+        if std::mem::replace(&mut self.seen[n], true) {
+            return Err(keys_refusal(row));
+        }
+        self.named.push(n);
+        Ok(n)
     }
 
     /// The block in the Native format: the column and row counts, then each column's name,
