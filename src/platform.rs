@@ -8,6 +8,10 @@ use std::time::Duration;
 pub trait Platform {
     /// Monotonic time since an arbitrary origin.
     fn now(&self) -> Duration;
+    /// Wall-clock time since the Unix epoch (what a record's `_sdc_received_at` says; never
+    /// used to order or time anything). Only the Singer target reads it (`command`).
+    #[cfg_attr(not(feature = "command"), allow(dead_code))]
+    fn wall_clock(&self) -> Duration;
     /// Blocks for `duration`.
     fn sleep(&self, duration: Duration);
     /// A random 64-bit value (need not be cryptographic).
@@ -36,6 +40,9 @@ impl<P: Platform + ?Sized> Platform for &P {
     fn now(&self) -> Duration {
         (**self).now()
     }
+    fn wall_clock(&self) -> Duration {
+        (**self).wall_clock()
+    }
     fn sleep(&self, duration: Duration) {
         (**self).sleep(duration)
     }
@@ -58,6 +65,10 @@ pub mod wasi {
     impl Platform for WasiPlatform {
         fn now(&self) -> Duration {
             Duration::from_nanos(monotonic_clock::now())
+        }
+        fn wall_clock(&self) -> Duration {
+            let now = wasip2::clocks::wall_clock::now();
+            Duration::new(now.seconds, now.nanoseconds)
         }
         fn sleep(&self, duration: Duration) {
             let nanos = u64::try_from(duration.as_nanos()).unwrap_or(u64::MAX);
@@ -103,6 +114,11 @@ pub mod std_platform {
         fn now(&self) -> Duration {
             self.origin.elapsed()
         }
+        fn wall_clock(&self) -> Duration {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap_or_default()
+        }
         fn sleep(&self, duration: Duration) {
             std::thread::sleep(duration)
         }
@@ -139,6 +155,10 @@ pub mod testing {
     impl Platform for FakePlatform {
         fn now(&self) -> Duration {
             self.now.get()
+        }
+        /// 2026-01-01T00:00:00Z plus the fake clock.
+        fn wall_clock(&self) -> Duration {
+            Duration::from_secs(1_767_225_600) + self.now.get()
         }
         fn sleep(&self, d: Duration) {
             self.now.set(self.now.get() + d);

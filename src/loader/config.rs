@@ -72,6 +72,8 @@ pub struct TargetConfig {
     pub ca_file: Option<String>,
     /// At the input's end, send the last partial chunk after the last STATE too.
     pub load_partial_tail: bool,
+    /// Add the Singer SDK's `_sdc_` metadata columns (`add_record_metadata`).
+    pub add_record_metadata: bool,
     /// What the config earned: settings without effect, unknown keys (one line each).
     pub warnings: Vec<String>,
 }
@@ -144,6 +146,7 @@ impl TargetConfig {
             dedup: settings.flag("dedup"),
             create_tables: settings.flag("create_tables"),
             load_partial_tail: settings.flag("load_partial_tail"),
+            add_record_metadata: settings.flag("add_record_metadata"),
             allowed_hosts: list("allowed_hosts", settings.given("allowed_hosts"))?
                 .unwrap_or_default(),
             ca_file: settings.text("ca_file").filter(|f| !f.is_empty()),

@@ -30,6 +30,10 @@ pub enum Message<'a> {
         record: &'a [u8],
         /// Its property names, as written.
         properties: Vec<Key<'a>>,
+        /// The message's `time_extracted` and `version` (JSON texts), when given.
+        time_extracted: Option<&'a [u8]>,
+        /// See `time_extracted`.
+        version: Option<&'a [u8]>,
     },
     /// A bookmark: the `value`'s JSON text, passed on as it is.
     State {
@@ -76,7 +80,13 @@ impl<'a> Message<'a> {
             "RECORD" => {
                 let (stream, record) = with("record")?;
                 let stream = stream.into();
-                Message::Record { stream, record, properties }
+                Message::Record {
+                    stream,
+                    record,
+                    properties,
+                    time_extracted: field("time_extracted"),
+                    version: field("version"),
+                }
             }
             "SCHEMA" => {
                 let (stream, schema) = with("schema")?;
@@ -154,14 +164,18 @@ mod tests {
     #[test]
     fn each_kind_is_read_with_what_it_needs() {
         let line =
-            br#"{"type":"RECORD","stream":"s","record":{"a":1,"b":{"c":2}},"time_extracted":"x"}"#;
+            br#"{"type":"RECORD","stream":"s","record":{"a":1,"b":{"c":2}},"time_extracted":"x","version":17}"#;
         match Message::parse(line, 1).unwrap() {
             Message::Record {
                 stream,
                 record,
                 properties,
+                time_extracted,
+                version,
             } => {
                 assert_eq!(stream, "s");
+                assert_eq!(time_extracted, Some(br#""x""#.as_slice()));
+                assert_eq!(version, Some(b"17".as_slice()));
                 assert_eq!(record, br#"{"a":1,"b":{"c":2}}"#);
                 let names: Vec<&[u8]> = properties.iter().map(|k| k.as_ref()).collect();
                 assert_eq!(names, [b"a".as_slice(), b"b"]);

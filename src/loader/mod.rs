@@ -26,6 +26,7 @@ mod records;
 mod tables;
 
 use std::io::{BufRead, Write};
+use std::time::Duration;
 
 use crate::client::{Client, Error, ErrorKind, Transport};
 use crate::platform::Platform;
@@ -61,6 +62,8 @@ struct Stream<T: Transport, P: Platform> {
     covered: (usize, usize),
     /// Rows acknowledged in this run.
     rows: u64,
+    /// When the first of the waiting records was read (wall clock, `_sdc_batched_at`).
+    batch_started: Option<Duration>,
 }
 
 impl<T: Transport, P: Platform> Stream<T, P> {
@@ -78,6 +81,7 @@ impl<T: Transport, P: Platform> Stream<T, P> {
             chunks_since_state: 0,
             covered: (0, 0),
             rows: 0,
+            batch_started: None,
         }
     }
 }
@@ -121,6 +125,8 @@ pub struct Target<'w, T: Transport + Clone, P: Platform + Clone> {
     summary: Summary,
     /// Databases created (or found) in this run.
     databases_ready: Vec<String>,
+    /// When the target started (wall clock, `_sdc_sync_started_at`).
+    started: Duration,
 }
 
 impl<'w, T: Transport + Clone, P: Platform + Clone> Target<'w, T, P> {
@@ -141,6 +147,7 @@ impl<'w, T: Transport + Clone, P: Platform + Clone> Target<'w, T, P> {
                 "target: dedup is off: delivery is at least once (a chunk sent again after a failure or a crash may be written twice)"
             );
         }
+        let started = platform.wall_clock();
         Target {
             config,
             transport,
@@ -156,6 +163,7 @@ impl<'w, T: Transport + Clone, P: Platform + Clone> Target<'w, T, P> {
             log,
             summary: Summary::default(),
             databases_ready: Vec::new(),
+            started,
         }
     }
 
@@ -277,7 +285,15 @@ impl<'w, T: Transport + Clone, P: Platform + Clone> Target<'w, T, P> {
                 stream,
                 record,
                 properties,
-            } => self.record(&stream, record, &properties, line_no),
+                time_extracted,
+                version,
+            } => {
+                let message = records::FromMessage {
+                    time_extracted,
+                    version,
+                };
+                self.record(&stream, record, &properties, message, line_no)
+            }
             Message::Schema {
                 stream,
                 schema,
@@ -360,6 +376,7 @@ impl<'w, T: Transport + Clone, P: Platform + Clone> Target<'w, T, P> {
         let batch = self.config.batch_size_rows as usize;
         let pending = std::mem::take(&mut self.streams[index].pending);
         let lines = std::mem::take(&mut self.streams[index].lines);
+        self.streams[index].batch_started = None;
         let mut start = 0usize;
         for chunk_lines in lines.chunks(batch) {
             // The chunk's bytes: as many lines as it has rows.
@@ -373,6 +390,15 @@ impl<'w, T: Transport + Clone, P: Platform + Clone> Target<'w, T, P> {
             salt.push(0);
             salt.extend_from_slice(&s.chunks_since_state.to_le_bytes());
             s.sink.set_token_salt(&salt);
+            if self.config.add_record_metadata {
+                // The records as read, without the clocks (the tap's and ours) a rerun reads anew.
+                let mut content = Vec::with_capacity(end - start);
+                for line in pending[start..end].split_inclusive(|b| *b == b'\n') {
+                    content.extend_from_slice(records::stable_part(line));
+                    content.push(b'\n');
+                }
+                s.sink.set_token_content(Some(&content));
+            }
             s.chunks_since_state += 1;
             let prepared = s.sink.prepare_json(&pending[start..end]);
             let name = s.name.clone();

@@ -5,13 +5,37 @@
 //! time (`2024-01-01T00:00:00+00:00`, as SDK taps write dates) becomes that date. Everything
 //! else goes to the sink as written, which parses each value for its column's type.
 
+use std::time::Duration;
+
 use crate::client::{Error, Transport};
 use crate::platform::Platform;
 use crate::sink::json::{object_fields, Key};
+use crate::sink::scalars::civil_from_days;
+use crate::sink::types::Type;
 use crate::text::escaped;
 
 use super::schema::{Column, SDC_METADATA};
 use super::Target;
+
+/// What a RECORD message says of its record besides it (`add_record_metadata`).
+#[derive(Clone, Copy, Debug, Default)]
+pub(super) struct FromMessage<'a> {
+    /// `time_extracted`'s JSON text.
+    pub time_extracted: Option<&'a [u8]>,
+    /// `version`'s JSON text.
+    pub version: Option<&'a [u8]>,
+}
+
+/// The metadata values of one record (`add_record_metadata`): what its message says, and the
+/// clocks, read as the Singer SDK reads them.
+struct Metadata<'a> {
+    message: FromMessage<'a>,
+    /// Wall-clock time the record was read, and its batch (the stream's waiting records) began.
+    received: Duration,
+    batched: Duration,
+    /// Wall-clock time the target started.
+    sync_started: Duration,
+}
 
 impl<T: Transport + Clone, P: Platform + Clone> Target<'_, T, P> {
     /// A RECORD: checked against its stream's properties and put in its buffer.
@@ -20,6 +44,7 @@ impl<T: Transport + Clone, P: Platform + Clone> Target<'_, T, P> {
         stream: &str,
         record: &[u8],
         properties: &[Key],
+        message: FromMessage<'_>,
         line_no: u64,
     ) -> Result<(), Error> {
         let Some(index) = self.streams.iter().position(|s| s.name == stream) else {
@@ -53,10 +78,26 @@ impl<T: Transport + Clone, P: Platform + Clone> Target<'_, T, P> {
             )));
         }
         let before = s.pending.len();
+        let metadata = self.config.add_record_metadata.then(|| {
+            let received = self.platform.wall_clock();
+            Metadata {
+                message,
+                received,
+                batched: *s.batch_started.get_or_insert(received),
+                sync_started: self.started,
+            }
+        });
         if missing.is_empty() && !extra && !s.rewrites {
             s.pending.extend_from_slice(record);
         } else {
-            rewrite(record, &s.columns, &missing, &mut s.pending).map_err(refused)?;
+            rewrite(
+                record,
+                &s.columns,
+                &missing,
+                metadata.as_ref(),
+                &mut s.pending,
+            )
+            .map_err(refused)?;
         }
         s.pending.push(b'\n');
         s.lines.push(line_no);
@@ -122,18 +163,45 @@ fn shape(record: &[u8], properties: &[Key]) -> Result<(), String> {
 /// Whether records of these columns need [`rewrite`] even when they hold every property and
 /// nothing else.
 pub(super) fn rewrites(columns: &[Column]) -> bool {
-    columns
-        .iter()
-        .any(|c| c.property != c.name || c.as_json_text() || c.is_date())
+    columns.iter().any(|c| {
+        c.property != c.name
+            || c.as_json_text()
+            || c.is_date()
+            || SDC_METADATA.contains(&c.property.as_str())
+    })
 }
 
-/// A record written out to fit its columns.
+/// The first of the metadata fields that change when the same record is read again (the
+/// clocks: the tap's `time_extracted` and `version`, which SDK taps take from their clock,
+/// and the target's), which [`rewrite`] writes last: a chunk's deduplication token covers
+/// its lines up to this text only ([`stable_part`]).
+pub(super) const CLOCK_FIELDS: &[u8] = b",\"_sdc_extracted_at\":";
+
+/// A line of the pending buffer without its clock fields (all of it without metadata). The
+/// field is the line's last of that name: the record's own properties come before it, and a
+/// nested key of that name inside them is not the last.
+pub(super) fn stable_part(line: &[u8]) -> &[u8] {
+    match memchr::memmem::rfind(line, CLOCK_FIELDS) {
+        Some(at) => &line[..at],
+        None => line,
+    }
+}
+
+/// A record written out to fit its columns, with its metadata when `metadata` is given (the
+/// record's own `_sdc_` properties give way to it, except `_sdc_deleted_at`, as in the SDK).
 fn rewrite(
     record: &[u8],
     columns: &[Column],
     missing: &[&Column],
+    metadata: Option<&Metadata>,
     out: &mut Vec<u8>,
 ) -> Result<(), String> {
+    // The metadata properties filled here rather than from the record.
+    let filled = |c: &Column| {
+        metadata.is_some()
+            && c.property != "_sdc_deleted_at"
+            && SDC_METADATA.contains(&c.property.as_str())
+    };
     let fields = object_fields(record, None)
         .map_err(|_| "the record is not a JSON object of properties".to_string())?;
     out.push(b'{');
@@ -148,7 +216,7 @@ fn rewrite(
     for (key, value) in &fields {
         let Some(column) = columns
             .iter()
-            .find(|c| c.property.as_bytes() == key.as_ref())
+            .find(|c| c.property.as_bytes() == key.as_ref() && !filled(c))
         else {
             continue;
         };
@@ -170,12 +238,82 @@ fn rewrite(
             out.extend_from_slice(value);
         }
     }
-    for column in missing {
+    for column in missing.iter().filter(|c| !filled(c)) {
         name(out, &column.name);
         out.extend_from_slice(b"null");
     }
+    if let Some(m) = metadata {
+        let column = |property: &str| {
+            columns
+                .iter()
+                .find(|c| c.property == property)
+                .expect("a table of a stream with metadata has its columns")
+        };
+        // The clocks, last: `_sdc_extracted_at` first (CLOCK_FIELDS).
+        let message = [
+            ("_sdc_extracted_at", m.message.time_extracted),
+            ("_sdc_table_version", m.message.version),
+        ];
+        for (property, value) in message {
+            name(out, &column(property).name);
+            out.extend_from_slice(value.unwrap_or(b"null"));
+        }
+        // The target's clocks.
+        for (property, at) in [
+            ("_sdc_received_at", m.received),
+            ("_sdc_batched_at", m.batched),
+        ] {
+            let column = column(property);
+            name(out, &column.name);
+            write_instant(out, at, fraction_digits(column));
+        }
+        let sequence = (m.received.as_nanos() + 500_000) / 1_000_000;
+        let started = m.sync_started.as_millis();
+        for (property, millis) in [
+            ("_sdc_sequence", sequence),
+            ("_sdc_sync_started_at", started),
+        ] {
+            name(out, &column(property).name);
+            out.extend_from_slice(millis.to_string().as_bytes());
+        }
+    }
     out.push(b'}');
     Ok(())
+}
+
+/// The fractional digits of an instant written into `column`: its `DateTime64`'s precision
+/// (up to 9), none for a `DateTime`, else microseconds (as the SDK's `isoformat()`).
+fn fraction_digits(column: &Column) -> usize {
+    let ty = match column.ty.values() {
+        Type::Nullable(inner) => inner.values(),
+        ty => ty,
+    };
+    match ty {
+        Type::DateTime64(p, _) => usize::from(*p).min(9),
+        Type::DateTime(_) => 0,
+        _ => 6,
+    }
+}
+
+/// `at` (since 1970) as a quoted ISO 8601 UTC instant, `2026-12-05T12:00:00.123456+00:00`,
+/// with `digits` fractional digits (cut, not rounded: a clock's reading).
+fn write_instant(out: &mut Vec<u8>, at: Duration, digits: usize) {
+    let seconds = at.as_secs() as i64;
+    let (year, month, day) = civil_from_days(seconds.div_euclid(86_400));
+    let of_day = seconds.rem_euclid(86_400);
+    let mut text = format!(
+        "\"{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}",
+        of_day / 3600,
+        of_day / 60 % 60,
+        of_day % 60
+    );
+    if digits > 0 {
+        let nanos = format!("{:09}", at.subsec_nanos());
+        text.push('.');
+        text.push_str(&nanos[..digits]);
+    }
+    text.push_str("+00:00\"");
+    out.extend_from_slice(text.as_bytes());
 }
 
 /// A date value as the sink reads it (without its closing quote when it is cut short): a
@@ -282,6 +420,109 @@ mod tests {
     }
 
     #[test]
+    fn metadata_is_filled_as_the_sdk_fills_it_and_the_clocks_come_last() {
+        use crate::loader::names::Naming;
+        let schema = serde_json::json!({"properties": {
+            "id": {"type": "integer"},
+            "at": {"type": ["null", "string"], "format": "date-time"},
+            "_sdc_deleted_at": {"type": ["null", "string"], "format": "date-time"},
+        }});
+        let mut columns = crate::loader::schema::columns(
+            "s",
+            &schema,
+            &["id".into()],
+            Naming::Conformed,
+            &Type::Float64,
+            true,
+        )
+        .unwrap();
+        let names: Vec<(&str, String)> = columns
+            .iter()
+            .map(|c| (c.name.as_str(), c.ty.to_string()))
+            .collect();
+        assert_eq!(
+            names,
+            [
+                ("id", "Int64".to_string()),
+                ("at", "Nullable(DateTime64(6, 'UTC'))".into()),
+                ("_sdc_extracted_at", "Nullable(DateTime64(6, 'UTC'))".into()),
+                ("_sdc_received_at", "Nullable(DateTime64(6, 'UTC'))".into()),
+                ("_sdc_batched_at", "Nullable(DateTime64(6, 'UTC'))".into()),
+                ("_sdc_deleted_at", "Nullable(DateTime64(6, 'UTC'))".into()),
+                ("_sdc_sequence", "Nullable(Int64)".into()),
+                ("_sdc_table_version", "Nullable(Int64)".into()),
+                ("_sdc_sync_started_at", "Nullable(Int64)".into()),
+            ]
+        );
+        assert!(rewrites(&columns));
+        let metadata = Metadata {
+            message: FromMessage {
+                time_extracted: Some(br#""2026-12-05T10:00:00.5+00:00""#),
+                version: None,
+            },
+            // 2026-12-05T12:34:56.123456789Z and a second before; started at 12:00.
+            received: Duration::new(1_796_474_096, 123_456_789),
+            batched: Duration::new(1_796_474_095, 0),
+            sync_started: Duration::from_millis(1_796_472_000_999),
+        };
+        let written = |record: &[u8], columns: &[Column]| {
+            let missing: Vec<&Column> = columns
+                .iter()
+                .filter(|c| {
+                    !record
+                        .windows(c.property.len() + 2)
+                        .any(|w| w == format!("\"{}\"", c.property).as_bytes())
+                })
+                .collect();
+            let mut out = Vec::new();
+            rewrite(record, columns, &missing, Some(&metadata), &mut out).unwrap();
+            String::from_utf8(out).unwrap()
+        };
+        // The record's own _sdc_deleted_at is kept, its _sdc_sequence gives way.
+        let line = written(
+            br#"{"id":1,"at":null,"_sdc_sequence":5,"_sdc_deleted_at":"2026-01-01T00:00:00Z"}"#,
+            &columns,
+        );
+        assert_eq!(
+            line,
+            concat!(
+                r#"{"id":1,"at":null,"_sdc_deleted_at":"2026-01-01T00:00:00Z","#,
+                r#""_sdc_extracted_at":"2026-12-05T10:00:00.5+00:00","_sdc_table_version":null,"#,
+                r#""_sdc_received_at":"2026-12-05T12:34:56.123456+00:00","#,
+                r#""_sdc_batched_at":"2026-12-05T12:34:55.000000+00:00","#,
+                r#""_sdc_sequence":1796474096123,"_sdc_sync_started_at":1796472000999}"#
+            )
+        );
+        // The token covers the line up to the clocks.
+        assert_eq!(
+            stable_part(line.as_bytes()),
+            &line.as_bytes()[..line.find(r#","_sdc_extracted_at""#).unwrap()]
+        );
+        // A nested key of that name is not the clocks' field.
+        let nested = br#"{"o":{"a":1,"_sdc_extracted_at":2},"_sdc_extracted_at":null,"x":1}"#;
+        assert_eq!(
+            stable_part(nested),
+            br#"{"o":{"a":1,"_sdc_extracted_at":2}"#
+        );
+        // An existing table's DateTime keeps whole seconds, its DateTime64(3) milliseconds.
+        for (ty, want) in [
+            ("DateTime('UTC')", "12:34:56+00:00"),
+            ("DateTime64(3)", "12:34:56.123+00:00"),
+        ] {
+            let c = columns
+                .iter_mut()
+                .find(|c| c.property == "_sdc_received_at")
+                .unwrap();
+            c.ty = Type::parse(ty).unwrap();
+            let line = written(br#"{"id":3,"at":null}"#, &columns);
+            assert!(
+                line.contains(&format!(r#""_sdc_received_at":"2026-12-05T{want}""#)),
+                "{line}"
+            );
+        }
+    }
+
+    #[test]
     fn records_are_rewritten_to_their_columns() {
         let columns = [
             column("Id", "id", "Int64", false),
@@ -295,7 +536,7 @@ mod tests {
         let missing: Vec<&Column> = vec![&columns[4]];
         let rewritten = |record: &[u8]| {
             let mut out = Vec::new();
-            rewrite(record, &columns, &missing, &mut out).unwrap();
+            rewrite(record, &columns, &missing, None, &mut out).unwrap();
             String::from_utf8(out).unwrap()
         };
         assert_eq!(
@@ -312,6 +553,7 @@ mod tests {
             br#"{"on":"2024-02-29T10:00:00Z","Id":1,"tags":null,"arr":[]}"#,
             &columns,
             &[],
+            None,
             &mut out,
         )
         .unwrap_err();

@@ -30,7 +30,8 @@ use super::config::{Engine, TargetConfig};
 use super::names::Naming;
 
 /// The Singer SDK's record metadata properties, which SDK targets drop from schemas and
-/// records unless `add_record_metadata` is on (it is not built here: refused).
+/// records unless `add_record_metadata` is on (then every table has them, last, with the
+/// SDK's schemas: [`metadata_schema`]).
 pub const SDC_METADATA: [&str; 7] = [
     "_sdc_extracted_at",
     "_sdc_received_at",
@@ -40,6 +41,16 @@ pub const SDC_METADATA: [&str; 7] = [
     "_sdc_table_version",
     "_sdc_sync_started_at",
 ];
+
+/// The SDK's schema of a metadata property (`_add_sdc_metadata_to_schema`): the first four
+/// are nullable date-times, the others nullable integers.
+pub fn metadata_schema(property: &str) -> Value {
+    if SDC_METADATA[..4].contains(&property) {
+        serde_json::json!({"type": ["null", "string"], "format": "date-time"})
+    } else {
+        serde_json::json!({"type": ["null", "integer"]})
+    }
+}
 
 /// One property as a column.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -91,6 +102,7 @@ pub fn columns(
     keys: &[String],
     naming: Naming,
     number_type: &Type,
+    metadata: bool,
 ) -> Result<Vec<Column>, Error> {
     let shown = escaped(stream);
     let properties = schema
@@ -114,12 +126,20 @@ pub fn columns(
             )));
         }
     }
+    let metadata: Vec<(String, Value)> = match metadata {
+        true => SDC_METADATA
+            .iter()
+            .map(|p| (p.to_string(), metadata_schema(p)))
+            .collect(),
+        false => Vec::new(),
+    };
     let properties: Vec<(&String, &Value)> = properties
         .iter()
         .filter(|(name, _)| !SDC_METADATA.contains(&name.as_str()))
+        .chain(metadata.iter().map(|(p, s)| (p, s)))
         .collect();
     let names: Vec<&str> = properties.iter().map(|(name, _)| name.as_str()).collect();
-    if names.is_empty() {
+    if names.len() == metadata.len() {
         return Err(Error::invalid(format!(
             "the SCHEMA of stream '{shown}' has only Singer SDK metadata properties (_sdc_...), which are not loaded: a table needs a column"
         )));
@@ -495,6 +515,7 @@ mod tests {
             &["id".into()],
             Naming::Conformed,
             &number_type,
+            false,
         )
         .unwrap()
         .into_iter()
@@ -541,7 +562,8 @@ mod tests {
             (json!({}), "no \"properties\""),
             (json!({"properties": {}}), "no properties"),
         ] {
-            let e = columns("s", &schema, &[], Naming::Conformed, &Type::Float64).unwrap_err();
+            let e =
+                columns("s", &schema, &[], Naming::Conformed, &Type::Float64, false).unwrap_err();
             assert!(e.message.contains(says), "{}", e.message);
         }
         let e = columns(
@@ -550,6 +572,7 @@ mod tests {
             &["b".into()],
             Naming::Conformed,
             &Type::Float64,
+            false,
         )
         .unwrap_err();
         assert!(e.message.contains("key property 'b'"), "{}", e.message);
@@ -620,6 +643,7 @@ mod tests {
                 &keys,
                 Naming::Conformed,
                 &Type::Float64,
+                false,
             )
             .unwrap();
             create_table(c, "db", "t", &columns, &keys).map(|q| q.sql)

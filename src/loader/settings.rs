@@ -154,7 +154,7 @@ pub const SETTINGS: &[Setting] = &[
     setting("default_target_schema", Text, Hub).says("The database of every stream's table (by default a stream named schema-table goes to the database schema, any other to database)."),
     setting("optimize_after", Boolean, Hub).default("false").handling(Handling::NoEffect { quiet: &["false"], why: "OPTIMIZE TABLE after every insert is not run: it rewrites the table's parts each time; read ReplacingMergeTree tables with FINAL instead" }).says("Run OPTIMIZE TABLE after each insert (not run here: read with FINAL)."),
     setting("hard_delete", Boolean, Sdk).default("false").handling(Handling::NoEffect { quiet: &["false"], why: "ACTIVATE_VERSION messages are read and ignored: rows of older versions are not deleted" }).says("Delete rows of older versions at ACTIVATE_VERSION (not done here)."),
-    setting("add_record_metadata", Boolean, Sdk).handling(Handling::RefusedUnless { accepted: &["null", "false"], why: NOT_BUILT }).says("Add the _sdc_ metadata columns (not built yet: refused when true)."),
+    setting("add_record_metadata", Boolean, Sdk).default("false").says("Add the Singer SDK's metadata columns to every table and fill them as SDK targets do: _sdc_extracted_at (the RECORD's time_extracted), _sdc_received_at and _sdc_batched_at (when the target read the record and started its batch), _sdc_deleted_at (the record's own), _sdc_sequence (milliseconds since 1970 when read), _sdc_table_version (the RECORD's version) and _sdc_sync_started_at (milliseconds since 1970 when the target started). Deduplication tokens cover the records as read, not these clocks, so a rerun is still loaded exactly once."),
     setting("load_method", Text, Sdk).default("\"append-only\"").allowed(&["append-only", "upsert", "overwrite"]).handling(Handling::RefusedUnless { accepted: &["append-only"], why: NOT_BUILT }).says("append-only (rows are added; with key_properties the created table is a ReplacingMergeTree, which keeps the newest row per key under FINAL). upsert and overwrite are refused: not built yet."),
     setting("batch_size_rows", Integer, Sdk).default("10000").says("Rows per INSERT chunk; pending rows at which a STATE message flushes."),
     setting("validate_records", Boolean, Sdk).default("true").says("Every value is parsed for its column's type before any request, whatever this says; no JSON Schema keyword beyond the types (pattern, enum, maxLength, ...) is checked."),
@@ -468,10 +468,6 @@ mod tests {
                 "setting load_method = 'overwrite': is not built",
             ),
             (json!({"load_method": "upsert"}), "load_method = 'upsert'"),
-            (
-                json!({"add_record_metadata": true}),
-                "add_record_metadata = 'true'",
-            ),
             (json!({"flattening_enabled": "true"}), "flattening_enabled"),
             (
                 json!({"stream_maps": {"s": {"x": "1"}}}),

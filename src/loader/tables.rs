@@ -118,7 +118,14 @@ impl<T: Transport + Clone, P: Platform + Clone> Target<'_, T, P> {
         keys: &[String],
     ) -> Result<(), Error> {
         let c = &self.config;
-        let columns = schema::columns(stream, json_schema, keys, c.naming, &c.number_type)?;
+        let columns = schema::columns(
+            stream,
+            json_schema,
+            keys,
+            c.naming,
+            &c.number_type,
+            c.add_record_metadata,
+        )?;
         if let Some(known) = self.streams.iter().find(|s| s.name == stream) {
             if known.declared == columns {
                 return Ok(());

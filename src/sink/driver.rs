@@ -138,6 +138,9 @@ pub struct Sink<T: Transport, P: Platform> {
     checkpoints: RefCell<Option<Checkpoints<T, P>>>,
     /// Bytes every token also covers ([`Sink::set_token_salt`]); none by default.
     token_salt: RefCell<Vec<u8>>,
+    /// What tokens cover in place of the chunks' bytes ([`Sink::set_token_content`]).
+    #[cfg(any(test, feature = "command"))]
+    token_content: RefCell<Option<Vec<u8>>>,
     #[cfg(feature = "speed")]
     /// The last send's block, emptied, kept for its allocations as a buffered writer keeps
     /// its buffer: the next send of the same columns reads into it without growing a new
@@ -166,6 +169,8 @@ impl<T: Transport, P: Platform> Sink<T, P> {
             old_setting_name: std::cell::Cell::new(false),
             checkpoints: RefCell::new(None),
             token_salt: RefCell::new(Vec::new()),
+            #[cfg(any(test, feature = "command"))]
+            token_content: RefCell::new(None),
             #[cfg(feature = "speed")]
             spare_block: RefCell::new(None),
         };
@@ -356,13 +361,13 @@ impl<T: Transport, P: Platform> Sink<T, P> {
         &self,
         base: &Query,
         columns: &[String],
-        body: Vec<u8>,
+        (chunk, body): (usize, Vec<u8>),
         rows: usize,
     ) -> Result<ChunkRequest, Error> {
         let mut query = base.clone();
         let mut token = String::new();
         if self.config.dedup {
-            token = self.token(columns, &body);
+            token = self.token(columns, &body, chunk);
             query = query
                 .setting("insert_deduplicate", "1")
                 .setting("insert_deduplication_token", token.clone());
@@ -410,7 +415,7 @@ impl<T: Transport, P: Platform> Sink<T, P> {
                     chunk_body(format, block, encoded, start, end)
                 }
             };
-            self.chunk_request(&base, &encoded.columns, body, end - start)
+            self.chunk_request(&base, &encoded.columns, (chunk, body), end - start)
         };
         Ok((total.div_ceil(batch), format, Box::new(build)))
     }
@@ -684,6 +689,16 @@ impl<T: Transport, P: Platform> Sink<T, P> {
         *self.token_salt.borrow_mut() = salt.to_vec();
     }
 
+    /// Makes the tokens of the next sends cover `content` (with each chunk's place in its
+    /// send) in place of the chunks' bytes; `None`: the bytes again. For a caller whose rows
+    /// hold values that change when the same rows are sent again (the Singer target's
+    /// `_sdc_received_at`): `content` must then say everything else the rows hold, or two
+    /// different sends would share tokens and the server would drop the second.
+    #[cfg(any(test, feature = "command"))]
+    pub fn set_token_content(&self, content: Option<&[u8]>) {
+        *self.token_content.borrow_mut() = content.map(<[u8]>::to_vec);
+    }
+
     /// The checkpoint's committed position and rows, and the position of the send that was
     /// in flight when it was written (which must be sent first); `None` without a checkpoint.
     #[cfg(any(test, feature = "command"))]
@@ -778,7 +793,7 @@ impl<T: Transport, P: Platform> Sink<T, P> {
 
     /// The deduplication token of a chunk: SHA-256 of the table, the columns and the exact
     /// bytes, so the same rows sent again carry the same token.
-    fn token(&self, columns: &[String], body: &[u8]) -> String {
+    fn token(&self, columns: &[String], body: &[u8], chunk: usize) -> String {
         let mut hash = Sha256::new();
         // `database.table` as the server names it (with dedup the database is read at open),
         // so `t` and `db.t` make the same tokens, as they make the same checkpoint.
@@ -789,6 +804,16 @@ impl<T: Transport, P: Platform> Sink<T, P> {
             hash.update(b"\0");
         }
         hash.update(b"\n");
+        #[cfg(any(test, feature = "command"))]
+        if let Some(content) = &*self.token_content.borrow() {
+            hash.update(content);
+            hash.update((chunk as u64).to_le_bytes());
+        } else {
+            hash.update(body);
+        }
+        #[cfg(not(any(test, feature = "command")))]
+        let _ = chunk;
+        #[cfg(not(any(test, feature = "command")))]
         hash.update(body);
         // Empty by default: the digest is then the one of the bytes alone.
         hash.update(&*self.token_salt.borrow());
@@ -1460,6 +1485,64 @@ mod tests {
             a,
             token_of("db.events", b"{\"id\":0,\"x\":1}\n{\"id\":1,\"x\":1}\n")
         );
+    }
+
+    #[test]
+    fn a_token_content_replaces_the_bytes_and_each_chunk_keeps_its_own_token() {
+        // The tokens of a send of `data` in chunks of 2, with `content` set.
+        let tokens_of = |data: &[u8], content: Option<&[u8]>| {
+            let t = Scripted::new(vec![
+                engine(DEDUPLICATING),
+                described(&[("id", "UInt64"), ("x", "UInt8")]),
+                ack(2),
+                ack(2),
+            ]);
+            let client = Client::new(&ConnectionOptions::from_url("http://other:1"), &t).unwrap();
+            let sink = Sink::open(
+                client,
+                FakePlatform::default(),
+                &SinkOptions {
+                    table: "db.events".into(),
+                    batch_size: Some(2),
+                    dedup: true,
+                    ..Default::default()
+                },
+            )
+            .unwrap();
+            sink.set_token_content(content);
+            sink.send_json(data).unwrap();
+            let sent = t.sent.borrow();
+            sent[2..]
+                .iter()
+                .map(|r| {
+                    let at = r
+                        .path_and_query
+                        .find("insert_deduplication_token=")
+                        .unwrap();
+                    r.path_and_query[at..]
+                        .split('&')
+                        .next()
+                        .unwrap()
+                        .to_string()
+                })
+                .collect::<Vec<_>>()
+        };
+        let rows = |x: u8| format!("{{\"id\":1,\"x\":{x}}}\n{{\"id\":2,\"x\":{x}}}\n").repeat(2);
+        let (one, two) = (rows(1), rows(2));
+        // Without a content the bytes decide.
+        assert_ne!(
+            tokens_of(one.as_bytes(), None),
+            tokens_of(two.as_bytes(), None)
+        );
+        // With one, other bytes under the same content: the same tokens, one per chunk.
+        let a = tokens_of(one.as_bytes(), Some(b"the records as read"));
+        assert_eq!(a, tokens_of(two.as_bytes(), Some(b"the records as read")));
+        assert_eq!(a.len(), 2);
+        assert_ne!(
+            a[0], a[1],
+            "two chunks of one send share a content, not a token"
+        );
+        assert_ne!(a, tokens_of(one.as_bytes(), Some(b"other records")));
     }
 
     #[test]

@@ -21,7 +21,8 @@ to select the stream `public-pg_types`, INCREMENTAL by `id`.
    printed and piped into it again; after the kills, a full run to the end. Read without FINAL
    from a MergeTree, where a duplicate stays visible: reruns from the start load exactly once,
    but a rerun from a bookmark loads again what was committed after it (the SDK resumes with
-   `id >= bookmark`): recorded exactly, in `DUPLICATES_AFTER_A_BOOKMARK` and the test.
+   `id >= bookmark`): recorded exactly, in `DUPLICATES_AFTER_A_BOOKMARK` and the test. With
+   `add_record_metadata` on, whose clocks differ in every rerun: every row's metadata checked.
 3. The same through the real Meltano: `meltano run tap-postgres target-clickhouse-component`
    in a temporary project (test_target.py's `Project`: this project's ClickHouse state backend),
    then 100 more rows in PostgreSQL and a second run that loads only them (and the bookmark's
@@ -665,6 +666,7 @@ def test_killed_mid_load_then_rerun_from_its_last_state(tap, database, tmp_path,
     record at its bookmark). So the table must hold, for each starting point, the rows its runs
     committed (runs from one point share chunks: the longest prefix), and nothing else: every
     id, each copy identical, and exactly that many rows."""
+    since_ms = int(time.time() * 1000)
     rng = random.Random(SEED)
     plan = [(1, SDK_STATE_EVERY // BATCH), (SDK_STATE_EVERY // BATCH + 1, ROWS // BATCH)]
     plan += [None] * rng.randint(0, 2)
@@ -686,6 +688,7 @@ def test_killed_mid_load_then_rerun_from_its_last_state(tap, database, tmp_path,
             port=proxy.port,
             engine_type="MergeTree",
             batch_size_rows=BATCH,
+            add_record_metadata=True,
         )
         proxy.add(lambda r: r.inserts_into(database, TABLE), action, skip=n - 1)
         tap_proc, target = start_pipeline(tap, config, state, tmp_path)
@@ -711,7 +714,11 @@ def test_killed_mid_load_then_rerun_from_its_last_state(tap, database, tmp_path,
             )
             assert int(below) == bookmark(state), "\n".join(history)
     config = target_config(
-        tmp_path / "target.json", database, engine_type="MergeTree", batch_size_rows=BATCH
+        tmp_path / "target.json",
+        database,
+        engine_type="MergeTree",
+        batch_size_rows=BATCH,
+        add_record_metadata=True,
     )
     first = bookmark(state) or 1
     run = finish(*start_pipeline(tap, config, state, tmp_path))
@@ -722,8 +729,13 @@ def test_killed_mid_load_then_rerun_from_its_last_state(tap, database, tmp_path,
     story = "\n".join(history)
     assert bookmark(run.states[-1]) == ROWS, story
     assert unique == ROWS, story
-    distinct = sql(f"SELECT count() FROM (SELECT DISTINCT * FROM `{database}`.`{TABLE}`)")
+    # Copies of an id (a rerun from a bookmark) differ in their clocks only.
+    distinct = sql(
+        f"SELECT count() FROM (SELECT DISTINCT * EXCEPT ({', '.join(CLOCKS)}) "
+        f"FROM `{database}`.`{TABLE}`)"
+    )
     assert int(distinct) == ROWS, f"copies of an id differ\n{story}"
+    check_metadata(database, since_ms)
     expected = sum(committed.values()) if DUPLICATES_AFTER_A_BOOKMARK else ROWS
     twice = sorted(i for i, c in ch_copies(database).items() if c > 1)
     spans = f"ids loaded more than once: {len(twice)}" + (
@@ -733,6 +745,55 @@ def test_killed_mid_load_then_rerun_from_its_last_state(tap, database, tmp_path,
     check_values(tap, database)
     with capsys.disabled():
         print(f"\nkilled and rerun (seed {SEED}):\n{story}\n{spans}")
+
+
+# The Singer SDK's metadata columns (add_record_metadata) that hold clocks: the tap's
+# (time_extracted, version) and the target's.
+CLOCKS = (
+    "_sdc_extracted_at",
+    "_sdc_table_version",
+    "_sdc_received_at",
+    "_sdc_batched_at",
+    "_sdc_sequence",
+    "_sdc_sync_started_at",
+)
+
+
+def check_metadata(database: str, since_ms: int) -> None:
+    """Every row's metadata filled as the SDK fills it: the tap's time_extracted, no version
+    (an INCREMENTAL stream) and no deletion, and clocks in order, read during the test."""
+    now_ms = int(time.time() * 1000) + 1
+    out = sql(
+        "SELECT countIf(_sdc_extracted_at IS NULL), countIf(_sdc_deleted_at IS NOT NULL),"
+        " countIf(_sdc_table_version IS NOT NULL),"
+        " countIf(NOT (_sdc_sync_started_at BETWEEN {lo:Int64} AND {hi:Int64})),"
+        " countIf(toUnixTimestamp64Milli(_sdc_batched_at) < _sdc_sync_started_at),"
+        " countIf(_sdc_received_at < _sdc_batched_at),"
+        " countIf(abs(toUnixTimestamp64Milli(_sdc_received_at) - _sdc_sequence) > 1),"
+        " countIf(toUnixTimestamp64Milli(_sdc_extracted_at) NOT BETWEEN {lo:Int64} AND {hi:Int64}),"
+        " count() FROM {db:Identifier}.{t:Identifier} FORMAT TSV",
+        db=database,
+        t=TABLE,
+        lo=str(since_ms),
+        hi=str(now_ms),
+    ).split()
+    bad = dict(
+        zip(
+            [
+                "no _sdc_extracted_at",
+                "a _sdc_deleted_at",
+                "a _sdc_table_version",
+                "_sdc_sync_started_at outside the test",
+                "batched before the sync started",
+                "received before batched",
+                "_sdc_sequence not _sdc_received_at's millisecond",
+                "_sdc_extracted_at outside the test",
+            ],
+            map(int, out[:-1]),
+            strict=True,
+        )
+    )
+    assert int(out[-1]) > 0 and not any(bad.values()), bad
 
 
 # 3. The real Meltano.

@@ -301,11 +301,6 @@ fn declined_settings_are_refused_or_warned_about() {
             "setting load_method = 'overwrite': is not built yet",
         ),
         (
-            "add_record_metadata",
-            json!(true),
-            "setting add_record_metadata = 'true'",
-        ),
-        (
             "flattening_enabled",
             json!(true),
             "setting flattening_enabled",

@@ -30,7 +30,8 @@ fn messages(after: u64) -> String {
         "schema": {"properties": {"id": {"type": "integer"}, "name": {"type": ["null", "string"]}}}});
     out.push_str(&format!("{schema}\n"));
     for id in after + 1..=RECORDS {
-        let record = json!({"type": "RECORD", "stream": "rows", "record": {"id": id, "name": format!("row {id}")}});
+        let record = json!({"type": "RECORD", "stream": "rows", "record": {"id": id, "name": format!("row {id}")},
+            "time_extracted": extracted_at(id)});
         out.push_str(&format!("{record}\n"));
         if id % STATE_EVERY == 0 {
             let state = json!({"type": "STATE", "value": {"bookmarks": {"rows": {"last": id}}}});
@@ -38,6 +39,11 @@ fn messages(after: u64) -> String {
         }
     }
     out
+}
+
+/// The `time_extracted` of record `id`.
+fn extracted_at(id: u64) -> String {
+    format!("2026-12-05T10:{:02}:00.{id:06}Z", id % 60)
 }
 
 struct Run {
@@ -142,8 +148,19 @@ fn finish(mut child: Child) -> (Option<i32>, String, String) {
 /// the last STATE it printed (and, as if Meltano had not stored that one, from the one
 /// before); every record is in the table once.
 fn killed_at(nth: usize, fault: Fault, what: &str) {
+    killed_with(nth, fault, what, &[]);
+}
+
+/// [`killed_at`] with these settings; returns the run, for a look at its table.
+fn killed_with(
+    nth: usize,
+    fault: Fault,
+    what: &str,
+    settings: &[(&str, serde_json::Value)],
+) -> (Run, Proxy) {
     let proxy = Proxy::start(&clickhouse().url);
     let run = Run::new(&proxy.url());
+    run.configure(settings);
     let needle = run.database.clone();
     proxy.add(
         Rule::when(
@@ -190,6 +207,7 @@ fn killed_at(nth: usize, fault: Fault, what: &str) {
             "{what}: after the rerun from {from} (printed before the kill: {printed:?})"
         );
     }
+    (run, proxy)
 }
 
 #[test]
@@ -208,6 +226,54 @@ fn killed_after_an_acknowledged_insert_before_its_state() {
     // The 4th INSERT: flush 2's second chunk; its first (11-20... ) is acknowledged, STATE 30
     // not printed.
     killed_at(4, Fault::Pause, "acknowledged, no STATE");
+}
+
+/// With `add_record_metadata` the rows of a rerun hold other clocks (`_sdc_received_at`, ...)
+/// than the first run's: tokens over the records as read (not over the rows' bytes) still
+/// let the server drop the chunk that landed before the kill. Every row's metadata is filled
+/// as the Singer SDK fills it.
+#[test]
+fn killed_after_an_unacknowledged_insert_with_record_metadata_on() {
+    let before = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64;
+    let (run, _proxy) = killed_with(
+        3,
+        Fault::StallUntilReleased,
+        "metadata on, written, unacknowledged",
+        &[("add_record_metadata", json!(true))],
+    );
+    let rows = sql().rows(
+        "SELECT id, toString(_sdc_extracted_at) AS extracted, _sdc_table_version IS NULL AS no_version,
+                _sdc_deleted_at IS NULL AS not_deleted, _sdc_sequence AS sequence,
+                toUnixTimestamp64Milli(_sdc_received_at) AS received,
+                toUnixTimestamp64Milli(_sdc_batched_at) AS batched, _sdc_sync_started_at AS started
+         FROM {db:Identifier}.rows ORDER BY id",
+        &[("db", run.database.as_str())],
+    );
+    assert_eq!(rows.len() as u64, RECORDS);
+    let number = |v: &serde_json::Value| -> u64 {
+        v.as_u64()
+            .or_else(|| v.as_str().and_then(|s| s.parse().ok()))
+            .unwrap_or_else(|| panic!("{v}"))
+    };
+    for (row, id) in rows.iter().zip(1..) {
+        let shown = format!("{row}");
+        assert_eq!(number(&row["id"]), id, "{shown}");
+        // time_extracted, as sent (microseconds), in UTC.
+        let want = extracted_at(id).replace('T', " ").replace('Z', "");
+        assert_eq!(row["extracted"], json!(want), "{shown}");
+        assert_eq!(number(&row["no_version"]), 1, "{shown}");
+        assert_eq!(number(&row["not_deleted"]), 1, "{shown}");
+        let (received, batched) = (number(&row["received"]), number(&row["batched"]));
+        let (sequence, started) = (number(&row["sequence"]), number(&row["started"]));
+        assert!(started >= before && started <= batched, "{shown}");
+        assert!(
+            batched <= received && received.abs_diff(sequence) <= 1,
+            "{shown}"
+        );
+    }
 }
 
 #[test]
