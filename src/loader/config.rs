@@ -74,6 +74,9 @@ pub struct TargetConfig {
     pub load_partial_tail: bool,
     /// Add the Singer SDK's `_sdc_` metadata columns (`add_record_metadata`).
     pub add_record_metadata: bool,
+    /// `load_method: overwrite`: each table is replaced by the run's records, loaded beside it
+    /// and swapped in at the end of the input.
+    pub overwrite: bool,
     /// What the config earned: settings without effect, unknown keys (one line each).
     pub warnings: Vec<String>,
 }
@@ -147,12 +150,35 @@ impl TargetConfig {
             create_tables: settings.flag("create_tables"),
             load_partial_tail: settings.flag("load_partial_tail"),
             add_record_metadata: settings.flag("add_record_metadata"),
+            overwrite: settings.text("load_method").as_deref() == Some("overwrite"),
             allowed_hosts: list("allowed_hosts", settings.given("allowed_hosts"))?
                 .unwrap_or_default(),
             ca_file: settings.text("ca_file").filter(|f| !f.is_empty()),
             warnings: std::mem::take(&mut settings.warnings),
         })
+        .and_then(overwrite_refusal)
     }
+}
+
+/// `load_method: overwrite` where it cannot hold: without `create_tables` (the records are
+/// loaded into a new table), and with Replicated tables whose `table_path` has no `{uuid}`
+/// (the table swapped in would keep the path of the one loaded next).
+fn overwrite_refusal(config: TargetConfig) -> Result<TargetConfig, Error> {
+    if !config.overwrite {
+        return Ok(config);
+    }
+    if !config.create_tables {
+        return Err(Error::invalid(
+            "setting load_method = 'overwrite' needs create_tables: the records are loaded into a new table, swapped in at the end",
+        ));
+    }
+    let replicated = config.replicated || config.cluster.is_some();
+    if replicated && !config.table_path.contains("{uuid}") {
+        return Err(Error::invalid(
+            "setting load_method = 'overwrite' with Replicated tables needs a table_path with {uuid}: the table swapped in keeps the path it was created with, which the next run's new table would take again",
+        ));
+    }
+    Ok(config)
 }
 
 /// `engine_type` as an engine and whether created tables are Replicated.
@@ -642,6 +668,38 @@ mod tests {
             e.message
         );
         parse(json!({"uri": "clickhouse://u:a@h/db", "sqlalchemy_url": "clickhouse+http://u:a@h:8123/db"})).unwrap();
+    }
+
+    #[test]
+    fn an_overwrite_is_refused_where_it_cannot_hold() {
+        let c = parse(json!({"host": "h", "load_method": "overwrite"})).unwrap();
+        assert!(c.overwrite);
+        assert!(!parse(json!({"host": "h"})).unwrap().overwrite);
+        // With the default table_path ({uuid}), Replicated tables are fine.
+        assert!(
+            parse(json!({"host": "h", "load_method": "overwrite", "engine_type": "ReplicatedMergeTree"}))
+                .unwrap()
+                .overwrite
+        );
+        for (more, says) in [
+            (json!({"create_tables": false}), "needs create_tables"),
+            (
+                json!({"engine_type": "ReplicatedMergeTree", "table_path": "/t/$table_name"}),
+                "needs a table_path with {uuid}",
+            ),
+            (
+                json!({"cluster_name": "c", "table_path": "/t/{shard}/$table_name"}),
+                "needs a table_path with {uuid}",
+            ),
+        ] {
+            let mut config = json!({"host": "h", "load_method": "overwrite"});
+            config
+                .as_object_mut()
+                .unwrap()
+                .extend(more.as_object().unwrap().clone());
+            let e = parse(config).unwrap_err();
+            assert!(e.message.contains(says), "{}", e.message);
+        }
     }
 
     #[test]

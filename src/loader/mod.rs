@@ -127,6 +127,10 @@ pub struct Target<'w, T: Transport + Clone, P: Platform + Clone> {
     databases_ready: Vec<String>,
     /// When the target started (wall clock, `_sdc_sync_started_at`).
     started: Duration,
+    /// `load_method: overwrite`: the tables loaded, swapped in at the end of the input, and
+    /// the last STATE flushed, emitted after the swap.
+    stages: Vec<tables::Stage>,
+    held_state: Option<String>,
 }
 
 impl<'w, T: Transport + Clone, P: Platform + Clone> Target<'w, T, P> {
@@ -164,6 +168,8 @@ impl<'w, T: Transport + Clone, P: Platform + Clone> Target<'w, T, P> {
             summary: Summary::default(),
             databases_ready: Vec::new(),
             started,
+            stages: Vec::new(),
+            held_state: None,
         }
     }
 
@@ -201,9 +207,14 @@ impl<'w, T: Transport + Clone, P: Platform + Clone> Target<'w, T, P> {
         }
         self.finish()?;
         for s in &self.streams {
+            // An overwrite's rows are in the table its loaded one replaced.
+            let table = match self.config.overwrite {
+                true => s.table.strip_suffix(tables::LOADING).unwrap_or(&s.table),
+                false => &s.table,
+            };
             self.summary
                 .streams
-                .push((s.name.clone(), s.table.clone(), s.rows));
+                .push((s.name.clone(), table.to_string(), s.rows));
         }
         Ok(self.summary)
     }
@@ -232,7 +243,8 @@ impl<'w, T: Transport + Clone, P: Platform + Clone> Target<'w, T, P> {
         let batch = self.config.batch_size_rows as usize;
         let (mut sent, mut held) = (0usize, Vec::new());
         for (s, (mut lines, mut pending)) in self.streams.iter_mut().zip(tails) {
-            let whole = if self.config.load_partial_tail {
+            // An overwrite loads every record: its rerun loads them all again.
+            let whole = if self.config.load_partial_tail || self.config.overwrite {
                 lines.len()
             } else {
                 lines.len() / batch * batch
@@ -260,7 +272,13 @@ impl<'w, T: Transport + Clone, P: Platform + Clone> Target<'w, T, P> {
         if sent > 0 {
             self.flush(None)?;
         }
-        self.complete()
+        self.complete()?;
+        if self.config.overwrite {
+            self.swap_in()?;
+            self.deferred_state = self.held_state.take();
+            self.emit_state()?;
+        }
+        Ok(())
     }
 
     fn tail_notes(&mut self, sent: usize, held: &[String]) {
@@ -361,9 +379,14 @@ impl<'w, T: Transport + Clone, P: Platform + Clone> Target<'w, T, P> {
             for s in &mut self.streams {
                 s.chunks_since_state = 0;
             }
-            self.deferred_state = Some(state);
-            if self.in_flight.is_none() {
-                self.emit_state()?;
+            if self.config.overwrite {
+                // Its records are in tables swapped in at the end: emitted then (`finish`).
+                self.held_state = Some(state);
+            } else {
+                self.deferred_state = Some(state);
+                if self.in_flight.is_none() {
+                    self.emit_state()?;
+                }
             }
         }
         Ok(())

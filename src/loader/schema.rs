@@ -451,6 +451,42 @@ pub fn create_table(
     })
 }
 
+/// `DROP TABLE IF EXISTS ... SYNC` (an overwrite's table left by an earlier run, or the old
+/// table once swapped out).
+pub fn drop_table(config: &TargetConfig, database: &str, table: &str) -> Query {
+    Query::write(
+        "target-drop-table",
+        format!(
+            "DROP TABLE IF EXISTS {{db:Identifier}}.{{t:Identifier}}{} SYNC",
+            on_cluster(config)
+        ),
+    )
+    .param("db", database)
+    .param("t", table)
+}
+
+/// An overwrite's swap: `EXCHANGE TABLES` (atomic: a reader sees one table or the other) when
+/// the table exists, else `RENAME TABLE` of the loaded one to its name.
+pub fn swap_in(
+    config: &TargetConfig,
+    database: &str,
+    (loaded, table): (&str, &str),
+    exists: bool,
+) -> Query {
+    let statement = if exists {
+        "EXCHANGE TABLES {db:Identifier}.{a:Identifier} AND {db:Identifier}.{b:Identifier}"
+    } else {
+        "RENAME TABLE {db:Identifier}.{a:Identifier} TO {db:Identifier}.{b:Identifier}"
+    };
+    Query::write(
+        "target-swap-in",
+        format!("{statement}{}", on_cluster(config)),
+    )
+    .param("db", database)
+    .param("a", loaded)
+    .param("b", table)
+}
+
 /// `ALTER TABLE ... ADD COLUMN IF NOT EXISTS` for a property new in a later SCHEMA.
 pub fn add_column(config: &TargetConfig, database: &str, table: &str, column: &Column) -> Query {
     // A column added to rows already stored must be able to hold nothing for them.

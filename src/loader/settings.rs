@@ -155,7 +155,7 @@ pub const SETTINGS: &[Setting] = &[
     setting("optimize_after", Boolean, Hub).default("false").handling(Handling::NoEffect { quiet: &["false"], why: "OPTIMIZE TABLE after every insert is not run: it rewrites the table's parts each time; read ReplacingMergeTree tables with FINAL instead" }).says("Run OPTIMIZE TABLE after each insert (not run here: read with FINAL)."),
     setting("hard_delete", Boolean, Sdk).default("false").handling(Handling::NoEffect { quiet: &["false"], why: "ACTIVATE_VERSION messages are read and ignored: rows of older versions are not deleted" }).says("Delete rows of older versions at ACTIVATE_VERSION (not done here)."),
     setting("add_record_metadata", Boolean, Sdk).default("false").says("Add the Singer SDK's metadata columns to every table and fill them as SDK targets do: _sdc_extracted_at (the RECORD's time_extracted), _sdc_received_at and _sdc_batched_at (when the target read the record and started its batch), _sdc_deleted_at (the record's own), _sdc_sequence (milliseconds since 1970 when read), _sdc_table_version (the RECORD's version) and _sdc_sync_started_at (milliseconds since 1970 when the target started). Deduplication tokens cover the records as read, not these clocks, so a rerun is still loaded exactly once."),
-    setting("load_method", Text, Sdk).default("\"append-only\"").allowed(&["append-only", "upsert", "overwrite"]).handling(Handling::RefusedUnless { accepted: &["append-only"], why: NOT_BUILT }).says("append-only (rows are added; with key_properties the created table is a ReplacingMergeTree, which keeps the newest row per key under FINAL). upsert and overwrite are refused: not built yet."),
+    setting("load_method", Text, Sdk).default("\"append-only\"").allowed(&["append-only", "upsert", "overwrite"]).handling(Handling::RefusedUnless { accepted: &["append-only", "overwrite"], why: NOT_BUILT }).says("append-only (rows are added; with key_properties the created table is a ReplacingMergeTree, which keeps the newest row per key under FINAL), or overwrite (each stream's table is replaced by the run's records: they are loaded into a new table, TABLE__loading, swapped in with EXCHANGE TABLES at the end of the input, so readers see the old table until then and the new one after; STATE is emitted after the swap). upsert is refused: not built yet."),
     setting("batch_size_rows", Integer, Sdk).default("10000").says("Rows per INSERT chunk; pending rows at which a STATE message flushes."),
     setting("validate_records", Boolean, Sdk).default("true").says("Every value is parsed for its column's type before any request, whatever this says; no JSON Schema keyword beyond the types (pattern, enum, maxLength, ...) is checked."),
     setting("process_activate_version_messages", Boolean, Sdk).default("true").handling(Handling::NoEffect { quiet: &["true", "false"], why: "" }).says("ACTIVATE_VERSION messages are read and ignored either way."),
@@ -463,10 +463,6 @@ mod tests {
             0
         );
         for (config, says) in [
-            (
-                json!({"load_method": "overwrite"}),
-                "setting load_method = 'overwrite': is not built",
-            ),
             (json!({"load_method": "upsert"}), "load_method = 'upsert'"),
             (json!({"flattening_enabled": "true"}), "flattening_enabled"),
             (

@@ -101,6 +101,16 @@ pub(super) fn widened(existing: &Type, declared: &Type, in_key: bool) -> Option<
     (ty != *existing).then_some(ty)
 }
 
+/// The suffix of the table an overwrite loads (`TABLE__loading`).
+pub(super) const LOADING: &str = "__loading";
+
+/// A table an overwrite loads (`loading`), and the one it replaces at the end.
+pub(super) struct Stage {
+    database: String,
+    table: String,
+    loading: String,
+}
+
 /// Where a stream's table is, and what it holds.
 pub(super) struct Table {
     pub database: String,
@@ -191,6 +201,10 @@ impl<T: Transport + Clone, P: Platform + Clone> Target<'_, T, P> {
             ),
         };
         let client = self.client()?;
+        let table = match self.config.overwrite {
+            true => self.stage(&client, &database, table)?,
+            false => table,
+        };
         let shown = format!("{}.{}", escaped(&database), escaped(&table));
         let mut existing = self.existing_columns(&client, &database, &table)?;
         if existing.is_empty() {
@@ -280,6 +294,86 @@ impl<T: Transport + Clone, P: Platform + Clone> Target<'_, T, P> {
             column.nullable = true;
         }
         Ok(())
+    }
+
+    /// `load_method: overwrite`: the table the stream's records are loaded into,
+    /// `TABLE__loading`, dropped the first time in a run (left by a run that did not finish:
+    /// this run loads its records again), swapped in at the end ([`Target::swap_in`]).
+    fn stage(
+        &mut self,
+        client: &Client<T>,
+        database: &str,
+        table: String,
+    ) -> Result<String, Error> {
+        let loading = format!("{table}{LOADING}");
+        let known = self
+            .stages
+            .iter()
+            .any(|s| s.database == database && s.loading == loading);
+        if !known {
+            let drop = schema::drop_table(&self.config, database, &loading);
+            self.execute(client, &drop)?;
+            self.stages.push(Stage {
+                database: database.to_string(),
+                table,
+                loading: loading.clone(),
+            });
+        }
+        Ok(loading)
+    }
+
+    /// `load_method: overwrite`, at the end of the input: each loaded table takes its table's
+    /// place in one atomic `EXCHANGE TABLES` (or a `RENAME` when there was none), and the old
+    /// one is dropped. The swap is not repeated blindly (a second one would swap back): after
+    /// a failure the tables' UUIDs say whether it happened.
+    pub(super) fn swap_in(&mut self) -> Result<(), Error> {
+        let client = self.client()?;
+        for stage in std::mem::take(&mut self.stages) {
+            let (db, loading, table) = (&stage.database, &stage.loading, &stage.table);
+            let loaded = self.uuid_of(&client, db, loading)?;
+            let exists = self.uuid_of(&client, db, table)?.is_some();
+            let swap = schema::swap_in(&self.config, db, (loading, table), exists);
+            if let Err(e) = client.execute(&swap) {
+                if loaded.is_none() || self.uuid_of(&client, db, table)? != loaded {
+                    let message = format!(
+                        "replacing {}.{} by the loaded table: {}",
+                        escaped(db),
+                        escaped(table),
+                        e.message
+                    );
+                    return Err(e.clone().reclassify(e.kind, message));
+                }
+            }
+            if exists {
+                self.execute(&client, &schema::drop_table(&self.config, db, loading))?;
+            }
+            let _ = writeln!(
+                self.log,
+                "target: table {}.{} replaced by the records of this run (load_method: overwrite)",
+                escaped(db),
+                escaped(table)
+            );
+        }
+        Ok(())
+    }
+
+    /// A table's UUID (none: it does not exist).
+    fn uuid_of(
+        &self,
+        client: &Client<T>,
+        database: &str,
+        table: &str,
+    ) -> Result<Option<String>, Error> {
+        let query = Query::read(
+            "target-table-uuid",
+            "SELECT toString(uuid) FROM system.tables WHERE database = {db:String} AND name = {t:String}",
+        )
+        .param("db", database)
+        .param("t", table)
+        .format("TSV");
+        let response = self.execute(client, &query)?;
+        let text = String::from_utf8_lossy(&response.body).trim().to_string();
+        Ok((!text.is_empty()).then_some(text))
     }
 
     fn refuse_unless_creating(&self, what: &str) -> Result<(), Error> {

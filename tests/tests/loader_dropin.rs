@@ -297,8 +297,8 @@ fn declined_settings_are_refused_or_warned_about() {
     for (name, value, says) in [
         (
             "load_method",
-            json!("overwrite"),
-            "setting load_method = 'overwrite': is not built yet",
+            json!("upsert"),
+            "setting load_method = 'upsert': is not built yet",
         ),
         (
             "flattening_enabled",

@@ -509,3 +509,116 @@ fn records_after_the_last_state_are_loaded_in_whole_chunks_once() {
     assert_eq!(code, Some(0), "{err}");
     assert_eq!(run.counts(), (RECORDS + 7, RECORDS));
 }
+
+/// `count` records of a full-table stream `rows` (ids 1..=count, names tagged `tag`), one STATE
+/// after every `STATE_EVERY` and one at the end.
+fn full_table(count: u64, tag: &str) -> String {
+    let mut out = messages(RECORDS); // the SCHEMA alone
+    for id in 1..=count {
+        let record = json!({"type": "RECORD", "stream": "rows", "record": {"id": id, "name": format!("{tag} {id}")}});
+        out.push_str(&format!("{record}\n"));
+        if id % STATE_EVERY == 0 || id == count {
+            let state = json!({"type": "STATE", "value": {"bookmarks": {"rows": {"last": id}}}});
+            out.push_str(&format!("{state}\n"));
+        }
+    }
+    out
+}
+
+/// `load_method: overwrite` on a fresh server, then again with other records, killed while
+/// the proxy holds an INSERT of that load, then rerun. A reader polling the table throughout
+/// sees the old table whole or the new one whole, nothing else; STATE comes only once the new
+/// table is in place; the table loaded aside is gone at the end.
+#[test]
+fn an_overwrite_killed_mid_way_leaves_the_old_table_whole_and_its_rerun_replaces_it() {
+    const OLD: u64 = 60;
+    const NEW: u64 = 45;
+    let proxy = Proxy::start(&clickhouse().url);
+    let run = Run::new(&proxy.url());
+    run.configure(&[("load_method", json!("overwrite"))]);
+    let db = run.database.clone();
+    let tagged = |tag: &str| -> (u64, u64) {
+        let sql = sql();
+        let args = [("db", db.as_str()), ("tag", tag)];
+        (
+            sql.count("SELECT count() FROM {db:Identifier}.rows", &args),
+            sql.count(
+                "SELECT countIf(startsWith(name, {tag:String})) FROM {db:Identifier}.rows",
+                &args,
+            ),
+        )
+    };
+
+    // The first run: nothing there yet; the loaded table is renamed into place.
+    let (code, out, err) = finish(run.spawn(&full_table(OLD, "old")));
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(bookmarks(&out), [OLD], "one STATE, after the swap: {out}");
+    assert_eq!(tagged("old"), (OLD, OLD));
+
+    // A reader polls the table from now until the rerun is done.
+    let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let reader = {
+        let (done, db) = (done.clone(), run.database.clone());
+        std::thread::spawn(move || {
+            let sql = sql();
+            let args = [("db", db.as_str())];
+            let mut seen = std::collections::BTreeSet::new();
+            while !done.load(std::sync::atomic::Ordering::SeqCst) {
+                let rows = sql.rows(
+                    "SELECT count() AS n, countIf(startsWith(name, 'new')) AS new FROM {db:Identifier}.rows",
+                    &args,
+                );
+                let number = |v: &serde_json::Value| {
+                    v.as_u64()
+                        .or_else(|| v.as_str()?.parse().ok())
+                        .expect("a count")
+                };
+                seen.insert((number(&rows[0]["n"]), number(&rows[0]["new"])));
+                std::thread::sleep(Duration::from_millis(2));
+            }
+            seen
+        })
+    };
+
+    // The second run, killed while its 3rd INSERT is held: the old table is whole.
+    let needle = run.database.clone();
+    proxy.add(
+        Rule::when(
+            move |r| {
+                let t = r.target_decoded();
+                t.contains("INSERT INTO") && t.contains(&needle) && t.contains("rows__loading")
+            },
+            Fault::StallUntilReleased,
+        )
+        .after(2)
+        .times(1),
+    );
+    let mut child = run.spawn(&full_table(NEW, "new"));
+    proxy.wait_held(1, Duration::from_secs(60));
+    assert_eq!(tagged("old"), (OLD, OLD), "while the new records load");
+    child.kill().unwrap();
+    let (_, out, _) = finish(child);
+    assert!(out.is_empty(), "no STATE before the swap: {out}");
+    proxy.release_all();
+    proxy.clear_rules();
+    assert_eq!(tagged("old"), (OLD, OLD), "after the kill");
+
+    // The rerun (Meltano's state is still the first run's last STATE: a full-table tap sends
+    // everything again) replaces the table.
+    let (code, out, err) = finish(run.spawn(&full_table(NEW, "new")));
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(bookmarks(&out), [NEW], "{out}");
+    assert_eq!(tagged("new"), (NEW, NEW));
+    done.store(true, std::sync::atomic::Ordering::SeqCst);
+    let seen = reader.join().unwrap();
+    let (old, new) = ((OLD, 0), (NEW, NEW));
+    assert!(
+        seen.iter().all(|s| *s == old || *s == new) && seen.contains(&old),
+        "the reader saw (count, new rows) {seen:?}"
+    );
+    let left = sql().count(
+        "SELECT count() FROM system.tables WHERE database = {db:String}",
+        &[("db", run.database.as_str())],
+    );
+    assert_eq!(left, 1, "the table loaded aside and the old one are gone");
+}
