@@ -77,6 +77,8 @@ pub struct TargetConfig {
     /// `load_method: overwrite`: each table is replaced by the run's records, loaded beside it
     /// and swapped in at the end of the input.
     pub overwrite: bool,
+    /// `load_method: upsert`: keyed streams' tables keep the newest record per key.
+    pub upsert: bool,
     /// What the config earned: settings without effect, unknown keys (one line each).
     pub warnings: Vec<String>,
 }
@@ -151,6 +153,7 @@ impl TargetConfig {
             load_partial_tail: settings.flag("load_partial_tail"),
             add_record_metadata: settings.flag("add_record_metadata"),
             overwrite: settings.text("load_method").as_deref() == Some("overwrite"),
+            upsert: settings.text("load_method").as_deref() == Some("upsert"),
             allowed_hosts: list("allowed_hosts", settings.given("allowed_hosts"))?
                 .unwrap_or_default(),
             ca_file: settings.text("ca_file").filter(|f| !f.is_empty()),
@@ -164,6 +167,11 @@ impl TargetConfig {
 /// loaded into a new table), and with Replicated tables whose `table_path` has no `{uuid}`
 /// (the table swapped in would keep the path of the one loaded next).
 fn overwrite_refusal(config: TargetConfig) -> Result<TargetConfig, Error> {
+    if config.upsert && config.engine == Engine::MergeTree {
+        return Err(Error::invalid(
+            "settings load_method = 'upsert' and engine_type = 'MergeTree' disagree: a MergeTree keeps every row; upsert creates ReplacingMergeTree tables (engine_type auto or ReplacingMergeTree)",
+        ));
+    }
     if !config.overwrite {
         return Ok(config);
     }
@@ -671,7 +679,7 @@ mod tests {
     }
 
     #[test]
-    fn an_overwrite_is_refused_where_it_cannot_hold() {
+    fn an_overwrite_or_upsert_is_refused_where_it_cannot_hold() {
         let c = parse(json!({"host": "h", "load_method": "overwrite"})).unwrap();
         assert!(c.overwrite);
         assert!(!parse(json!({"host": "h"})).unwrap().overwrite);
@@ -680,6 +688,18 @@ mod tests {
             parse(json!({"host": "h", "load_method": "overwrite", "engine_type": "ReplicatedMergeTree"}))
                 .unwrap()
                 .overwrite
+        );
+        let e = parse(json!({"host": "h", "load_method": "upsert", "engine_type": "MergeTree"}))
+            .unwrap_err();
+        assert!(
+            e.message.contains("a MergeTree keeps every row"),
+            "{}",
+            e.message
+        );
+        assert!(
+            parse(json!({"host": "h", "load_method": "upsert"}))
+                .unwrap()
+                .upsert
         );
         for (more, says) in [
             (json!({"create_tables": false}), "needs create_tables"),

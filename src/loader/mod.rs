@@ -64,6 +64,8 @@ struct Stream<T: Transport, P: Platform> {
     rows: u64,
     /// When the first of the waiting records was read (wall clock, `_sdc_batched_at`).
     batch_started: Option<Duration>,
+    /// `load_method: upsert` and the stream has keys: each record gets a version.
+    upsert: bool,
 }
 
 impl<T: Transport, P: Platform> Stream<T, P> {
@@ -82,6 +84,7 @@ impl<T: Transport, P: Platform> Stream<T, P> {
             covered: (0, 0),
             rows: 0,
             batch_started: None,
+            upsert: false,
         }
     }
 }
@@ -131,6 +134,8 @@ pub struct Target<'w, T: Transport + Clone, P: Platform + Clone> {
     /// the last STATE flushed, emitted after the swap.
     stages: Vec<tables::Stage>,
     held_state: Option<String>,
+    /// The last `load_method: upsert` version given (nanoseconds since 1970).
+    last_version: u64,
 }
 
 impl<'w, T: Transport + Clone, P: Platform + Clone> Target<'w, T, P> {
@@ -170,6 +175,7 @@ impl<'w, T: Transport + Clone, P: Platform + Clone> Target<'w, T, P> {
             started,
             stages: Vec::new(),
             held_state: None,
+            last_version: 0,
         }
     }
 
@@ -413,11 +419,12 @@ impl<'w, T: Transport + Clone, P: Platform + Clone> Target<'w, T, P> {
             salt.push(0);
             salt.extend_from_slice(&s.chunks_since_state.to_le_bytes());
             s.sink.set_token_salt(&salt);
-            if self.config.add_record_metadata {
+            if self.config.add_record_metadata || s.upsert {
                 // The records as read, without the clocks (the tap's and ours) a rerun reads anew.
+                let first = records::first_clock(s.upsert);
                 let mut content = Vec::with_capacity(end - start);
                 for line in pending[start..end].split_inclusive(|b| *b == b'\n') {
-                    content.extend_from_slice(records::stable_part(line));
+                    content.extend_from_slice(records::stable_part(line, first));
                     content.push(b'\n');
                 }
                 s.sink.set_token_content(Some(&content));

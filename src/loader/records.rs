@@ -14,7 +14,7 @@ use crate::sink::scalars::civil_from_days;
 use crate::sink::types::Type;
 use crate::text::escaped;
 
-use super::schema::{Column, SDC_METADATA};
+use super::schema::{Column, SDC_METADATA, UPSERT_VERSION};
 use super::Target;
 
 /// What a RECORD message says of its record besides it (`add_record_metadata`).
@@ -24,6 +24,15 @@ pub(super) struct FromMessage<'a> {
     pub time_extracted: Option<&'a [u8]>,
     /// `version`'s JSON text.
     pub version: Option<&'a [u8]>,
+}
+
+/// What a record's line holds besides the record, last: its `load_method: upsert` version
+/// and its metadata (`add_record_metadata`), each when asked for. All of it changes when the
+/// same record is read again.
+#[derive(Default)]
+struct Clocks<'a> {
+    version: Option<u64>,
+    metadata: Option<Metadata<'a>>,
 }
 
 /// The metadata values of one record (`add_record_metadata`): what its message says, and the
@@ -71,33 +80,40 @@ impl<T: Transport + Clone, P: Platform + Clone> Target<'_, T, P> {
                     .any(|k| k.as_ref() == c.property.as_bytes())
             })
             .collect();
-        if let Some(required) = missing.iter().find(|c| !c.nullable) {
+        // The upsert version is the target's to fill.
+        let required = missing
+            .iter()
+            .find(|c| !c.nullable && (!s.upsert || c.property != UPSERT_VERSION));
+        if let Some(required) = required {
             return Err(refused(format!(
                 "property '{}' is missing, and its column takes no null",
                 escaped(&required.property)
             )));
         }
         let before = s.pending.len();
-        let metadata = self.config.add_record_metadata.then(|| {
-            let received = self.platform.wall_clock();
-            Metadata {
+        let received = if self.config.add_record_metadata || s.upsert {
+            self.platform.wall_clock()
+        } else {
+            Duration::ZERO
+        };
+        let clocks = Clocks {
+            // Read later, newer: strictly increasing within the run.
+            version: s.upsert.then(|| {
+                let nanos = u64::try_from(received.as_nanos()).unwrap_or(u64::MAX);
+                self.last_version = nanos.max(self.last_version + 1);
+                self.last_version
+            }),
+            metadata: self.config.add_record_metadata.then(|| Metadata {
                 message,
                 received,
                 batched: *s.batch_started.get_or_insert(received),
                 sync_started: self.started,
-            }
-        });
+            }),
+        };
         if missing.is_empty() && !extra && !s.rewrites {
             s.pending.extend_from_slice(record);
         } else {
-            rewrite(
-                record,
-                &s.columns,
-                &missing,
-                metadata.as_ref(),
-                &mut s.pending,
-            )
-            .map_err(refused)?;
+            rewrite(record, &s.columns, &missing, &clocks, &mut s.pending).map_err(refused)?;
         }
         s.pending.push(b'\n');
         s.lines.push(line_no);
@@ -168,39 +184,46 @@ pub(super) fn rewrites(columns: &[Column]) -> bool {
             || c.as_json_text()
             || c.is_date()
             || SDC_METADATA.contains(&c.property.as_str())
+            || c.property == UPSERT_VERSION
     })
 }
 
-/// The first of the metadata fields that change when the same record is read again (the
-/// clocks: the tap's `time_extracted` and `version`, which SDK taps take from their clock,
-/// and the target's), which [`rewrite`] writes last: a chunk's deduplication token covers
-/// its lines up to this text only ([`stable_part`]).
-pub(super) const CLOCK_FIELDS: &[u8] = b",\"_sdc_extracted_at\":";
+/// The first of the fields that change when the same record is read again (the clocks: the
+/// upsert version, then the tap's `time_extracted` and `version`, which SDK taps take from
+/// their clock, and the target's), which [`rewrite`] writes last: a chunk's deduplication
+/// token covers its lines up to the first of them only ([`stable_part`]).
+pub(super) fn first_clock(upsert: bool) -> &'static [u8] {
+    match upsert {
+        true => b",\"_sdc_upsert_version\":",
+        false => b",\"_sdc_extracted_at\":",
+    }
+}
 
-/// A line of the pending buffer without its clock fields (all of it without metadata). The
-/// field is the line's last of that name: the record's own properties come before it, and a
-/// nested key of that name inside them is not the last.
-pub(super) fn stable_part(line: &[u8]) -> &[u8] {
-    match memchr::memmem::rfind(line, CLOCK_FIELDS) {
+/// A line of the pending buffer without its clock fields, which begin at `first` (all of it
+/// without them). The field is the line's last of that name: the record's own properties
+/// come before it, and a nested key of that name inside them is not the last.
+pub(super) fn stable_part<'l>(line: &'l [u8], first: &[u8]) -> &'l [u8] {
+    match memchr::memmem::rfind(line, first) {
         Some(at) => &line[..at],
         None => line,
     }
 }
 
-/// A record written out to fit its columns, with its metadata when `metadata` is given (the
-/// record's own `_sdc_` properties give way to it, except `_sdc_deleted_at`, as in the SDK).
+/// A record written out to fit its columns, then its `clocks` (the record's own `_sdc_`
+/// properties give way to the metadata, except `_sdc_deleted_at`, as in the SDK).
 fn rewrite(
     record: &[u8],
     columns: &[Column],
     missing: &[&Column],
-    metadata: Option<&Metadata>,
+    clocks: &Clocks,
     out: &mut Vec<u8>,
 ) -> Result<(), String> {
-    // The metadata properties filled here rather than from the record.
+    // The properties filled here rather than from the record.
     let filled = |c: &Column| {
-        metadata.is_some()
+        (clocks.metadata.is_some()
             && c.property != "_sdc_deleted_at"
-            && SDC_METADATA.contains(&c.property.as_str())
+            && SDC_METADATA.contains(&c.property.as_str()))
+            || (clocks.version.is_some() && c.property == UPSERT_VERSION)
     };
     let fields = object_fields(record, None)
         .map_err(|_| "the record is not a JSON object of properties".to_string())?;
@@ -242,43 +265,59 @@ fn rewrite(
         name(out, &column.name);
         out.extend_from_slice(b"null");
     }
-    if let Some(m) = metadata {
-        let column = |property: &str| {
-            columns
-                .iter()
-                .find(|c| c.property == property)
-                .expect("a table of a stream with metadata has its columns")
-        };
-        // The clocks, last: `_sdc_extracted_at` first (CLOCK_FIELDS).
-        let message = [
-            ("_sdc_extracted_at", m.message.time_extracted),
-            ("_sdc_table_version", m.message.version),
-        ];
-        for (property, value) in message {
-            name(out, &column(property).name);
-            out.extend_from_slice(value.unwrap_or(b"null"));
-        }
-        // The target's clocks.
-        for (property, at) in [
-            ("_sdc_received_at", m.received),
-            ("_sdc_batched_at", m.batched),
-        ] {
-            let column = column(property);
-            name(out, &column.name);
-            write_instant(out, at, fraction_digits(column));
-        }
-        let sequence = (m.received.as_nanos() + 500_000) / 1_000_000;
-        let started = m.sync_started.as_millis();
-        for (property, millis) in [
-            ("_sdc_sequence", sequence),
-            ("_sdc_sync_started_at", started),
-        ] {
-            name(out, &column(property).name);
-            out.extend_from_slice(millis.to_string().as_bytes());
-        }
-    }
+    write_clocks(out, columns, clocks, &mut name);
     out.push(b'}');
     Ok(())
+}
+
+/// A record's `clocks`, after its properties (`name` writes a field's name).
+fn write_clocks(
+    out: &mut Vec<u8>,
+    columns: &[Column],
+    clocks: &Clocks,
+    name: &mut dyn FnMut(&mut Vec<u8>, &str),
+) {
+    let column = |property: &str| {
+        columns
+            .iter()
+            .find(|c| c.property == property)
+            .expect("a table of a stream with these clocks has their columns")
+    };
+    // The upsert version first (first_clock).
+    if let Some(version) = clocks.version {
+        name(out, &column(UPSERT_VERSION).name);
+        out.extend_from_slice(version.to_string().as_bytes());
+    }
+    let Some(m) = &clocks.metadata else {
+        return;
+    };
+    // The metadata: `_sdc_extracted_at` first (first_clock).
+    let message = [
+        ("_sdc_extracted_at", m.message.time_extracted),
+        ("_sdc_table_version", m.message.version),
+    ];
+    for (property, value) in message {
+        name(out, &column(property).name);
+        out.extend_from_slice(value.unwrap_or(b"null"));
+    }
+    // The target's clocks.
+    for (property, at) in [
+        ("_sdc_received_at", m.received),
+        ("_sdc_batched_at", m.batched),
+    ] {
+        let column = column(property);
+        name(out, &column.name);
+        write_instant(out, at, fraction_digits(column));
+    }
+    let sequence = (m.received.as_nanos() + 500_000) / 1_000_000;
+    let started = m.sync_started.as_millis();
+    for (property, millis) in [
+        ("_sdc_sequence", sequence),
+        ("_sdc_sync_started_at", started),
+    ] {
+        name(out, &column(property).name);
+        out.extend_from_slice(millis.to_string().as_bytes());
+    }
 }
 
 /// The fractional digits of an instant written into `column`: its `DateTime64`'s precision
@@ -465,6 +504,10 @@ mod tests {
             batched: Duration::new(1_796_474_095, 0),
             sync_started: Duration::from_millis(1_796_472_000_999),
         };
+        let clocks = Clocks {
+            version: None,
+            metadata: Some(metadata),
+        };
         let written = |record: &[u8], columns: &[Column]| {
             let missing: Vec<&Column> = columns
                 .iter()
@@ -475,7 +518,7 @@ mod tests {
                 })
                 .collect();
             let mut out = Vec::new();
-            rewrite(record, columns, &missing, Some(&metadata), &mut out).unwrap();
+            rewrite(record, columns, &missing, &clocks, &mut out).unwrap();
             String::from_utf8(out).unwrap()
         };
         // The record's own _sdc_deleted_at is kept, its _sdc_sequence gives way.
@@ -495,13 +538,13 @@ mod tests {
         );
         // The token covers the line up to the clocks.
         assert_eq!(
-            stable_part(line.as_bytes()),
+            stable_part(line.as_bytes(), first_clock(false)),
             &line.as_bytes()[..line.find(r#","_sdc_extracted_at""#).unwrap()]
         );
         // A nested key of that name is not the clocks' field.
         let nested = br#"{"o":{"a":1,"_sdc_extracted_at":2},"_sdc_extracted_at":null,"x":1}"#;
         assert_eq!(
-            stable_part(nested),
+            stable_part(nested, first_clock(false)),
             br#"{"o":{"a":1,"_sdc_extracted_at":2}"#
         );
         // An existing table's DateTime keeps whole seconds, its DateTime64(3) milliseconds.
@@ -536,7 +579,7 @@ mod tests {
         let missing: Vec<&Column> = vec![&columns[4]];
         let rewritten = |record: &[u8]| {
             let mut out = Vec::new();
-            rewrite(record, &columns, &missing, None, &mut out).unwrap();
+            rewrite(record, &columns, &missing, &Clocks::default(), &mut out).unwrap();
             String::from_utf8(out).unwrap()
         };
         assert_eq!(
@@ -553,7 +596,7 @@ mod tests {
             br#"{"on":"2024-02-29T10:00:00Z","Id":1,"tags":null,"arr":[]}"#,
             &columns,
             &[],
-            None,
+            &Clocks::default(),
             &mut out,
         )
         .unwrap_err();

@@ -42,6 +42,11 @@ pub const SDC_METADATA: [&str; 7] = [
     "_sdc_sync_started_at",
 ];
 
+/// The column of `load_method: upsert`'s version (a keyed stream's): when the target read the
+/// record, in nanoseconds since 1970, strictly increasing within a run. The table's
+/// `ReplacingMergeTree` keeps the row of the highest version per key.
+pub const UPSERT_VERSION: &str = "_sdc_upsert_version";
+
 /// The SDK's schema of a metadata property (`_add_sdc_metadata_to_schema`): the first four
 /// are nullable date-times, the others nullable integers.
 pub fn metadata_schema(property: &str) -> Value {
@@ -352,11 +357,19 @@ fn engine(
     database: &str,
     table: &str,
     keys: &[String],
+    versioned: bool,
 ) -> Result<(String, &'static str), Error> {
     let order_by = config.order_by.as_deref().unwrap_or(keys);
     // A ReplacingMergeTree keeps one row per ORDER BY value: only right when that value is
     // the record's key (every key column in the ORDER BY).
     let keyed = !keys.is_empty() && keys.iter().all(|k| order_by.contains(k));
+    if versioned && !keyed {
+        return Err(Error::invalid(format!(
+            "load_method upsert: table {}.{} would be ordered by order_by_keys without every key property, and a ReplacingMergeTree keeps one row per ORDER BY value",
+            escaped(database),
+            escaped(table)
+        )));
+    }
     let replacing = match &config.engine {
         Engine::Auto => keyed,
         Engine::MergeTree => false,
@@ -382,16 +395,25 @@ fn engine(
     } else {
         "MergeTree"
     };
+    // The newest record per key wins: the version column.
+    let version = match versioned {
+        true => quote_identifier(UPSERT_VERSION),
+        false => String::new(),
+    };
     // A deduplication window, so that a chunk sent again (same token) is dropped: the
     // replicated engines keep one by default; a plain MergeTree does not.
     Ok(if config.replicated || config.cluster.is_some() {
+        let version = match versioned {
+            true => format!(", {version}"),
+            false => version,
+        };
         (
-            format!("Replicated{family}({{path:String}}, {{replica:String}})"),
+            format!("Replicated{family}({{path:String}}, {{replica:String}}{version})"),
             "",
         )
     } else {
         (
-            format!("{family}()"),
+            format!("{family}({version})"),
             " SETTINGS non_replicated_deduplication_window = 1000",
         )
     })
@@ -418,7 +440,8 @@ pub fn create_table(
         .iter()
         .map(|c| format!("{} {}", quote_identifier(&c.name), c.ty))
         .collect();
-    let (engine, window) = engine(config, database, table, keys)?;
+    let versioned = columns.iter().any(|c| c.property == UPSERT_VERSION);
+    let (engine, window) = engine(config, database, table, keys, versioned)?;
     let order_by = config.order_by.as_deref().unwrap_or(keys);
     let order = if order_by.is_empty() {
         "tuple()".to_string()
@@ -714,6 +737,37 @@ mod tests {
                 .contains("ReplicatedMergeTree({path:String}, {replica:String})"),
             "{}",
             q.sql
+        );
+        // load_method upsert: versioned by the target's column, keyed or refused.
+        let version = Column {
+            property: UPSERT_VERSION.into(),
+            name: UPSERT_VERSION.into(),
+            ty: Type::parse("UInt64").unwrap(),
+            json: false,
+            nullable: false,
+        };
+        let keys = ["id".to_string()];
+        let q = create_table(&auto, "db", "t", std::slice::from_ref(&version), &keys).unwrap();
+        assert!(
+            q.sql
+                .contains("ENGINE = ReplacingMergeTree(`_sdc_upsert_version`) ORDER BY (`id`)"),
+            "{}",
+            q.sql
+        );
+        let cluster = config(json!({"cluster_name": "c"}));
+        let q = create_table(&cluster, "db", "t", std::slice::from_ref(&version), &keys).unwrap();
+        assert!(
+            q.sql.contains(
+                "ReplicatedReplacingMergeTree({path:String}, {replica:String}, `_sdc_upsert_version`)"
+            ),
+            "{}",
+            q.sql
+        );
+        let e = create_table(&by_at, "db", "t", std::slice::from_ref(&version), &keys).unwrap_err();
+        assert!(
+            e.message.contains("without every key property"),
+            "{}",
+            e.message
         );
     }
 }

@@ -128,7 +128,7 @@ impl<T: Transport + Clone, P: Platform + Clone> Target<'_, T, P> {
         keys: &[String],
     ) -> Result<(), Error> {
         let c = &self.config;
-        let columns = schema::columns(
+        let mut columns = schema::columns(
             stream,
             json_schema,
             keys,
@@ -136,6 +136,25 @@ impl<T: Transport + Clone, P: Platform + Clone> Target<'_, T, P> {
             &c.number_type,
             c.add_record_metadata,
         )?;
+        let upsert = c.upsert && !keys.is_empty();
+        if upsert {
+            columns.push(Column {
+                property: schema::UPSERT_VERSION.into(),
+                name: schema::UPSERT_VERSION.into(),
+                ty: Type::Int {
+                    signed: false,
+                    bits: 64,
+                },
+                json: false,
+                nullable: false,
+            });
+        } else if c.upsert && self.streams.iter().all(|s| s.name != stream) {
+            let _ = writeln!(
+                self.log,
+                "target: warning: stream '{}' has no key_properties: load_method upsert appends its records (as Singer SDK targets do)",
+                escaped(stream)
+            );
+        }
         if let Some(known) = self.streams.iter().find(|s| s.name == stream) {
             if known.declared == columns {
                 return Ok(());
@@ -163,7 +182,8 @@ impl<T: Transport + Clone, P: Platform + Clone> Target<'_, T, P> {
             let message = format!("stream '{}': {}", escaped(stream), e.message);
             e.clone().reclassify(e.kind, message)
         })?;
-        let fresh = Stream::new(stream, table, columns, sink);
+        let mut fresh = Stream::new(stream, table, columns, sink);
+        fresh.upsert = upsert;
 
         match self.streams.iter_mut().find(|s| s.name == stream) {
             Some(known) => {
@@ -207,6 +227,10 @@ impl<T: Transport + Clone, P: Platform + Clone> Target<'_, T, P> {
         };
         let shown = format!("{}.{}", escaped(&database), escaped(&table));
         let mut existing = self.existing_columns(&client, &database, &table)?;
+        let upsert = columns.iter().any(|c| c.property == schema::UPSERT_VERSION);
+        if upsert && !existing.is_empty() {
+            self.refuse_unless_replacing(&client, (&database, &table), stream)?;
+        }
         if existing.is_empty() {
             self.refuse_unless_creating(&format!(
                 "table {shown} (stream '{}') does not exist",
@@ -374,6 +398,38 @@ impl<T: Transport + Clone, P: Platform + Clone> Target<'_, T, P> {
         let response = self.execute(client, &query)?;
         let text = String::from_utf8_lossy(&response.body).trim().to_string();
         Ok((!text.is_empty()).then_some(text))
+    }
+
+    /// `load_method: upsert` into an existing table: only a ReplacingMergeTree keeps one row
+    /// per key (one without the version keeps the last row inserted).
+    fn refuse_unless_replacing(
+        &self,
+        client: &Client<T>,
+        (database, table): (&str, &str),
+        stream: &str,
+    ) -> Result<(), Error> {
+        let query = Query::read(
+            "target-table-engine",
+            "SELECT engine FROM system.tables WHERE database = {db:String} AND name = {t:String}",
+        )
+        .param("db", database)
+        .param("t", table)
+        .format("TSV");
+        let response = self.execute(client, &query)?;
+        let engine = String::from_utf8_lossy(&response.body).trim().to_string();
+        if engine.contains("ReplacingMergeTree") {
+            return Ok(());
+        }
+        Err(Error::new(
+            ErrorKind::Misconfigured,
+            format!(
+                "stream '{}': load_method upsert needs a ReplacingMergeTree, and table {}.{} is a {}, which keeps every row: load it with append-only, or replace the table",
+                escaped(stream),
+                escaped(database),
+                escaped(table),
+                escaped(&engine)
+            ),
+        ))
     }
 
     fn refuse_unless_creating(&self, what: &str) -> Result<(), Error> {

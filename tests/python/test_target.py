@@ -628,7 +628,7 @@ def test_about_lists_settings_and_capabilities():
     ("config", "says"),
     [
         ({"sqlalchemy_url": f"clickhouse+native://u:{SECRET}@h:9000/db"}, "native protocol"),
-        ({"uri": "URI", "load_method": "upsert"}, "load_method"),
+        ({"uri": "URI", "load_method": "upsert", "engine_type": "MergeTree"}, "load_method"),
         ({"uri": "URI", "sqlalchemy_url": "clickhouse+http://other.invalid:8123/x"}, "differ"),
         ({"uri": "URI", "batch_size_rows": 0}, "batch_size_rows"),
         ({"uri": "URI", "batch_size_rows": "many"}, "batch_size_rows"),

@@ -296,11 +296,6 @@ fn declined_settings_are_refused_or_warned_about() {
     };
     for (name, value, says) in [
         (
-            "load_method",
-            json!("upsert"),
-            "setting load_method = 'upsert': is not built yet",
-        ),
-        (
             "flattening_enabled",
             json!(true),
             "setting flattening_enabled",
