@@ -419,9 +419,12 @@ impl<'w, T: Transport + Clone, P: Platform + Clone> Target<'w, T, P> {
             salt.push(0);
             salt.extend_from_slice(&s.chunks_since_state.to_le_bytes());
             s.sink.set_token_salt(&salt);
-            if self.config.add_record_metadata || s.upsert {
+            // An upsert's tokens cover its versions too: every chunk is new, so one that only
+            // returns a record to an earlier value is never taken for an earlier chunk, and a
+            // rerun's copies collapse by key under FINAL, the newest kept.
+            if self.config.add_record_metadata && !s.upsert {
                 // The records as read, without the clocks (the tap's and ours) a rerun reads anew.
-                let first = records::first_clock(s.upsert);
+                let first = records::FIRST_CLOCK;
                 let mut content = Vec::with_capacity(end - start);
                 for line in pending[start..end].split_inclusive(|b| *b == b'\n') {
                     content.extend_from_slice(records::stable_part(line, first));

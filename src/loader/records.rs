@@ -80,10 +80,14 @@ impl<T: Transport + Clone, P: Platform + Clone> Target<'_, T, P> {
                     .any(|k| k.as_ref() == c.property.as_bytes())
             })
             .collect();
-        // The upsert version is the target's to fill.
-        let required = missing
-            .iter()
-            .find(|c| !c.nullable && (!s.upsert || c.property != UPSERT_VERSION));
+        // The upsert version and the metadata are the target's to fill.
+        let filled_here = |c: &Column| {
+            (s.upsert && c.property == UPSERT_VERSION)
+                || (self.config.add_record_metadata
+                    && c.property != "_sdc_deleted_at"
+                    && SDC_METADATA.contains(&c.property.as_str()))
+        };
+        let required = missing.iter().find(|c| !c.nullable && !filled_here(c));
         if let Some(required) = required {
             return Err(refused(format!(
                 "property '{}' is missing, and its column takes no null",
@@ -188,16 +192,12 @@ pub(super) fn rewrites(columns: &[Column]) -> bool {
     })
 }
 
-/// The first of the fields that change when the same record is read again (the clocks: the
-/// upsert version, then the tap's `time_extracted` and `version`, which SDK taps take from
-/// their clock, and the target's), which [`rewrite`] writes last: a chunk's deduplication
-/// token covers its lines up to the first of them only ([`stable_part`]).
-pub(super) fn first_clock(upsert: bool) -> &'static [u8] {
-    match upsert {
-        true => b",\"_sdc_upsert_version\":",
-        false => b",\"_sdc_extracted_at\":",
-    }
-}
+/// The first of the metadata fields that change when the same record is read again (the
+/// clocks: the tap's `time_extracted` and `version`, which SDK taps take from their clock,
+/// and the target's), which [`rewrite`] writes last: a chunk's deduplication token covers its
+/// lines up to it only ([`stable_part`]). Not for upsert, whose tokens cover every byte (the
+/// version, written before the metadata, included).
+pub(super) const FIRST_CLOCK: &[u8] = b",\"_sdc_extracted_at\":";
 
 /// A line of the pending buffer without its clock fields, which begin at `first` (all of it
 /// without them). The field is the line's last of that name: the record's own properties
@@ -283,7 +283,7 @@ fn write_clocks(
             .find(|c| c.property == property)
             .expect("a table of a stream with these clocks has their columns")
     };
-    // The upsert version first (first_clock).
+    // The upsert version first.
     if let Some(version) = clocks.version {
         name(out, &column(UPSERT_VERSION).name);
         out.extend_from_slice(version.to_string().as_bytes());
@@ -291,7 +291,7 @@ fn write_clocks(
     let Some(m) = &clocks.metadata else {
         return;
     };
-    // The metadata: `_sdc_extracted_at` first (first_clock).
+    // The metadata: `_sdc_extracted_at` first (FIRST_CLOCK).
     let message = [
         ("_sdc_extracted_at", m.message.time_extracted),
         ("_sdc_table_version", m.message.version),
@@ -538,13 +538,13 @@ mod tests {
         );
         // The token covers the line up to the clocks.
         assert_eq!(
-            stable_part(line.as_bytes(), first_clock(false)),
+            stable_part(line.as_bytes(), FIRST_CLOCK),
             &line.as_bytes()[..line.find(r#","_sdc_extracted_at""#).unwrap()]
         );
         // A nested key of that name is not the clocks' field.
         let nested = br#"{"o":{"a":1,"_sdc_extracted_at":2},"_sdc_extracted_at":null,"x":1}"#;
         assert_eq!(
-            stable_part(nested, first_clock(false)),
+            stable_part(nested, FIRST_CLOCK),
             br#"{"o":{"a":1,"_sdc_extracted_at":2}"#
         );
         // An existing table's DateTime keeps whole seconds, its DateTime64(3) milliseconds.

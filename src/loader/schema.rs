@@ -363,9 +363,9 @@ fn engine(
     // A ReplacingMergeTree keeps one row per ORDER BY value: only right when that value is
     // the record's key (every key column in the ORDER BY).
     let keyed = !keys.is_empty() && keys.iter().all(|k| order_by.contains(k));
-    if versioned && !keyed {
+    if versioned && (!keyed || order_by.iter().any(|c| !keys.contains(c))) {
         return Err(Error::invalid(format!(
-            "load_method upsert: table {}.{} would be ordered by order_by_keys without every key property, and a ReplacingMergeTree keeps one row per ORDER BY value",
+            "load_method upsert: table {}.{} would be ordered by order_by_keys other than the key properties, and a ReplacingMergeTree keeps one row per ORDER BY value (an update would add a row, or rows of two keys would collapse)",
             escaped(database),
             escaped(table)
         )));
@@ -765,7 +765,14 @@ mod tests {
         );
         let e = create_table(&by_at, "db", "t", std::slice::from_ref(&version), &keys).unwrap_err();
         assert!(
-            e.message.contains("without every key property"),
+            e.message.contains("other than the key properties"),
+            "{}",
+            e.message
+        );
+        let e =
+            create_table(&by_both, "db", "t", std::slice::from_ref(&version), &keys).unwrap_err();
+        assert!(
+            e.message.contains("other than the key properties"),
             "{}",
             e.message
         );

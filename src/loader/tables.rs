@@ -358,7 +358,16 @@ impl<T: Transport + Clone, P: Platform + Clone> Target<'_, T, P> {
             let exists = self.uuid_of(&client, db, table)?.is_some();
             let swap = schema::swap_in(&self.config, db, (loading, table), exists);
             if let Err(e) = client.execute(&swap) {
-                if loaded.is_none() || self.uuid_of(&client, db, table)? != loaded {
+                // Only a table's own UUID says the swap happened: not the nil UUID of every
+                // table of an Ordinary database (which refuses EXCHANGE), nor one node's view
+                // of a swap ON CLUSTER.
+                let nil = loaded
+                    .as_deref()
+                    .is_none_or(|u| u.bytes().all(|b| b == b'0' || b == b'-'));
+                if nil
+                    || self.config.cluster.is_some()
+                    || self.uuid_of(&client, db, table)? != loaded
+                {
                     let message = format!(
                         "replacing {}.{} by the loaded table: {}",
                         escaped(db),

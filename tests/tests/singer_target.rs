@@ -11,6 +11,7 @@ use std::io::{Read, Write};
 use std::process::{Child, Stdio};
 use std::time::Duration;
 
+use clickhouse_component::client::Query;
 use clickhouse_component_tests::native::sql;
 use clickhouse_component_tests::proxy::{Fault, Proxy, Rule};
 use clickhouse_component_tests::{cli, clickhouse, unique_name};
@@ -49,6 +50,8 @@ fn extracted_at(id: u64) -> String {
 struct Run {
     dir: tempdir::Dir,
     database: String,
+    /// [`Run::counts`] reads with FINAL (an upsert's table).
+    final_reads: std::cell::Cell<bool>,
 }
 
 mod tempdir {
@@ -73,6 +76,7 @@ impl Run {
         Run {
             dir: tempdir::Dir(dir),
             database,
+            final_reads: std::cell::Cell::new(false),
         }
     }
 
@@ -104,13 +108,23 @@ impl Run {
         std::fs::write(&path, config.to_string()).unwrap();
     }
 
-    /// (count, distinct ids) of the table, without FINAL.
+    /// (count, distinct ids) of the table, without FINAL (unless `final_reads`).
     fn counts(&self) -> (u64, u64) {
         let sql = sql();
         let args = [("db", self.database.as_str())];
+        let rows = match self.final_reads.get() {
+            true => "rows FINAL",
+            false => "rows",
+        };
         (
-            sql.count("SELECT count() FROM {db:Identifier}.rows", &args),
-            sql.count("SELECT uniqExact(id) FROM {db:Identifier}.rows", &args),
+            sql.count(
+                &format!("SELECT count() FROM {{db:Identifier}}.{rows}"),
+                &args,
+            ),
+            sql.count(
+                &format!("SELECT uniqExact(id) FROM {{db:Identifier}}.{rows}"),
+                &args,
+            ),
         )
     }
 }
@@ -679,11 +693,16 @@ fn an_upsert_keeps_the_newest_record_per_key_under_final() {
         &[("db", db)],
     );
     assert_eq!(names(), ["a", "b, updated", "c", "d"]);
+    // Record 2 back to its first value, in a chunk equal to the first run's but for the
+    // versions: a new chunk, not taken for the first run's.
+    let (code, _, err) = finish(run.spawn(&first));
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(names(), ["a", "b", "c", "d"]);
 }
 
-/// The upsert version is a clock (a rerun reads each record later): tokens over the records
-/// as read still let the server drop the chunk that landed before the kill. Merges are
-/// stopped on the table, so a duplicate stays visible.
+/// An upsert's tokens cover its versions, so the chunk that landed before the kill is sent
+/// again with newer versions and stored again: under FINAL every record is there once, the
+/// rerun's copy. Merges are stopped on the table, so the copies stay visible without FINAL.
 #[test]
 fn killed_after_an_unacknowledged_insert_with_upsert() {
     let (run, _proxy) = killed_with(
@@ -705,11 +724,45 @@ fn killed_after_an_unacknowledged_insert_with_upsert() {
                 &args,
             );
             sql.exec("SYSTEM STOP MERGES {db:Identifier}.rows", &args);
+            run.final_reads.set(true);
         },
     );
+    let args = [("db", run.database.as_str())];
+    let copies = sql().count("SELECT count() FROM {db:Identifier}.rows", &args);
+    assert!(copies > RECORDS, "the landed chunk stored again: {copies}");
     let versions = sql().count(
         "SELECT uniqExact(_sdc_upsert_version) FROM {db:Identifier}.rows",
-        &[("db", run.database.as_str())],
+        &args,
     );
-    assert_eq!(versions, RECORDS, "each row its own version");
+    assert_eq!(versions, copies, "each row its own version");
+}
+
+/// An overwrite into a database that cannot swap tables (Ordinary: every table's UUID is nil,
+/// and EXCHANGE is refused) fails, with the old table whole and no STATE: the failed swap is
+/// not taken for a done one, so the loaded records are not dropped as the "old" table.
+#[test]
+fn an_overwrite_whose_swap_fails_keeps_the_old_table_and_prints_no_state() {
+    let run = Run::new(&clickhouse().url);
+    run.configure(&[("load_method", json!("overwrite"))]);
+    let args = [("db", run.database.as_str())];
+    let create = Query::write("test", "CREATE DATABASE {db:Identifier} ENGINE = Ordinary")
+        .param("db", run.database.as_str())
+        .setting("allow_deprecated_database_ordinary", "1");
+    sql().client().execute(&create).unwrap();
+    sql().exec(
+        "CREATE TABLE {db:Identifier}.rows (id Int64, name Nullable(String)) ENGINE = MergeTree ORDER BY id
+         SETTINGS non_replicated_deduplication_window = 1000",
+        &args,
+    );
+    sql().exec("INSERT INTO {db:Identifier}.rows VALUES (7, 'old')", &args);
+    let (code, out, err) = finish(run.spawn(&full_table(20, "new")));
+    assert_ne!(code, Some(0), "{err}");
+    assert!(out.is_empty(), "no STATE: {out}");
+    assert!(err.contains("replacing"), "{err}");
+    assert_eq!(run.counts(), (1, 1), "the old table whole");
+    let loaded = sql().count("SELECT count() FROM {db:Identifier}.rows__loading", &args);
+    assert_eq!(
+        loaded, 20,
+        "the loaded records kept (a rerun drops them first)"
+    );
 }
