@@ -70,6 +70,7 @@ impl<T: Transport + Clone, P: Platform + Clone> Target<'_, T, P> {
         };
         shape(record, properties).map_err(refused)?;
         let extra = self.drop_undeclared(index, properties);
+        let clocks = self.clocks(index, message);
         let s = &mut self.streams[index];
         let missing: Vec<&Column> = s
             .columns
@@ -80,14 +81,9 @@ impl<T: Transport + Clone, P: Platform + Clone> Target<'_, T, P> {
                     .any(|k| k.as_ref() == c.property.as_bytes())
             })
             .collect();
-        // The upsert version and the metadata are the target's to fill.
-        let filled_here = |c: &Column| {
-            (s.upsert && c.property == UPSERT_VERSION)
-                || (self.config.add_record_metadata
-                    && c.property != "_sdc_deleted_at"
-                    && SDC_METADATA.contains(&c.property.as_str()))
-        };
-        let required = missing.iter().find(|c| !c.nullable && !filled_here(c));
+        let required = missing
+            .iter()
+            .find(|c| !c.nullable && !filled_by_target(c, &clocks));
         if let Some(required) = required {
             return Err(refused(format!(
                 "property '{}' is missing, and its column takes no null",
@@ -95,25 +91,6 @@ impl<T: Transport + Clone, P: Platform + Clone> Target<'_, T, P> {
             )));
         }
         let before = s.pending.len();
-        let received = if self.config.add_record_metadata || s.upsert {
-            self.platform.wall_clock()
-        } else {
-            Duration::ZERO
-        };
-        let clocks = Clocks {
-            // Read later, newer: strictly increasing within the run.
-            version: s.upsert.then(|| {
-                let nanos = u64::try_from(received.as_nanos()).unwrap_or(u64::MAX);
-                self.last_version = nanos.max(self.last_version + 1);
-                self.last_version
-            }),
-            metadata: self.config.add_record_metadata.then(|| Metadata {
-                message,
-                received,
-                batched: *s.batch_started.get_or_insert(received),
-                sync_started: self.started,
-            }),
-        };
         if missing.is_empty() && !extra && !s.rewrites {
             s.pending.extend_from_slice(record);
         } else {
@@ -132,6 +109,31 @@ impl<T: Transport + Clone, P: Platform + Clone> Target<'_, T, P> {
 }
 
 impl<T: Transport + Clone, P: Platform + Clone> Target<'_, T, P> {
+    /// What stream `index`'s next record gets besides its properties: its upsert version and
+    /// its metadata, each when asked for, read from the clocks once.
+    fn clocks<'m>(&mut self, index: usize, message: FromMessage<'m>) -> Clocks<'m> {
+        let s = &mut self.streams[index];
+        let metadata = self.config.add_record_metadata;
+        if !metadata && !s.upsert {
+            return Clocks::default();
+        }
+        let received = self.platform.wall_clock();
+        Clocks {
+            // Read later, newer: strictly increasing within the run.
+            version: s.upsert.then(|| {
+                let nanos = u64::try_from(received.as_nanos()).unwrap_or(u64::MAX);
+                self.last_version = nanos.max(self.last_version + 1);
+                self.last_version
+            }),
+            metadata: metadata.then(|| Metadata {
+                message,
+                received,
+                batched: *s.batch_started.get_or_insert(received),
+                sync_started: self.started,
+            }),
+        }
+    }
+
     /// Whether the record has properties its stream's SCHEMA does not declare; each is named
     /// in a warning the first time (they are dropped, as Singer SDK targets drop them).
     fn drop_undeclared(&mut self, index: usize, properties: &[Key]) -> bool {
@@ -209,6 +211,15 @@ pub(super) fn stable_part<'l>(line: &'l [u8], first: &[u8]) -> &'l [u8] {
     }
 }
 
+/// Whether the target fills `column` with `clocks` rather than from the record: the upsert
+/// version, and the metadata but `_sdc_deleted_at` (the record's own, as in the SDK).
+fn filled_by_target(column: &Column, clocks: &Clocks) -> bool {
+    (clocks.version.is_some() && column.property == UPSERT_VERSION)
+        || (clocks.metadata.is_some()
+            && column.property != "_sdc_deleted_at"
+            && SDC_METADATA.contains(&column.property.as_str()))
+}
+
 /// A record written out to fit its columns, then its `clocks` (the record's own `_sdc_`
 /// properties give way to the metadata, except `_sdc_deleted_at`, as in the SDK).
 fn rewrite(
@@ -218,13 +229,7 @@ fn rewrite(
     clocks: &Clocks,
     out: &mut Vec<u8>,
 ) -> Result<(), String> {
-    // The properties filled here rather than from the record.
-    let filled = |c: &Column| {
-        (clocks.metadata.is_some()
-            && c.property != "_sdc_deleted_at"
-            && SDC_METADATA.contains(&c.property.as_str()))
-            || (clocks.version.is_some() && c.property == UPSERT_VERSION)
-    };
+    let filled = |c: &Column| filled_by_target(c, clocks);
     let fields = object_fields(record, None)
         .map_err(|_| "the record is not a JSON object of properties".to_string())?;
     out.push(b'{');

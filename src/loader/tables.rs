@@ -397,16 +397,31 @@ impl<T: Transport + Clone, P: Platform + Clone> Target<'_, T, P> {
         database: &str,
         table: &str,
     ) -> Result<Option<String>, Error> {
+        Ok(self
+            .table_facts(client, database, table)?
+            .map(|(uuid, _)| uuid))
+    }
+
+    /// A table's UUID and engine (none: it does not exist).
+    fn table_facts(
+        &self,
+        client: &Client<T>,
+        database: &str,
+        table: &str,
+    ) -> Result<Option<(String, String)>, Error> {
         let query = Query::read(
-            "target-table-uuid",
-            "SELECT toString(uuid) FROM system.tables WHERE database = {db:String} AND name = {t:String}",
+            "target-table-facts",
+            "SELECT toString(uuid), engine FROM system.tables WHERE database = {db:String} AND name = {t:String}",
         )
         .param("db", database)
         .param("t", table)
         .format("TSV");
         let response = self.execute(client, &query)?;
-        let text = String::from_utf8_lossy(&response.body).trim().to_string();
-        Ok((!text.is_empty()).then_some(text))
+        let text = String::from_utf8_lossy(&response.body);
+        Ok(text
+            .trim_end_matches('\n')
+            .split_once('\t')
+            .map(|(uuid, engine)| (uuid.to_string(), engine.to_string())))
     }
 
     /// `load_method: upsert` into an existing table: only a ReplacingMergeTree keeps one row
@@ -417,15 +432,10 @@ impl<T: Transport + Clone, P: Platform + Clone> Target<'_, T, P> {
         (database, table): (&str, &str),
         stream: &str,
     ) -> Result<(), Error> {
-        let query = Query::read(
-            "target-table-engine",
-            "SELECT engine FROM system.tables WHERE database = {db:String} AND name = {t:String}",
-        )
-        .param("db", database)
-        .param("t", table)
-        .format("TSV");
-        let response = self.execute(client, &query)?;
-        let engine = String::from_utf8_lossy(&response.body).trim().to_string();
+        let engine = self
+            .table_facts(client, database, table)?
+            .map(|(_, engine)| engine)
+            .unwrap_or_default();
         if engine.contains("ReplacingMergeTree") {
             return Ok(());
         }

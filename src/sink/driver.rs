@@ -1497,18 +1497,7 @@ mod tests {
                 ack(2),
                 ack(2),
             ]);
-            let client = Client::new(&ConnectionOptions::from_url("http://other:1"), &t).unwrap();
-            let sink = Sink::open(
-                client,
-                FakePlatform::default(),
-                &SinkOptions {
-                    table: "db.events".into(),
-                    batch_size: Some(2),
-                    dedup: true,
-                    ..Default::default()
-                },
-            )
-            .unwrap();
+            let sink = sink_with(&t, 2, true, 0);
             sink.set_token_content(content);
             sink.send_json(data).unwrap();
             let sent = t.sent.borrow();

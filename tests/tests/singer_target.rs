@@ -129,6 +129,13 @@ impl Run {
     }
 }
 
+/// A number of a JSONEachRow row (64-bit integers come quoted).
+fn number(v: &serde_json::Value) -> u64 {
+    v.as_u64()
+        .or_else(|| v.as_str()?.parse().ok())
+        .unwrap_or_else(|| panic!("not a number: {v}"))
+}
+
 /// The bookmarks of the STATE lines a target printed.
 fn bookmarks(stdout: &str) -> Vec<u64> {
     stdout
@@ -270,11 +277,6 @@ fn killed_after_an_unacknowledged_insert_with_record_metadata_on() {
         &[("db", run.database.as_str())],
     );
     assert_eq!(rows.len() as u64, RECORDS);
-    let number = |v: &serde_json::Value| -> u64 {
-        v.as_u64()
-            .or_else(|| v.as_str().and_then(|s| s.parse().ok()))
-            .unwrap_or_else(|| panic!("{v}"))
-    };
     for (row, id) in rows.iter().zip(1..) {
         let shown = format!("{row}");
         assert_eq!(number(&row["id"]), id, "{shown}");
@@ -585,11 +587,6 @@ fn an_overwrite_killed_mid_way_leaves_the_old_table_whole_and_its_rerun_replaces
                     "SELECT count() AS n, countIf(startsWith(name, 'new')) AS new FROM {db:Identifier}.rows",
                     &args,
                 );
-                let number = |v: &serde_json::Value| {
-                    v.as_u64()
-                        .or_else(|| v.as_str()?.parse().ok())
-                        .expect("a count")
-                };
                 seen.insert((number(&rows[0]["n"]), number(&rows[0]["new"])));
                 std::thread::sleep(Duration::from_millis(2));
             }
