@@ -159,14 +159,15 @@ impl TargetConfig {
             ca_file: settings.text("ca_file").filter(|f| !f.is_empty()),
             warnings: std::mem::take(&mut settings.warnings),
         })
-        .and_then(overwrite_refusal)
+        .and_then(load_method_refusal)
     }
 }
 
-/// `load_method: overwrite` where it cannot hold: without `create_tables` (the records are
-/// loaded into a new table), and with Replicated tables whose `table_path` has no `{uuid}`
-/// (the table swapped in would keep the path of the one loaded next).
-fn overwrite_refusal(config: TargetConfig) -> Result<TargetConfig, Error> {
+/// A `load_method` where it cannot hold: upsert with `engine_type: MergeTree` (which keeps
+/// every row); overwrite without `create_tables` (the records are loaded into a new table),
+/// and with Replicated tables whose `table_path` has no `{uuid}` (the table swapped in would
+/// keep the path of the one loaded next).
+fn load_method_refusal(config: TargetConfig) -> Result<TargetConfig, Error> {
     if config.upsert && config.engine == Engine::MergeTree {
         return Err(Error::invalid(
             "settings load_method = 'upsert' and engine_type = 'MergeTree' disagree: a MergeTree keeps every row; upsert creates ReplacingMergeTree tables (engine_type auto or ReplacingMergeTree)",

@@ -424,10 +424,9 @@ impl<'w, T: Transport + Clone, P: Platform + Clone> Target<'w, T, P> {
             // rerun's copies collapse by key under FINAL, the newest kept.
             if self.config.add_record_metadata && !s.upsert {
                 // The records as read, without the clocks (the tap's and ours) a rerun reads anew.
-                let first = records::FIRST_CLOCK;
                 let mut content = Vec::with_capacity(end - start);
                 for line in pending[start..end].split_inclusive(|b| *b == b'\n') {
-                    content.extend_from_slice(records::stable_part(line, first));
+                    content.extend_from_slice(records::stable_part(line));
                     content.push(b'\n');
                 }
                 s.sink.set_token_content(Some(&content));

@@ -199,13 +199,13 @@ pub(super) fn rewrites(columns: &[Column]) -> bool {
 /// and the target's), which [`rewrite`] writes last: a chunk's deduplication token covers its
 /// lines up to it only ([`stable_part`]). Not for upsert, whose tokens cover every byte (the
 /// version, written before the metadata, included).
-pub(super) const FIRST_CLOCK: &[u8] = b",\"_sdc_extracted_at\":";
+const FIRST_CLOCK: &[u8] = b",\"_sdc_extracted_at\":";
 
-/// A line of the pending buffer without its clock fields, which begin at `first` (all of it
-/// without them). The field is the line's last of that name: the record's own properties
-/// come before it, and a nested key of that name inside them is not the last.
-pub(super) fn stable_part<'l>(line: &'l [u8], first: &[u8]) -> &'l [u8] {
-    match memchr::memmem::rfind(line, first) {
+/// A line of the pending buffer without its clock fields, which begin at [`FIRST_CLOCK`]
+/// (all of it without them). The field is the line's last of that name: the record's own
+/// properties come before it, and a nested key of that name inside them is not the last.
+pub(super) fn stable_part(line: &[u8]) -> &[u8] {
+    match memchr::memmem::rfind(line, FIRST_CLOCK) {
         Some(at) => &line[..at],
         None => line,
     }
@@ -543,13 +543,13 @@ mod tests {
         );
         // The token covers the line up to the clocks.
         assert_eq!(
-            stable_part(line.as_bytes(), FIRST_CLOCK),
+            stable_part(line.as_bytes()),
             &line.as_bytes()[..line.find(r#","_sdc_extracted_at""#).unwrap()]
         );
         // A nested key of that name is not the clocks' field.
         let nested = br#"{"o":{"a":1,"_sdc_extracted_at":2},"_sdc_extracted_at":null,"x":1}"#;
         assert_eq!(
-            stable_part(nested, FIRST_CLOCK),
+            stable_part(nested),
             br#"{"o":{"a":1,"_sdc_extracted_at":2}"#
         );
         // An existing table's DateTime keeps whole seconds, its DateTime64(3) milliseconds.
