@@ -79,6 +79,11 @@ pub struct TargetConfig {
     pub overwrite: bool,
     /// `load_method: upsert`: keyed streams' tables keep the newest record per key.
     pub upsert: bool,
+    /// Act on ACTIVATE_VERSION (`process_activate_version_messages`): rows of older versions
+    /// are retired at the end of the run.
+    pub activate_versions: bool,
+    /// Retire them by deleting them (`hard_delete`), else by marking them in `_sdc_deleted_at`.
+    pub hard_delete: bool,
     /// What the config earned: settings without effect, unknown keys (one line each).
     pub warnings: Vec<String>,
 }
@@ -154,6 +159,8 @@ impl TargetConfig {
             add_record_metadata: settings.flag("add_record_metadata"),
             overwrite: settings.text("load_method").as_deref() == Some("overwrite"),
             upsert: settings.text("load_method").as_deref() == Some("upsert"),
+            activate_versions: settings.flag("process_activate_version_messages"),
+            hard_delete: settings.flag("hard_delete"),
             allowed_hosts: list("allowed_hosts", settings.given("allowed_hosts"))?
                 .unwrap_or_default(),
             ca_file: settings.text("ca_file").filter(|f| !f.is_empty()),

@@ -40,8 +40,13 @@ pub enum Message<'a> {
         /// The `value`'s text.
         value: &'a str,
     },
-    /// Full-table replication's version marker (read and ignored: its stream is checked).
-    ActivateVersion,
+    /// Full-table replication's marker: the stream's rows of older versions are to be retired.
+    ActivateVersion {
+        /// The stream.
+        stream: String,
+        /// The version now current.
+        version: i64,
+    },
     /// A BATCH message (records in files).
     Batch {
         /// The stream, if named.
@@ -100,8 +105,17 @@ impl<'a> Message<'a> {
                 Message::State { value }
             }
             "ACTIVATE_VERSION" => {
-                needs_stream()?;
-                Message::ActivateVersion
+                let (stream, version) = with("version")?;
+                let version = std::str::from_utf8(version)
+                    .ok()
+                    .and_then(|v| v.parse::<i64>().ok())
+                    .ok_or_else(|| {
+                        bad(format!(
+                            "the ACTIVATE_VERSION of stream '{}' has a \"version\" that is not a whole number",
+                            escaped(&stream)
+                        ))
+                    })?;
+                Message::ActivateVersion { stream, version }
             }
             "BATCH" => Message::Batch { stream },
             other => {
@@ -197,7 +211,7 @@ mod tests {
         let line = br#"{"type":"ACTIVATE_VERSION","stream":"s","version":1}"#;
         assert!(matches!(
             Message::parse(line, 1).unwrap(),
-            Message::ActivateVersion
+            Message::ActivateVersion { stream, version: 1 } if stream == "s"
         ));
     }
 
@@ -212,6 +226,14 @@ mod tests {
             (br#"{"type":"RECORD","stream":"s"}"#, "without a \"record\""),
             (br#"{"type":"SCHEMA","stream":"s"}"#, "without a \"schema\""),
             (br#"{"type":"STATE"}"#, "without a \"value\""),
+            (
+                br#"{"type":"ACTIVATE_VERSION","stream":"s"}"#,
+                "without a \"version\"",
+            ),
+            (
+                br#"{"type":"ACTIVATE_VERSION","stream":"s","version":"1"}"#,
+                "not a whole number",
+            ),
             (
                 br#"{"type":"SCHEMA","stream":"s","schema":{},"key_properties":"id"}"#,
                 "not a list",

@@ -43,6 +43,8 @@ struct Stream<T: Transport, P: Platform> {
     name: String,
     /// `database.table`.
     table: String,
+    /// Its database and table.
+    place: (String, String),
     /// The columns as the stream's SCHEMA declares them (a new SCHEMA that declares the same
     /// keeps the sink).
     declared: Vec<Column>,
@@ -66,6 +68,12 @@ struct Stream<T: Transport, P: Platform> {
     batch_started: Option<Duration>,
     /// `load_method: upsert` and the stream has keys: each record gets a version.
     upsert: bool,
+    /// The version of the stream's last ACTIVATE_VERSION acted on: its rows of older versions
+    /// are retired at the end of the input.
+    activated: Option<i64>,
+    /// Records of the stream wait for the tap's next run (not loaded at the end): its older
+    /// versions are kept.
+    held: bool,
 }
 
 impl<T: Transport, P: Platform> Stream<T, P> {
@@ -73,6 +81,7 @@ impl<T: Transport, P: Platform> Stream<T, P> {
         Stream {
             name: name.to_string(),
             table: format!("{}.{}", table.database, table.table),
+            place: (table.database.clone(), table.table.clone()),
             declared,
             rewrites: records::rewrites(&table.columns),
             columns: table.columns,
@@ -85,6 +94,8 @@ impl<T: Transport, P: Platform> Stream<T, P> {
             rows: 0,
             batch_started: None,
             upsert: false,
+            activated: None,
+            held: false,
         }
     }
 }
@@ -136,6 +147,8 @@ pub struct Target<'w, T: Transport + Clone, P: Platform + Clone> {
     held_state: Option<String>,
     /// The last `load_method: upsert` version given (nanoseconds since 1970).
     last_version: u64,
+    /// An ACTIVATE_VERSION was not acted on (warned once).
+    activate_warned: bool,
 }
 
 impl<'w, T: Transport + Clone, P: Platform + Clone> Target<'w, T, P> {
@@ -176,6 +189,7 @@ impl<'w, T: Transport + Clone, P: Platform + Clone> Target<'w, T, P> {
             stages: Vec::new(),
             held_state: None,
             last_version: 0,
+            activate_warned: false,
         }
     }
 
@@ -255,7 +269,8 @@ impl<'w, T: Transport + Clone, P: Platform + Clone> Target<'w, T, P> {
             } else {
                 lines.len() / batch * batch
             };
-            if whole < lines.len() {
+            s.held = whole < lines.len();
+            if s.held {
                 held.push(format!(
                     "{} of stream '{}'",
                     lines.len() - whole,
@@ -279,6 +294,7 @@ impl<'w, T: Transport + Clone, P: Platform + Clone> Target<'w, T, P> {
             self.flush(None)?;
         }
         self.complete()?;
+        self.retire_versions()?;
         if self.config.overwrite {
             self.swap_in()?;
             self.deferred_state = self.held_state.take();
@@ -326,9 +342,9 @@ impl<'w, T: Transport + Clone, P: Platform + Clone> Target<'w, T, P> {
                 .schema(&stream, &schema, &keys)
                 .map_err(|e| at_line(e, line_no)),
             Message::State { value } => self.state(value),
-            // Full-table replication's marker: rows of older versions are not deleted (the
-            // tables have no version column); the records are loaded as any others.
-            Message::ActivateVersion => Ok(()),
+            Message::ActivateVersion { stream, version } => {
+                self.activate_version(&stream, version, line_no)
+            }
             Message::Batch { stream } => Err(Error::invalid(format!(
                 "line {line_no}{}: BATCH messages are not supported: turn off the tap's batch_config so it sends RECORD messages",
                 stream
@@ -336,6 +352,34 @@ impl<'w, T: Transport + Clone, P: Platform + Clone> Target<'w, T, P> {
                     .unwrap_or_default()
             ))),
         }
+    }
+
+    /// Full-table replication's marker: the stream's rows of versions before `version` are
+    /// retired at the end of the input ([`Target::retire_versions`]), once its records are
+    /// acknowledged. Not where rows carry no version (`add_record_metadata` off: warned once),
+    /// nor for an overwrite (the table is replaced anyway).
+    fn activate_version(&mut self, stream: &str, version: i64, line_no: u64) -> Result<(), Error> {
+        let Some(s) = self.streams.iter_mut().find(|s| s.name == stream) else {
+            return Err(Error::invalid(format!(
+                "line {line_no}: an ACTIVATE_VERSION of stream '{}' before its SCHEMA",
+                escaped(stream)
+            )));
+        };
+        if !self.config.activate_versions || self.config.overwrite {
+            return Ok(());
+        }
+        if !self.config.add_record_metadata {
+            if !std::mem::replace(&mut self.activate_warned, true) {
+                let _ = writeln!(
+                    self.log,
+                    "target: warning: stream '{}': ACTIVATE_VERSION is not acted on: rows carry their version (_sdc_table_version) only with add_record_metadata: true, so rows of older versions are kept",
+                    escaped(stream)
+                );
+            }
+            return Ok(());
+        }
+        s.activated = Some(version);
+        Ok(())
     }
 
     /// A STATE: kept until the records before it are flushed; it asks for a flush once

@@ -44,6 +44,10 @@ struct Metadata<'a> {
     batched: Duration,
     /// Wall-clock time the target started.
     sync_started: Duration,
+    /// The message's `version` is part of the record as read (`process_activate_version_messages`):
+    /// written before [`FIRST_CLOCK`], in the chunk's token. A rerun of a full-table sync sends
+    /// a new version, and must not be taken for the run whose version it retires.
+    version_in_token: bool,
 }
 
 impl<T: Transport + Clone, P: Platform + Clone> Target<'_, T, P> {
@@ -130,6 +134,7 @@ impl<T: Transport + Clone, P: Platform + Clone> Target<'_, T, P> {
                 received,
                 batched: *s.batch_started.get_or_insert(received),
                 sync_started: self.started,
+                version_in_token: self.config.activate_versions,
             }),
         }
     }
@@ -195,8 +200,8 @@ pub(super) fn rewrites(columns: &[Column]) -> bool {
 }
 
 /// The first of the metadata fields that change when the same record is read again (the
-/// clocks: the tap's `time_extracted` and `version`, which SDK taps take from their clock,
-/// and the target's), which [`rewrite`] writes last: a chunk's deduplication token covers its
+/// clocks: the tap's `time_extracted`, which SDK taps take from their clock, its `version`
+/// unless ACTIVATE_VERSION is acted on, and the target's), which [`rewrite`] writes last: a chunk's deduplication token covers its
 /// lines up to it only ([`stable_part`]). Not for upsert, whose tokens cover every byte (the
 /// version, written before the metadata, included).
 const FIRST_CLOCK: &[u8] = b",\"_sdc_extracted_at\":";
@@ -296,11 +301,14 @@ fn write_clocks(
     let Some(m) = &clocks.metadata else {
         return;
     };
-    // The metadata: `_sdc_extracted_at` first (FIRST_CLOCK).
-    let message = [
-        ("_sdc_extracted_at", m.message.time_extracted),
-        ("_sdc_table_version", m.message.version),
-    ];
+    // The metadata: `_sdc_extracted_at` first (FIRST_CLOCK), the version before it when the
+    // tokens cover it.
+    let extracted = ("_sdc_extracted_at", m.message.time_extracted);
+    let version = ("_sdc_table_version", m.message.version);
+    let message = match m.version_in_token {
+        true => [version, extracted],
+        false => [extracted, version],
+    };
     for (property, value) in message {
         name(out, &column(property).name);
         out.extend_from_slice(value.unwrap_or(b"null"));
@@ -341,7 +349,7 @@ fn fraction_digits(column: &Column) -> usize {
 
 /// `at` (since 1970) as a quoted ISO 8601 UTC instant, `2026-12-05T12:00:00.123456+00:00`,
 /// with `digits` fractional digits (cut, not rounded: a clock's reading).
-fn write_instant(out: &mut Vec<u8>, at: Duration, digits: usize) {
+pub(super) fn write_instant(out: &mut Vec<u8>, at: Duration, digits: usize) {
     let seconds = at.as_secs() as i64;
     let (year, month, day) = civil_from_days(seconds.div_euclid(86_400));
     let of_day = seconds.rem_euclid(86_400);
@@ -508,8 +516,9 @@ mod tests {
             received: Duration::new(1_796_474_096, 123_456_789),
             batched: Duration::new(1_796_474_095, 0),
             sync_started: Duration::from_millis(1_796_472_000_999),
+            version_in_token: false,
         };
-        let clocks = Clocks {
+        let mut clocks = Clocks {
             version: None,
             metadata: Some(metadata),
         };
@@ -568,6 +577,16 @@ mod tests {
                 "{line}"
             );
         }
+        // Acting on ACTIVATE_VERSION: the version is written before the clocks, in the token.
+        let m = clocks.metadata.as_mut().unwrap();
+        m.version_in_token = true;
+        m.message.version = Some(b"1796472000000");
+        let mut out = Vec::new();
+        rewrite(br#"{"id":4,"at":null}"#, &columns, &[], &clocks, &mut out).unwrap();
+        assert_eq!(
+            std::str::from_utf8(stable_part(&out)).unwrap(),
+            r#"{"id":4,"at":null,"_sdc_table_version":1796472000000"#
+        );
     }
 
     #[test]

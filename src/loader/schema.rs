@@ -510,6 +510,45 @@ pub fn swap_in(
     .param("b", table)
 }
 
+/// ACTIVATE_VERSION's end: the table's rows of versions before `version` deleted, or (with
+/// `marked_at`, a `YYYY-MM-DD hh:mm:ss.ffffff` UTC instant) marked deleted in `_sdc_deleted_at`
+/// where they are not yet. Mutations (`ALTER TABLE ... DELETE` / `UPDATE`, `ON CLUSTER` on a
+/// cluster), waited for on every replica; each is safe to repeat. Rows without a version
+/// (loaded without `add_record_metadata`) are kept, as SDK targets keep them.
+pub fn retire_versions(
+    config: &TargetConfig,
+    (database, table): (&str, &str),
+    (version_column, deleted_column): (&str, &str),
+    version: i64,
+    marked_at: Option<&str>,
+) -> Query {
+    // An UPDATE's assignment takes no parameter for its column: the name goes through the
+    // one escaping function, as INSERT column lists do.
+    let action = match marked_at {
+        None => "DELETE WHERE {v:Identifier} < {version:Int64}".to_string(),
+        Some(_) => format!(
+            "UPDATE {} = {{at:DateTime64(6, 'UTC')}} WHERE {{v:Identifier}} < {{version:Int64}} AND {{d:Identifier}} IS NULL",
+            quote_identifier(deleted_column)
+        ),
+    };
+    let query = Query::write(
+        "target-retire-versions",
+        format!(
+            "ALTER TABLE {{db:Identifier}}.{{t:Identifier}}{} {action}",
+            on_cluster(config)
+        ),
+    )
+    .param("db", database)
+    .param("t", table)
+    .param("v", version_column)
+    .param("version", version.to_string())
+    .setting("mutations_sync", "2");
+    match marked_at {
+        Some(at) => query.param("d", deleted_column).param("at", at),
+        None => query,
+    }
+}
+
 /// `ALTER TABLE ... ADD COLUMN IF NOT EXISTS` for a property new in a later SCHEMA.
 pub fn add_column(config: &TargetConfig, database: &str, table: &str, column: &Column) -> Query {
     // A column added to rows already stored must be able to hold nothing for them.
@@ -776,5 +815,27 @@ mod tests {
             "{}",
             e.message
         );
+    }
+
+    #[test]
+    fn older_versions_are_retired_by_a_mutation_on_every_replica() {
+        let plain = TargetConfig::parse(r#"{"host": "h"}"#).unwrap();
+        let cluster = TargetConfig::parse(r#"{"host": "h", "cluster_name": "c`1"}"#).unwrap();
+        let names = ("_sdc_table_version", "_sdc_deleted_at");
+        let q = retire_versions(&plain, ("db", "t"), names, 7, None);
+        assert_eq!(
+            q.sql,
+            "ALTER TABLE {db:Identifier}.{t:Identifier} DELETE WHERE {v:Identifier} < {version:Int64}"
+        );
+        let at = "2026-12-05 12:00:00.000001";
+        let q = retire_versions(&cluster, ("db", "t"), ("v`x", "d`y"), -3, Some(at));
+        assert_eq!(
+            q.sql,
+            "ALTER TABLE {db:Identifier}.{t:Identifier} ON CLUSTER `c\\`1` UPDATE `d\\`y` = {at:DateTime64(6, 'UTC')} WHERE {v:Identifier} < {version:Int64} AND {d:Identifier} IS NULL"
+        );
+        let shown = format!("{q:?}");
+        for part in ["v`x", "-3", at, "mutations_sync"] {
+            assert!(shown.contains(part), "{part}: {shown}");
+        }
     }
 }

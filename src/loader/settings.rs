@@ -153,12 +153,12 @@ pub const SETTINGS: &[Setting] = &[
     setting("cluster_name", Text, Hub).says("Create databases and tables ON CLUSTER, with Replicated engines."),
     setting("default_target_schema", Text, Hub).says("The database of every stream's table (by default a stream named schema-table goes to the database schema, any other to database)."),
     setting("optimize_after", Boolean, Hub).default("false").handling(Handling::NoEffect { quiet: &["false"], why: "OPTIMIZE TABLE after every insert is not run: it rewrites the table's parts each time; read ReplacingMergeTree tables with FINAL instead" }).says("Run OPTIMIZE TABLE after each insert (not run here: read with FINAL)."),
-    setting("hard_delete", Boolean, Sdk).default("false").handling(Handling::NoEffect { quiet: &["false"], why: "ACTIVATE_VERSION messages are read and ignored: rows of older versions are not deleted" }).says("Delete rows of older versions at ACTIVATE_VERSION (not done here)."),
+    setting("hard_delete", Boolean, Sdk).default("false").says("At the end of a run, for each stream that sent ACTIVATE_VERSION (full-table replication; needs add_record_metadata, whose _sdc_table_version holds each row's version): true deletes the rows of older versions, false marks them in _sdc_deleted_at (as SDK targets do). Done after the stream's records are acknowledged, so readers never see the table emptied; skipped, with a warning, for a stream whose last records wait for the tap's next run."),
     setting("add_record_metadata", Boolean, Sdk).default("false").says("Add the Singer SDK's metadata columns to every table and fill them as SDK targets do: _sdc_extracted_at (the RECORD's time_extracted), _sdc_received_at and _sdc_batched_at (when the target read the record and started its batch), _sdc_deleted_at (the record's own), _sdc_sequence (milliseconds since 1970 when read), _sdc_table_version (the RECORD's version) and _sdc_sync_started_at (milliseconds since 1970 when the target started). Deduplication tokens cover the records as read, not these clocks, so a rerun is still loaded exactly once."),
     setting("load_method", Text, Sdk).default("\"append-only\"").allowed(&["append-only", "upsert", "overwrite"]).says("append-only (rows are added; with key_properties the created table is a ReplacingMergeTree, which keeps the last row inserted per key under FINAL); upsert (a keyed stream's created table is a ReplacingMergeTree versioned by _sdc_upsert_version, the time the target read each record: the newest record per key wins under FINAL; keyless streams are appended); or overwrite (each stream's table is replaced by the run's records: they are loaded into a new table, TABLE__loading, swapped in with EXCHANGE TABLES at the end of the input, so readers see the old table until then and the new one after; STATE is emitted after the swap)."),
     setting("batch_size_rows", Integer, Sdk).default("10000").says("Rows per INSERT chunk; pending rows at which a STATE message flushes."),
     setting("validate_records", Boolean, Sdk).default("true").says("Every value is parsed for its column's type before any request, whatever this says; no JSON Schema keyword beyond the types (pattern, enum, maxLength, ...) is checked."),
-    setting("process_activate_version_messages", Boolean, Sdk).default("true").handling(Handling::NoEffect { quiet: &["true", "false"], why: "" }).says("ACTIVATE_VERSION messages are read and ignored either way."),
+    setting("process_activate_version_messages", Boolean, Sdk).default("true").says("Act on ACTIVATE_VERSION messages (see hard_delete). Then _sdc_table_version is part of each chunk's deduplication token: a full-table rerun, whose tap sends a new version, is loaded again and the older version retired. false: they are read and ignored."),
     setting("stream_maps", Object, Sdk).handling(Handling::RefusedUnless { accepted: &["null", "{}"], why: "is not built: put meltano-map-transformer between the tap and this target (docs/meltano.md)" }).says("Stream maps (not built: refused unless empty; use meltano-map-transformer)."),
     setting("stream_map_config", Object, Sdk).handling(Handling::NoEffect { quiet: &["null", "{}"], why: "there are no stream maps here" }).says("Values for stream map expressions (no effect: no stream maps)."),
     setting("faker_config", Object, Sdk).handling(Handling::NoEffect { quiet: &["null", "{}"], why: "there are no stream maps here" }).says("Faker for stream map expressions (no effect: no stream maps)."),
@@ -439,7 +439,8 @@ mod tests {
     fn settings_without_effect_warn_refused_ones_fail_unknown_ones_warn_with_the_nearest() {
         let warnings = read(
             json!({"driver": "native", "verify": "false", "optimize_after": true,
-            "hard_delete": true, "stream_map_config": {"a": 1}, "batch_size_row": 5, "zzzz": 1}),
+            "hard_delete": true, "stream_map_config": {"a": 1}, "batch_size_row": 5, "zzzz": 1,
+            "process_activate_version_messages": false}),
         )
         .unwrap();
         let all = warnings.join("\n");
@@ -447,14 +448,17 @@ mod tests {
             "setting driver = 'native' has no effect: this target speaks ClickHouse's HTTP",
             "setting verify = 'false' has no effect",
             "setting optimize_after = 'true' has no effect",
-            "setting hard_delete = 'true' has no effect",
             "setting stream_map_config",
             "unknown setting 'batch_size_row' is ignored (did you mean batch_size_rows?)",
             "unknown setting 'zzzz' is ignored (`--about`",
         ] {
             assert!(all.contains(says), "{says}\n{all}");
         }
-        assert_eq!(warnings.len(), 7, "{all}");
+        assert!(
+            !all.contains("hard_delete") && !all.contains("activate"),
+            "{all}"
+        );
+        assert_eq!(warnings.len(), 6, "{all}");
         // Null is "not set", whatever the setting takes.
         assert_eq!(
             read(json!({"engine_type": null, "load_method": null, "port": null}))

@@ -187,9 +187,9 @@ impl<T: Transport + Clone, P: Platform + Clone> Target<'_, T, P> {
 
         match self.streams.iter_mut().find(|s| s.name == stream) {
             Some(known) => {
-                let carried = (known.chunks_since_state, known.rows);
+                let carried = (known.chunks_since_state, known.rows, known.activated);
                 *known = fresh;
-                (known.chunks_since_state, known.rows) = carried;
+                (known.chunks_since_state, known.rows, known.activated) = carried;
             }
             None => self.streams.push(fresh),
         }
@@ -385,6 +385,72 @@ impl<T: Transport + Clone, P: Platform + Clone> Target<'_, T, P> {
                 "target: table {}.{} replaced by the records of this run (load_method: overwrite)",
                 escaped(db),
                 escaped(table)
+            );
+        }
+        Ok(())
+    }
+
+    /// ACTIVATE_VERSION's end, once every record is acknowledged: each stream that sent one
+    /// has its rows of older versions deleted (`hard_delete`) or marked in `_sdc_deleted_at`.
+    /// Not a stream whose last records wait for the tap's next run (they are this version's
+    /// too: its older rows stay until a run loads all of it).
+    pub(super) fn retire_versions(&mut self) -> Result<(), Error> {
+        if !self.streams.iter().any(|s| s.activated.is_some()) {
+            return Ok(());
+        }
+        let client = self.client()?;
+        let mut now = Vec::new();
+        super::records::write_instant(&mut now, self.platform.wall_clock(), 6);
+        // `"2026-12-05T12:00:00.123456+00:00"` as a DateTime64 parameter's text.
+        let now = String::from_utf8_lossy(&now)
+            .trim_matches('"')
+            .trim_end_matches("+00:00")
+            .replace('T', " ");
+        for s in &self.streams {
+            let Some(version) = s.activated else { continue };
+            let column = |property: &str| {
+                s.columns
+                    .iter()
+                    .find(|c| c.property == property)
+                    .map(|c| c.name.as_str())
+            };
+            let (Some(versions), Some(deleted)) =
+                (column("_sdc_table_version"), column("_sdc_deleted_at"))
+            else {
+                continue;
+            };
+            let (db, table) = (&s.place.0, &s.place.1);
+            let what = match self.config.hard_delete {
+                true => "deleted",
+                false => "marked deleted in _sdc_deleted_at",
+            };
+            if s.held {
+                let _ = writeln!(
+                    self.log,
+                    "target: warning: stream '{}': rows of versions before {version} are kept in {}.{}: records of this version wait for the tap's next run",
+                    escaped(&s.name), escaped(db), escaped(table)
+                );
+                continue;
+            }
+            let marked_at = (!self.config.hard_delete).then_some(now.as_str());
+            let retire = schema::retire_versions(
+                &self.config,
+                (db, table),
+                (versions, deleted),
+                version,
+                marked_at,
+            );
+            self.execute(&client, &retire).map_err(|e| {
+                let message = format!(
+                    "stream '{}': retiring the rows of versions before {version} (ACTIVATE_VERSION) in {}.{}: {}",
+                    escaped(&s.name), escaped(db), escaped(table), e.message
+                );
+                e.clone().reclassify(e.kind, message)
+            })?;
+            let _ = writeln!(
+                self.log,
+                "target: stream '{}': rows of versions before {version} {what} (ACTIVATE_VERSION)",
+                escaped(&s.name)
             );
         }
         Ok(())

@@ -897,3 +897,98 @@ def test_meltano_run_then_an_incremental_run(tap, database, tmp_path, capsys):
             )
     finally:
         tap.pg.psql(f"DELETE FROM public.pg_types WHERE id > {ROWS};")
+
+
+# 4. ACTIVATE_VERSION: a full-table stream whose source lost rows between runs.
+
+FULL_TABLE = "pg_full"
+FULL_ROWS = 1000
+
+
+def test_full_table_with_activate_version_retires_rows_deleted_at_the_source(
+    tap, database, tmp_path
+):
+    """A table of its own, replicated FULL_TABLE with the SDK's
+    `emit_activate_version_messages` (ACTIVATE_VERSION, then each record with the version),
+    into a target with `add_record_metadata`. After 100 rows are deleted in PostgreSQL, a run
+    without `hard_delete` marks them in `_sdc_deleted_at` (and nothing else), then one with it
+    leaves exactly the rows PostgreSQL has, each once."""
+    pg = tap.pg
+    pg.psql(
+        f"DROP TABLE IF EXISTS public.{FULL_TABLE};"
+        f"CREATE TABLE public.{FULL_TABLE} (id bigint PRIMARY KEY, name text);"
+        f"INSERT INTO public.{FULL_TABLE} SELECT i, 'row ' || i "
+        f"FROM generate_series(1, {FULL_ROWS}) i;"
+    )
+    try:
+        config = json.loads(tap.config.read_text())
+        config["emit_activate_version_messages"] = True
+        tap_config = tmp_path / "tap-full.json"
+        tap_config.write_text(json.dumps(config))
+        discovered = subprocess.run(
+            [str(TAP), "--config", str(tap_config), "--discover"],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert discovered.returncode == 0, discovered.stderr[-3000:]
+        catalog = json.loads(discovered.stdout)
+        stream_id = f"public-{FULL_TABLE}"
+        for stream in catalog["streams"]:
+            for entry in stream["metadata"]:
+                chosen = stream["tap_stream_id"] == stream_id
+                entry["metadata"]["selected"] = chosen
+                if chosen and entry["breadcrumb"] == []:
+                    entry["metadata"]["replication-method"] = "FULL_TABLE"
+        catalog_path = tmp_path / "catalog-full.json"
+        catalog_path.write_text(json.dumps(catalog))
+        full = Tap(pg, tap_config, catalog_path)
+
+        def run(hard_delete: bool) -> Run:
+            config = tmp_path / "target-full.json"
+            config.write_text(
+                json.dumps(
+                    {
+                        "uri": uri(database, password=PASSWORD),
+                        "default_target_schema": database,
+                        "add_record_metadata": True,
+                        "hard_delete": hard_delete,
+                    }
+                )
+            )
+            done = finish(*start_pipeline(full, config, None, tmp_path))
+            assert done.code == 0 and done.tap_code == 0, done.stderr[-4000:]
+            return done
+
+        def table(query: str) -> list[list[str]]:
+            text = sql(query.format(T=f"`{database}`.`{FULL_TABLE}`"))
+            return [line.split("\t") for line in text.splitlines()]
+
+        run(hard_delete=False)
+        first = table(
+            "SELECT count(), uniqExact(_sdc_table_version), countIf(_sdc_deleted_at IS NULL) FROM {T}"
+        )
+        assert first == [[str(FULL_ROWS), "1", str(FULL_ROWS)]]
+
+        pg.psql(f"DELETE FROM public.{FULL_TABLE} WHERE id % 10 = 0;")
+        second = run(hard_delete=False)
+        assert "marked deleted" in second.stderr, second.stderr[-4000:]
+        # The first run's rows are all marked (the ones deleted at the source among them);
+        # the second run's are not.
+        live = table(
+            "SELECT count(), uniqExact(id), max(id % 10 = 0) FROM {T} WHERE _sdc_deleted_at IS NULL"
+        )
+        assert live == [["900", "900", "0"]]
+        marked = table(
+            "SELECT count(), uniqExact(_sdc_table_version) FROM {T} WHERE _sdc_deleted_at IS NOT NULL"
+        )
+        assert marked == [[str(FULL_ROWS), "1"]]
+
+        third = run(hard_delete=True)
+        assert "deleted (ACTIVATE_VERSION)" in third.stderr, third.stderr[-4000:]
+        left = table(
+            "SELECT count(), uniqExact(id), uniqExact(_sdc_table_version), max(id % 10 = 0) FROM {T}"
+        )
+        assert left == [["900", "900", "1", "0"]]
+    finally:
+        pg.psql(f"DROP TABLE IF EXISTS public.{FULL_TABLE};")

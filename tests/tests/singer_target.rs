@@ -763,3 +763,126 @@ fn an_overwrite_whose_swap_fails_keeps_the_old_table_and_prints_no_state() {
         "the loaded records kept (a rerun drops them first)"
     );
 }
+
+/// `count` records of the full-table stream `rows` as an SDK tap sends them with
+/// `emit_activate_version_messages`: ACTIVATE_VERSION first, then each record with the version,
+/// a STATE after every `STATE_EVERY` and one at the end.
+fn versioned(count: u64, version: i64) -> String {
+    let mut out = messages(RECORDS); // the SCHEMA alone
+    let activate = json!({"type": "ACTIVATE_VERSION", "stream": "rows", "version": version});
+    out.push_str(&format!("{activate}\n"));
+    for id in 1..=count {
+        let record = json!({"type": "RECORD", "stream": "rows", "record": {"id": id, "name": format!("row {id}")},
+            "version": version, "time_extracted": extracted_at(id)});
+        out.push_str(&format!("{record}\n"));
+        if id % STATE_EVERY == 0 || id == count {
+            let state = json!({"type": "STATE", "value": {"bookmarks": {"rows": {"last": id}}}});
+            out.push_str(&format!("{state}\n"));
+        }
+    }
+    out
+}
+
+/// (rows, rows of `version`, rows not marked deleted) of the run's table.
+fn versions(run: &Run, version: i64) -> (u64, u64, u64) {
+    let rows = sql().rows(
+        "SELECT count() AS n, countIf(_sdc_table_version = {v:Int64}) AS current,
+                countIf(_sdc_deleted_at IS NULL) AS live
+         FROM {db:Identifier}.rows",
+        &[("db", run.database.as_str()), ("v", &version.to_string())],
+    );
+    let row = &rows[0];
+    (
+        number(&row["n"]),
+        number(&row["current"]),
+        number(&row["live"]),
+    )
+}
+
+/// ACTIVATE_VERSION with `hard_delete`, from a fresh server: a full-table sync of 60 rows,
+/// then one of 45 (15 deleted at the source) killed while an INSERT the server wrote is
+/// held, then its rerun (a full-table tap starts over, with a new version). The table ends
+/// with the rerun's 45 rows once: its chunks equal the killed run's but for the version, and
+/// the version is in their tokens, so they are stored, not dropped as repeats and then
+/// deleted with the older versions.
+#[test]
+fn a_full_table_rerun_after_a_kill_retires_the_older_versions_exactly_once() {
+    let proxy = Proxy::start(&clickhouse().url);
+    let run = Run::new(&proxy.url());
+    run.configure(&[
+        ("add_record_metadata", json!(true)),
+        ("hard_delete", json!(true)),
+    ]);
+    let (code, out, err) = finish(run.spawn(&versioned(RECORDS, 1)));
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(bookmarks(&out).last(), Some(&RECORDS));
+    assert_eq!(versions(&run, 1), (RECORDS, RECORDS, RECORDS));
+
+    let needle = run.database.clone();
+    proxy.add(
+        Rule::when(
+            move |r| {
+                let t = r.target_decoded();
+                t.contains("INSERT INTO") && t.contains(&needle)
+            },
+            Fault::StallUntilReleased,
+        )
+        .after(2)
+        .times(1),
+    );
+    let mut child = run.spawn(&versioned(45, 2));
+    proxy.wait_held(1, Duration::from_secs(60));
+    child.kill().unwrap();
+    finish(child);
+    proxy.release_all();
+    proxy.clear_rules();
+    let (rows, killed_run, _) = versions(&run, 2);
+    assert!(
+        killed_run >= 15 && rows == RECORDS + killed_run,
+        "the killed run's chunks landed beside the first run's rows: {rows}, {killed_run}"
+    );
+
+    let (code, out, err) = finish(run.spawn(&versioned(45, 3)));
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(bookmarks(&out).last(), Some(&45));
+    assert!(err.contains("versions before 3 deleted"), "{err}");
+    assert_eq!(run.counts(), (45, 45), "each of the rerun's rows once");
+    assert_eq!(versions(&run, 3), (45, 45, 45));
+}
+
+/// ACTIVATE_VERSION without `hard_delete`: the rows of older versions are marked in
+/// `_sdc_deleted_at` (once: a later run does not move the mark), the current ones not. With
+/// `add_record_metadata` off the rows carry no version: nothing is retired, with a warning.
+#[test]
+fn an_activate_version_marks_the_rows_of_older_versions_deleted() {
+    let run = Run::new(&clickhouse().url);
+    run.configure(&[("add_record_metadata", json!(true))]);
+    for (count, version) in [(RECORDS, 1), (45, 2)] {
+        let (code, _, err) = finish(run.spawn(&versioned(count, version)));
+        assert_eq!(code, Some(0), "{err}");
+    }
+    assert_eq!(versions(&run, 2), (105, 45, 45));
+    let marked = || {
+        sql().rows(
+            "SELECT min(_sdc_deleted_at) AS first, max(_sdc_deleted_at) AS last,
+                    countIf(_sdc_deleted_at IS NOT NULL AND _sdc_table_version = 1) AS old
+             FROM {db:Identifier}.rows",
+            &[("db", run.database.as_str())],
+        )[0]
+        .clone()
+    };
+    let before = marked();
+    assert_eq!(number(&before["old"]), RECORDS, "{before}");
+    assert_eq!(before["first"], before["last"], "one mark: {before}");
+
+    let (code, _, err) = finish(run.spawn(&versioned(45, 3)));
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(versions(&run, 3), (150, 45, 45));
+    assert_eq!(marked()["first"], before["first"], "the v1 marks kept");
+
+    run.configure(&[("add_record_metadata", json!(false))]);
+    let (code, _, err) = finish(run.spawn(&versioned(45, 4)));
+    assert_eq!(code, Some(0), "{err}");
+    assert!(err.contains("ACTIVATE_VERSION is not acted on"), "{err}");
+    assert_eq!(versions(&run, 3).2, 90, "nothing more marked");
+}
