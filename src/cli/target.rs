@@ -118,9 +118,14 @@ fn run_target<T: Transport + Clone, P: Platform + Clone>(
 }
 
 /// The capabilities (as the Singer SDK names them) this target has: `target-schema` is
-/// `default_target_schema`. Not among them: `stream-maps`, `schema-flattening`, `hard-delete`,
-/// `activate-version`, `batch` (their settings are declined: [`SETTINGS`]).
-const CAPABILITIES: &[&str] = &["about", "target-schema"];
+/// `default_target_schema`. Not among them: `stream-maps` and `batch` (declined: [`SETTINGS`]).
+const CAPABILITIES: &[&str] = &[
+    "about",
+    "activate-version",
+    "hard-delete",
+    "schema-flattening",
+    "target-schema",
+];
 
 /// `--about`: capabilities and settings, as Singer SDK targets print them (`json`, `markdown`),
 /// or as text.

@@ -11,6 +11,7 @@ use crate::client::{Compression, ConnectionOptions, Endpoint, Error};
 use crate::sink::types::Type;
 use crate::text::escaped;
 
+use super::flatten::Flattening;
 use super::names::Naming;
 use super::settings::Settings;
 
@@ -84,6 +85,8 @@ pub struct TargetConfig {
     pub activate_versions: bool,
     /// Retire them by deleting them (`hard_delete`), else by marking them in `_sdc_deleted_at`.
     pub hard_delete: bool,
+    /// Nested properties flattened into columns (`flattening_enabled` with a depth of 1 or more).
+    pub flattening: Option<Flattening>,
     /// What the config earned: settings without effect, unknown keys (one line each).
     pub warnings: Vec<String>,
 }
@@ -161,6 +164,7 @@ impl TargetConfig {
             upsert: settings.text("load_method").as_deref() == Some("upsert"),
             activate_versions: settings.flag("process_activate_version_messages"),
             hard_delete: settings.flag("hard_delete"),
+            flattening: flattening(&settings)?,
             allowed_hosts: list("allowed_hosts", settings.given("allowed_hosts"))?
                 .unwrap_or_default(),
             ca_file: settings.text("ca_file").filter(|f| !f.is_empty()),
@@ -195,6 +199,33 @@ fn load_method_refusal(config: TargetConfig) -> Result<TargetConfig, Error> {
         ));
     }
     Ok(config)
+}
+
+/// The `flattening_*` settings, as the SDK reads them: a depth is required when flattening is
+/// enabled, and a depth of 0 flattens nothing.
+fn flattening(settings: &Settings) -> Result<Option<Flattening>, Error> {
+    if !settings.flag("flattening_enabled") {
+        return Ok(None);
+    }
+    let Some(max_depth) = settings.number("flattening_max_depth", 0, 1000)? else {
+        return Err(Error::invalid(
+            "setting flattening_enabled = 'true' needs flattening_max_depth (the levels of nesting to flatten), as in the Singer SDK",
+        ));
+    };
+    let separator = settings.text("flattening_separator").unwrap_or_default();
+    if separator.is_empty() {
+        return Err(Error::invalid(
+            "setting flattening_separator must not be empty",
+        ));
+    }
+    let max_key_length = settings
+        .number("flattening_max_key_length", 1, 1 << 20)?
+        .unwrap_or(255) as usize;
+    Ok((max_depth > 0).then_some(Flattening {
+        max_depth: max_depth as usize,
+        separator,
+        max_key_length,
+    }))
 }
 
 /// `engine_type` as an engine and whether created tables are Replicated.
@@ -684,6 +715,39 @@ mod tests {
             e.message
         );
         parse(json!({"uri": "clickhouse://u:a@h/db", "sqlalchemy_url": "clickhouse+http://u:a@h:8123/db"})).unwrap();
+    }
+
+    #[test]
+    fn flattening_is_read_as_the_sdk_reads_it() {
+        assert_eq!(parse(json!({"host": "h"})).unwrap().flattening, None);
+        let on = |more: Value| {
+            let mut c = json!({"host": "h", "flattening_enabled": true});
+            c.as_object_mut()
+                .unwrap()
+                .extend(more.as_object().unwrap().clone());
+            parse(c)
+        };
+        let f = on(json!({"flattening_max_depth": 2}))
+            .unwrap()
+            .flattening
+            .unwrap();
+        assert_eq!(
+            (f.max_depth, f.separator.as_str(), f.max_key_length),
+            (2, "__", 255)
+        );
+        // Depth 0 flattens nothing, as in the SDK.
+        assert_eq!(
+            on(json!({"flattening_max_depth": 0})).unwrap().flattening,
+            None
+        );
+        let e = on(json!({})).unwrap_err();
+        assert!(
+            e.message.contains("needs flattening_max_depth"),
+            "{}",
+            e.message
+        );
+        let e = on(json!({"flattening_max_depth": 1, "flattening_separator": ""})).unwrap_err();
+        assert!(e.message.contains("must not be empty"), "{}", e.message);
     }
 
     #[test]

@@ -17,6 +17,7 @@
 //! drops those that landed. No clock decides anything. Rooms: [`config`] (settings), [`schema`] (types and DDL).
 
 pub mod config;
+pub mod flatten;
 pub mod message;
 pub mod names;
 pub mod schema;
@@ -332,7 +333,27 @@ impl<'w, T: Transport + Clone, P: Platform + Clone> Target<'w, T, P> {
                     time_extracted,
                     version,
                 };
-                self.record(&stream, record, &properties, message, line_no)
+                let Some(f) = &self.config.flattening else {
+                    return self.record(&stream, record, &properties, message, line_no);
+                };
+                // The SDK's mapper flattens the record before its sink sees it.
+                let declared = |key: &str| {
+                    self.streams
+                        .iter()
+                        .find(|s| s.name == stream)
+                        .is_some_and(|s| s.declared.iter().any(|c| c.property == key))
+                };
+                let mut flat = Vec::with_capacity(record.len());
+                flatten::flatten_record(record, &declared, f, &mut flat).map_err(|why| {
+                    Error::invalid(format!(
+                        "line {line_no} (stream '{}'): {why}",
+                        escaped(&stream)
+                    ))
+                })?;
+                let fields = crate::sink::json::object_fields(&flat, None)
+                    .map_err(|r| crate::sink::encode::row_refusal(&format!("line {line_no}"), r))?;
+                let properties: Vec<_> = fields.into_iter().map(|(k, _)| k).collect();
+                self.record(&stream, &flat, &properties, message, line_no)
             }
             Message::Schema {
                 stream,

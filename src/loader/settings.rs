@@ -132,8 +132,6 @@ impl Setting {
 use Kind::{Array, Boolean, Integer, Object, String as Text};
 use Origin::{Hub, Ours, Sdk};
 
-const NOT_BUILT: &str = "is not built yet (what would be stored is not what the setting asks for)";
-
 /// Every setting: the Hub's first, in its order, then the SDK's, then ours.
 pub const SETTINGS: &[Setting] = &[
     setting("sqlalchemy_url", Text, Hub).secret().says("The SQLAlchemy connection string: clickhouse+http://user:password@host:8123/database (protocol=https in its query, or clickhouse+https://, for TLS), or clickhouse://. Used if set, otherwise the separate settings are used; a separate setting given with another value than the URL's and than its default is refused, naming both."),
@@ -162,10 +160,10 @@ pub const SETTINGS: &[Setting] = &[
     setting("stream_maps", Object, Sdk).handling(Handling::RefusedUnless { accepted: &["null", "{}"], why: "is not built: put meltano-map-transformer between the tap and this target (docs/meltano.md)" }).says("Stream maps (not built: refused unless empty; use meltano-map-transformer)."),
     setting("stream_map_config", Object, Sdk).handling(Handling::NoEffect { quiet: &["null", "{}"], why: "there are no stream maps here" }).says("Values for stream map expressions (no effect: no stream maps)."),
     setting("faker_config", Object, Sdk).handling(Handling::NoEffect { quiet: &["null", "{}"], why: "there are no stream maps here" }).says("Faker for stream map expressions (no effect: no stream maps)."),
-    setting("flattening_enabled", Boolean, Sdk).handling(Handling::RefusedUnless { accepted: &["null", "false"], why: NOT_BUILT }).says("Flatten nested properties into columns (not built yet: refused when true; objects are stored as JSON text)."),
-    setting("flattening_max_depth", Integer, Sdk).handling(Handling::NoEffect { quiet: &["null"], why: "there is no flattening here" }).says("Depth of flattening (no effect: no flattening)."),
-    setting("flattening_max_key_length", Integer, Sdk).handling(Handling::NoEffect { quiet: &["null"], why: "there is no flattening here" }).says("Length of flattened keys (no effect: no flattening)."),
-    setting("flattening_separator", Text, Sdk).handling(Handling::NoEffect { quiet: &["null"], why: "there is no flattening here" }).says("Separator of flattened keys (no effect: no flattening)."),
+    setting("flattening_enabled", Boolean, Sdk).default("false").says("Flatten nested properties into columns as Singer SDK targets do (needs flattening_max_depth of 1 or more): an object property with properties becomes one column per nested property, named by the path joined with flattening_separator (address__city); arrays, and objects at the depth, are stored as their JSON text."),
+    setting("flattening_max_depth", Integer, Sdk).says("Levels of nesting flattened (required with flattening_enabled; 0 flattens nothing)."),
+    setting("flattening_max_key_length", Integer, Sdk).default("255").says("Flattened names this long or longer are shortened as the SDK shortens them (each part in turn to the capitals of its camel-cased form)."),
+    setting("flattening_separator", Text, Sdk).default("\"__\"").says("Joins the names of a flattened property's path."),
     setting("batch_config", Object, Sdk).handling(Handling::NoEffect { quiet: &["null", "{}"], why: "this target writes no batch files (BATCH messages from taps are refused)" }).says("Batch files a target writes (no effect)."),
     setting("uri", Text, Ours).secret().says("Connection URI as the state backend takes it: clickhouse://user:password@host:8123/database, clickhouses:// for TLS, http:// or https:// (a sqlalchemy_url's forms are read too). Instead of the separate settings."),
     setting("conform_names", Boolean, Ours).default("true").says("Name databases, tables and columns as Singer SDK targets do (stream public-users: table users in database public; names lowercased, other characters than letters, digits and _ dropped). false: the table is the stream's name, in database (or default_target_schema), and the columns the properties' names, as given."),
@@ -467,7 +465,6 @@ mod tests {
             0
         );
         for (config, says) in [
-            (json!({"flattening_enabled": "true"}), "flattening_enabled"),
             (
                 json!({"stream_maps": {"s": {"x": "1"}}}),
                 "meltano-map-transformer",

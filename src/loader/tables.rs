@@ -128,6 +128,14 @@ impl<T: Transport + Clone, P: Platform + Clone> Target<'_, T, P> {
         keys: &[String],
     ) -> Result<(), Error> {
         let c = &self.config;
+        let flat;
+        let json_schema = match &c.flattening {
+            Some(f) => {
+                flat = super::flatten::flatten_schema(json_schema, stream, f)?;
+                &flat
+            }
+            None => json_schema,
+        };
         let mut columns = schema::columns(
             stream,
             json_schema,

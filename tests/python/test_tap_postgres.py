@@ -966,7 +966,8 @@ def test_full_table_with_activate_version_retires_rows_deleted_at_the_source(
 
         run(hard_delete=False)
         first = table(
-            "SELECT count(), uniqExact(_sdc_table_version), countIf(_sdc_deleted_at IS NULL) FROM {T}"
+            "SELECT count(), uniqExact(_sdc_table_version), "
+            "countIf(_sdc_deleted_at IS NULL) FROM {T}"
         )
         assert first == [[str(FULL_ROWS), "1", str(FULL_ROWS)]]
 
@@ -980,14 +981,16 @@ def test_full_table_with_activate_version_retires_rows_deleted_at_the_source(
         )
         assert live == [["900", "900", "0"]]
         marked = table(
-            "SELECT count(), uniqExact(_sdc_table_version) FROM {T} WHERE _sdc_deleted_at IS NOT NULL"
+            "SELECT count(), uniqExact(_sdc_table_version) FROM {T} "
+            "WHERE _sdc_deleted_at IS NOT NULL"
         )
         assert marked == [[str(FULL_ROWS), "1"]]
 
         third = run(hard_delete=True)
         assert "deleted (ACTIVATE_VERSION)" in third.stderr, third.stderr[-4000:]
         left = table(
-            "SELECT count(), uniqExact(id), uniqExact(_sdc_table_version), max(id % 10 = 0) FROM {T}"
+            "SELECT count(), uniqExact(id), uniqExact(_sdc_table_version), "
+            "max(id % 10 = 0) FROM {T}"
         )
         assert left == [["900", "900", "1", "0"]]
     finally:

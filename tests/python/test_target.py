@@ -559,7 +559,13 @@ def test_about_lists_settings_and_capabilities():
     assert about["name"] == "target-clickhouse-component"
     assert "about" in about["capabilities"]
     assert set(about["messages"]) >= {"SCHEMA", "RECORD", "STATE", "ACTIVATE_VERSION"}
-    assert about["capabilities"] == ["about", "target-schema"]
+    assert about["capabilities"] == [
+        "about",
+        "activate-version",
+        "hard-delete",
+        "schema-flattening",
+        "target-schema",
+    ]
     settings = about["settings"]["properties"]
     hub = {
         "sqlalchemy_url",
@@ -592,6 +598,8 @@ def test_about_lists_settings_and_capabilities():
         "faker_config",
         "flattening_enabled",
         "flattening_max_depth",
+        "flattening_max_key_length",
+        "flattening_separator",
     }
     ours = {
         "uri",

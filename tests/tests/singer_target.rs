@@ -886,3 +886,80 @@ fn an_activate_version_marks_the_rows_of_older_versions_deleted() {
     assert!(err.contains("ACTIVATE_VERSION is not acted on"), "{err}");
     assert_eq!(versions(&run, 3).2, 90, "nothing more marked");
 }
+
+/// `flattening_enabled` with depth 1, on a fresh server: nested properties become columns
+/// named as the Singer SDK names them, arrays and deeper objects their JSON text as the SDK
+/// writes it, a null object's columns null; then a rerun of the same input, from the start,
+/// adds nothing (the flattened chunks are the same, their tokens too).
+#[test]
+fn flattening_makes_columns_as_the_sdk_does_and_loads_once() {
+    let run = Run::new(&clickhouse().url);
+    run.configure(&[
+        ("flattening_enabled", json!(true)),
+        ("flattening_max_depth", json!(1)),
+    ]);
+    let schema = json!({"type": "SCHEMA", "stream": "rows", "key_properties": ["id"],
+        "schema": {"properties": {
+            "id": {"type": "integer"},
+            "address": {"type": ["object", "null"], "properties": {
+                "city": {"type": "string"},
+                "geo": {"type": "object", "properties": {"lat": {"type": "number"}}}}},
+            "tags": {"type": ["array", "null"], "items": {"type": "string"}}}}});
+    let mut input = format!("{schema}\n");
+    for id in 1..=RECORDS {
+        let record = match id % 2 {
+            0 => json!({"id": id, "address": null, "tags": null}),
+            _ => {
+                json!({"id": id, "address": {"city": "K\u{f6}ln", "geo": {"lat": 50.94, "x": "\u{e9}"}},
+                "tags": ["a", id]})
+            }
+        };
+        input.push_str(&format!(
+            "{}\n",
+            json!({"type": "RECORD", "stream": "rows", "record": record})
+        ));
+    }
+    input.push_str("{\"type\":\"STATE\",\"value\":{\"bookmarks\":{\"rows\":{\"last\":60}}}}\n");
+    for _ in 0..2 {
+        let (code, _, err) = finish(run.spawn(&input));
+        assert_eq!(code, Some(0), "{err}");
+        assert!(!err.contains("not in the stream's SCHEMA"), "{err}");
+        assert_eq!(run.counts(), (RECORDS, RECORDS));
+    }
+    let types = sql().rows(
+        "SELECT name, type FROM system.columns WHERE database = {db:String} AND table = 'rows' ORDER BY position",
+        &[("db", run.database.as_str())],
+    );
+    let types: Vec<String> = types
+        .iter()
+        .map(|r| {
+            format!(
+                "{} {}",
+                r["name"].as_str().unwrap(),
+                r["type"].as_str().unwrap()
+            )
+        })
+        .collect();
+    assert_eq!(
+        types,
+        [
+            "id Int64",
+            "address__city Nullable(String)",
+            "address__geo Nullable(String)",
+            "tags Nullable(String)"
+        ]
+    );
+    let rows = sql().rows(
+        "SELECT id, address__city, address__geo, tags FROM {db:Identifier}.rows WHERE id IN (1, 2) ORDER BY id",
+        &[("db", run.database.as_str())],
+    );
+    assert_eq!(
+        rows[0],
+        json!({"id": 1, "address__city": "K\u{f6}ln",
+            "address__geo": "{\"lat\":50.94,\"x\":\"\\u00e9\"}", "tags": "[\"a\",1]"})
+    );
+    assert_eq!(
+        rows[1],
+        json!({"id": 2, "address__city": null, "address__geo": null, "tags": null})
+    );
+}
