@@ -127,42 +127,7 @@ impl<T: Transport + Clone, P: Platform + Clone> Target<'_, T, P> {
         json_schema: &serde_json::Value,
         keys: &[String],
     ) -> Result<(), Error> {
-        let c = &self.config;
-        let flat;
-        let json_schema = match &c.flattening {
-            Some(f) => {
-                flat = super::flatten::flatten_schema(json_schema, stream, f)?;
-                &flat
-            }
-            None => json_schema,
-        };
-        let mut columns = schema::columns(
-            stream,
-            json_schema,
-            keys,
-            c.naming,
-            &c.number_type,
-            c.add_record_metadata,
-        )?;
-        let upsert = c.upsert && !keys.is_empty();
-        if upsert {
-            columns.push(Column {
-                property: schema::UPSERT_VERSION.into(),
-                name: schema::UPSERT_VERSION.into(),
-                ty: Type::Int {
-                    signed: false,
-                    bits: 64,
-                },
-                json: false,
-                nullable: false,
-            });
-        } else if c.upsert && self.streams.iter().all(|s| s.name != stream) {
-            let _ = writeln!(
-                self.log,
-                "target: warning: stream '{}' has no key_properties: load_method upsert appends its records (as Singer SDK targets do)",
-                escaped(stream)
-            );
-        }
+        let (columns, upsert) = self.declared_columns(stream, json_schema, keys)?;
         if let Some(known) = self.streams.iter().find(|s| s.name == stream) {
             if known.declared == columns {
                 return Ok(());
@@ -202,6 +167,53 @@ impl<T: Transport + Clone, P: Platform + Clone> Target<'_, T, P> {
             None => self.streams.push(fresh),
         }
         Ok(())
+    }
+
+    /// The columns a SCHEMA declares (flattened first, with `flattening_enabled`), the upsert
+    /// version's among them when the stream is upserted (the second value).
+    fn declared_columns(
+        &mut self,
+        stream: &str,
+        json_schema: &serde_json::Value,
+        keys: &[String],
+    ) -> Result<(Vec<Column>, bool), Error> {
+        let c = &self.config;
+        let flat;
+        let json_schema = match &c.flattening {
+            Some(f) => {
+                flat = super::flatten::flatten_schema(json_schema, stream, f)?;
+                &flat
+            }
+            None => json_schema,
+        };
+        let mut columns = schema::columns(
+            stream,
+            json_schema,
+            keys,
+            c.naming,
+            &c.number_type,
+            c.add_record_metadata,
+        )?;
+        let upsert = c.upsert && !keys.is_empty();
+        if upsert {
+            columns.push(Column {
+                property: schema::UPSERT_VERSION.into(),
+                name: schema::UPSERT_VERSION.into(),
+                ty: Type::Int {
+                    signed: false,
+                    bits: 64,
+                },
+                json: false,
+                nullable: false,
+            });
+        } else if c.upsert && self.streams.iter().all(|s| s.name != stream) {
+            let _ = writeln!(
+                self.log,
+                "target: warning: stream '{}' has no key_properties: load_method upsert appends its records (as Singer SDK targets do)",
+                escaped(stream)
+            );
+        }
+        Ok((columns, upsert))
     }
 
     /// The stream's table: created if missing, new properties added, each column with the
