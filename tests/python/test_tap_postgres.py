@@ -236,6 +236,18 @@ def select_incremental(catalog: dict) -> dict:
     return catalog
 
 
+def discover(config: Path) -> dict:
+    """The catalog `tap-postgres --discover` finds with this config."""
+    discovered = subprocess.run(
+        [str(TAP), "--config", str(config), "--discover"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert discovered.returncode == 0, discovered.stderr[-3000:]
+    return json.loads(discovered.stdout)
+
+
 @pytest.fixture(scope="module")
 def tap():
     """A PostgreSQL server for the module (data on tmpfs when there is one), the table, and the
@@ -253,15 +265,8 @@ def tap():
             pytest.fail(str(e))
         config = root / "tap-config.json"
         config.write_text(json.dumps(pg.tap_config()))
-        discovered = subprocess.run(
-            [str(TAP), "--config", str(config), "--discover"],
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
-        assert discovered.returncode == 0, discovered.stderr[-3000:]
         catalog = root / "catalog.json"
-        catalog.write_text(json.dumps(select_incremental(json.loads(discovered.stdout))))
+        catalog.write_text(json.dumps(select_incremental(discover(config))))
         yield Tap(pg, config, catalog)
     finally:
         subprocess.run([str(POSTGRES_SCRIPT), "stop", str(root / "pg")], timeout=120, check=False)
@@ -925,14 +930,7 @@ def test_full_table_with_activate_version_retires_rows_deleted_at_the_source(
         config["emit_activate_version_messages"] = True
         tap_config = tmp_path / "tap-full.json"
         tap_config.write_text(json.dumps(config))
-        discovered = subprocess.run(
-            [str(TAP), "--config", str(tap_config), "--discover"],
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
-        assert discovered.returncode == 0, discovered.stderr[-3000:]
-        catalog = json.loads(discovered.stdout)
+        catalog = discover(tap_config)
         stream_id = f"public-{FULL_TABLE}"
         for stream in catalog["streams"]:
             for entry in stream["metadata"]:

@@ -165,6 +165,22 @@ fn finish(mut child: Child) -> (Option<i32>, String, String) {
     (child.wait().unwrap().code(), out, err)
 }
 
+/// Has the proxy hold the `nth` INSERT into the run's database with `fault`.
+fn hold_insert(proxy: &Proxy, run: &Run, nth: usize, fault: Fault) {
+    let needle = run.database.clone();
+    proxy.add(
+        Rule::when(
+            move |r| {
+                let t = r.target_decoded();
+                t.contains("INSERT INTO") && t.contains(&needle)
+            },
+            fault,
+        )
+        .after(nth - 1)
+        .times(1),
+    );
+}
+
 /// Kills the target while the `nth` INSERT into its table is held by `fault`; reruns it from
 /// the last STATE it printed (and, as if Meltano had not stored that one, from the one
 /// before); every record is in the table once.
@@ -184,18 +200,7 @@ fn killed_with(
     let run = Run::new(&proxy.url());
     run.configure(settings);
     setup(&run);
-    let needle = run.database.clone();
-    proxy.add(
-        Rule::when(
-            move |r| {
-                let t = r.target_decoded();
-                t.contains("INSERT INTO") && t.contains(&needle)
-            },
-            fault,
-        )
-        .after(nth - 1)
-        .times(1),
-    );
+    hold_insert(&proxy, &run, nth, fault);
     let mut child = run.spawn(&messages(0));
     proxy.wait_held(1, Duration::from_secs(60));
     child.kill().unwrap();
@@ -818,18 +823,7 @@ fn a_full_table_rerun_after_a_kill_retires_the_older_versions_exactly_once() {
     assert_eq!(bookmarks(&out).last(), Some(&RECORDS));
     assert_eq!(versions(&run, 1), (RECORDS, RECORDS, RECORDS));
 
-    let needle = run.database.clone();
-    proxy.add(
-        Rule::when(
-            move |r| {
-                let t = r.target_decoded();
-                t.contains("INSERT INTO") && t.contains(&needle)
-            },
-            Fault::StallUntilReleased,
-        )
-        .after(2)
-        .times(1),
-    );
+    hold_insert(&proxy, &run, 3, Fault::StallUntilReleased);
     let mut child = run.spawn(&versioned(45, 2));
     proxy.wait_held(1, Duration::from_secs(60));
     child.kill().unwrap();
