@@ -39,13 +39,14 @@ RUFF := $(PY_VENV)/bin/ruff --config python/pyproject.toml
 PY_SOURCES := python/clickhouse_component tests/python
 # Defined before the rules that name it: make expands a rule's prerequisites as it reads them.
 TAP_POSTGRES_DEPS := $(VENV)-tap-postgres/.meltanolabs-tap-postgres-0.10.0
+MAP_TRANSFORMER_DEPS := $(VENV)-map-transformer/.meltano-map-transform-0.12.3
 
 .PHONY: meltano-diff run test setup wasm-target venv zookeeper postgres binaryen build bench diff lint fmt clean js wasmtime-cli wheel plugin-wheel wheels python-test compose wac-cli wasm-tools planted-bugs soak check-history
 
 run: setup build
 	scripts/with-clickhouse scripts/quickstart
 
-test: setup wasmtime-cli wac-cli wasm-tools $(BENCH_DEPS) $(VENV)-meltano/.meltano-4.4.1 $(PLUGIN_DEPS) postgres $(TAP_POSTGRES_DEPS) lint
+test: setup wasmtime-cli wac-cli wasm-tools $(BENCH_DEPS) $(VENV)-meltano/.meltano-4.4.1 $(PLUGIN_DEPS) postgres $(TAP_POSTGRES_DEPS) $(MAP_TRANSFORMER_DEPS) lint
 	cargo build --workspace --bins --examples
 	scripts/planted-bugs
 	$(MAKE) js
@@ -81,7 +82,7 @@ plugin-wheel: $(PLUGIN_DEPS)
 
 # Only the wheel's tests (builds the CLI and fault_proxy they use, and the wheel, installs it
 # into the test venv; PYTEST_ARGS='-k meltano' passes options).
-python-test: setup $(PY_TOOLS) $(PLUGIN_DEPS) postgres $(TAP_POSTGRES_DEPS)
+python-test: setup $(PY_TOOLS) $(PLUGIN_DEPS) postgres $(TAP_POSTGRES_DEPS) $(MAP_TRANSFORMER_DEPS)
 	cargo build --workspace --bins
 	$(MAKE) plugin-wheel
 	scripts/with-clickhouse $(PLUGIN_VENV)/bin/python -m pytest -p no:cacheprovider tests/python $(PYTEST_ARGS)
@@ -153,6 +154,11 @@ postgres:
 $(TAP_POSTGRES_DEPS):
 	scripts/tap-postgres-venv
 
+# The stream-maps mapper of tests/python/test_stream_maps.py (docs/stream-maps.md): Meltano's
+# meltano-map-transform 0.12.3 in a venv of its own (scripts/map-transformer-venv, pinned there).
+$(MAP_TRANSFORMER_DEPS):
+	scripts/map-transformer-venv
+
 # Debian's zookeeper package: the local ClickHouse runs a private ZooKeeper (KeeperMap tables).
 zookeeper:
 	@scripts/zookeeper install
@@ -210,7 +216,7 @@ fmt: $(PY_TOOLS)
 clean:
 	cargo clean
 	rm -rf $(VENV)
-	rm -rf $(PY_VENV) $(PLUGIN_VENV) $(VENV)-tap-postgres
+	rm -rf $(PY_VENV) $(PLUGIN_VENV) $(VENV)-tap-postgres $(VENV)-map-transformer
 
 # BENCH: the sections to run (state, python, serve, load, sink, typed, loader, tap-postgres,
 # link); all of them by default. `loader`: our Singer target against the sink CLI and
