@@ -1,7 +1,8 @@
 //! What the host prepares before it runs the component's command line, shared by the reference
 //! CLI and the Python wheel's console script: the directories of the files a command names
 //! ([`readable_dirs`]), and, for the Singer target, what its config file says about where the
-//! component may connect and which CAs it trusts ([`TargetHosting::read`]). The component reads
+//! component may connect, which CAs it trusts and which BATCH directories it may read
+//! ([`TargetHosting::read`]). The component reads
 //! the same files itself; the host reads the config first because the allow-list and the TLS
 //! trust are fixed before the component starts.
 
@@ -58,6 +59,9 @@ pub struct TargetHosting {
     pub allow: AllowList,
     /// A network trusting the config's `ca_file` too, when it names one (else the embedder's).
     pub network: Option<Network>,
+    /// The config's `batch_dirs`, readable (read-only) under their own names: the BATCH files
+    /// the target may read.
+    pub readable: Vec<ReadableDir>,
 }
 
 impl TargetHosting {
@@ -85,6 +89,23 @@ impl TargetHosting {
             ),
             None => None,
         };
-        Ok(TargetHosting { allow, network })
+        let mut readable = Vec::new();
+        for dir in &config.batch_dirs {
+            if !Path::new(dir).is_dir() {
+                return Err(Error::invalid(format!(
+                    "setting batch_dirs: {} is not a directory",
+                    dir.escape_debug()
+                )));
+            }
+            readable.push(ReadableDir {
+                host: dir.into(),
+                guest: dir.clone(),
+            });
+        }
+        Ok(TargetHosting {
+            allow,
+            network,
+            readable,
+        })
     }
 }

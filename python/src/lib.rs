@@ -63,7 +63,7 @@ fn _after_fork_in_child() {
 /// Runs the component's Singer target (`target ARGS...`: the console script
 /// `target-clickhouse-component`), stdin and stdout the process's own, with the allow-list of
 /// its config's connection (and `allowed_hosts`) and read access to the directories of its
-/// `--config` and `--input` files. Returns the exit code; the target prints its own errors.
+/// `--config` and `--input` files and to its `batch_dirs`. Returns the exit code; the target prints its own errors.
 #[pyfunction]
 fn run_target(py: Python<'_>, args: Vec<String>) -> PyResult<i32> {
     use clap::Parser;
@@ -90,18 +90,19 @@ fn run_target(py: Python<'_>, args: Vec<String>) -> PyResult<i32> {
     let Command::Target(target) = &cli.command else {
         return fail("not a target command".into());
     };
-    let (allow, network) = match &target.config {
+    let (allow, network, batch_dirs) = match &target.config {
         Some(path) => match TargetHosting::read(path) {
-            Ok(hosting) => (hosting.allow, hosting.network),
+            Ok(hosting) => (hosting.allow, hosting.network, hosting.readable),
             Err(e) => return fail(e.message),
         },
-        None => (AllowList::default(), None),
+        None => (AllowList::default(), None, Vec::new()),
     };
     let files = [&target.config, &target.input].into_iter().flatten();
-    let readable = match readable_dirs(files.map(|f| f.as_path())) {
+    let mut readable = match readable_dirs(files.map(|f| f.as_path())) {
         Ok(readable) => readable,
         Err(e) => return fail(e.message),
     };
+    readable.extend(batch_dirs);
     let result = py.detach(move || -> Result<i32, String> {
         let shared = shared().map_err(|f| f.message)?;
         let runtime = match network {

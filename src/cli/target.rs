@@ -118,10 +118,12 @@ fn run_target<T: Transport + Clone, P: Platform + Clone>(
 }
 
 /// The capabilities (as the Singer SDK names them) this target has: `target-schema` is
-/// `default_target_schema`. Not among them: `stream-maps` and `batch` (declined: [`SETTINGS`]).
+/// `default_target_schema`; `batch` reads jsonl files in `batch_dirs`. Not among them:
+/// `stream-maps` (declined: [`SETTINGS`]).
 const CAPABILITIES: &[&str] = &[
     "about",
     "activate-version",
+    "batch",
     "hard-delete",
     "schema-flattening",
     "target-schema",

@@ -87,6 +87,9 @@ pub struct TargetConfig {
     pub hard_delete: bool,
     /// Nested properties flattened into columns (`flattening_enabled` with a depth of 1 or more).
     pub flattening: Option<Flattening>,
+    /// Directories BATCH files may be read from (absolute paths; the host lets the component
+    /// read them, read-only).
+    pub batch_dirs: Vec<String>,
     /// What the config earned: settings without effect, unknown keys (one line each).
     pub warnings: Vec<String>,
 }
@@ -165,6 +168,7 @@ impl TargetConfig {
             activate_versions: settings.flag("process_activate_version_messages"),
             hard_delete: settings.flag("hard_delete"),
             flattening: flattening(&settings)?,
+            batch_dirs: batch_dirs(settings.given("batch_dirs"))?,
             allowed_hosts: list("allowed_hosts", settings.given("allowed_hosts"))?
                 .unwrap_or_default(),
             ca_file: settings.text("ca_file").filter(|f| !f.is_empty()),
@@ -199,6 +203,20 @@ fn load_method_refusal(config: TargetConfig) -> Result<TargetConfig, Error> {
         ));
     }
     Ok(config)
+}
+
+/// `batch_dirs`: absolute paths, none through `..`.
+fn batch_dirs(value: Option<&Value>) -> Result<Vec<String>, Error> {
+    let dirs = list("batch_dirs", value)?.unwrap_or_default();
+    for dir in &dirs {
+        if !dir.starts_with('/') || dir.split('/').any(|part| part == "..") {
+            return Err(Error::invalid(format!(
+                "setting batch_dirs: '{}' is not an absolute path without '..'",
+                escaped(dir)
+            )));
+        }
+    }
+    Ok(dirs)
 }
 
 /// The `flattening_*` settings, as the SDK reads them: a depth is required when flattening is

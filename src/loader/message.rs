@@ -47,10 +47,16 @@ pub enum Message<'a> {
         /// The version now current.
         version: i64,
     },
-    /// A BATCH message (records in files).
+    /// A BATCH message: a stream's records in files (the Singer SDK's batch messages).
     Batch {
-        /// The stream, if named.
-        stream: Option<String>,
+        /// The stream.
+        stream: String,
+        /// `encoding.format` (`jsonl` is read).
+        format: String,
+        /// `encoding.compression` (`gzip`, or none).
+        compression: Option<String>,
+        /// The files' URIs, in order.
+        manifest: Vec<String>,
     },
 }
 
@@ -117,7 +123,10 @@ impl<'a> Message<'a> {
                     })?;
                 Message::ActivateVersion { stream, version }
             }
-            "BATCH" => Message::Batch { stream },
+            "BATCH" => {
+                let (stream, encoding) = with("encoding")?;
+                batch_message(stream, encoding, field("manifest"), &bad)?
+            }
             other => {
                 return Err(bad(format!(
                     "unknown message type '{}' (SCHEMA, RECORD, STATE, ACTIVATE_VERSION and BATCH are read)",
@@ -148,6 +157,40 @@ fn text_of(
                 .map_err(|_| bad(format!("\"{name}\" is not a string")))
         })
         .transpose()
+}
+
+/// A BATCH's encoding and manifest, read.
+fn batch_message<'a>(
+    stream: String,
+    encoding: &[u8],
+    manifest: Option<&[u8]>,
+    bad: &dyn Fn(String) -> Error,
+) -> Result<Message<'a>, Error> {
+    #[derive(serde::Deserialize)]
+    struct Encoding {
+        format: String,
+        #[serde(default)]
+        compression: Option<String>,
+    }
+    let shown = escaped(&stream);
+    let encoding: Encoding = serde_json::from_slice(encoding).map_err(|_| {
+        bad(format!(
+            "the BATCH of stream '{shown}' has an \"encoding\" that is not an object with a \"format\" (and a \"compression\")"
+        ))
+    })?;
+    let manifest = manifest
+        .and_then(|m| serde_json::from_slice::<Vec<String>>(m).ok())
+        .ok_or_else(|| {
+            bad(format!(
+                "the BATCH of stream '{shown}' has no \"manifest\" list of file URIs"
+            ))
+        })?;
+    Ok(Message::Batch {
+        stream,
+        format: encoding.format,
+        compression: encoding.compression,
+        manifest,
+    })
 }
 
 /// A SCHEMA's schema and key properties, read.

@@ -16,6 +16,7 @@
 //! STATE, so a deterministic tap makes the same chunks with the same tokens, and the server
 //! drops those that landed. No clock decides anything. Rooms: [`config`] (settings), [`schema`] (types and DDL).
 
+pub mod batch;
 pub mod config;
 pub mod flatten;
 pub mod message;
@@ -333,27 +334,7 @@ impl<'w, T: Transport + Clone, P: Platform + Clone> Target<'w, T, P> {
                     time_extracted,
                     version,
                 };
-                let Some(f) = &self.config.flattening else {
-                    return self.record(&stream, record, &properties, message, line_no);
-                };
-                // The SDK's mapper flattens the record before its sink sees it.
-                let declared = |key: &str| {
-                    self.streams
-                        .iter()
-                        .find(|s| s.name == stream)
-                        .is_some_and(|s| s.declared.iter().any(|c| c.property == key))
-                };
-                let mut flat = Vec::with_capacity(record.len());
-                flatten::flatten_record(record, &declared, f, &mut flat).map_err(|why| {
-                    Error::invalid(format!(
-                        "line {line_no} (stream '{}'): {why}",
-                        escaped(&stream)
-                    ))
-                })?;
-                let fields = crate::sink::json::object_fields(&flat, None)
-                    .map_err(|r| crate::sink::encode::row_refusal(&format!("line {line_no}"), r))?;
-                let properties: Vec<_> = fields.into_iter().map(|(k, _)| k).collect();
-                self.record(&stream, &flat, &properties, message, line_no)
+                self.record_message(&stream, record, &properties, message, line_no)
             }
             Message::Schema {
                 stream,
@@ -366,13 +347,95 @@ impl<'w, T: Transport + Clone, P: Platform + Clone> Target<'w, T, P> {
             Message::ActivateVersion { stream, version } => {
                 self.activate_version(&stream, version, line_no)
             }
-            Message::Batch { stream } => Err(Error::invalid(format!(
-                "line {line_no}{}: BATCH messages are not supported: turn off the tap's batch_config so it sends RECORD messages",
-                stream
-                    .map(|s| format!(" (stream '{}')", crate::text::escaped(&s)))
-                    .unwrap_or_default()
-            ))),
+            Message::Batch {
+                stream,
+                format,
+                compression,
+                manifest,
+            } => self.batch(
+                &stream,
+                (&format, compression.as_deref()),
+                &manifest,
+                line_no,
+            ),
         }
+    }
+
+    /// A RECORD's record, flattened first with `flattening_enabled` (the SDK's mapper
+    /// flattens it before its sink sees it).
+    fn record_message(
+        &mut self,
+        stream: &str,
+        record: &[u8],
+        properties: &[crate::sink::json::Key],
+        message: records::FromMessage,
+        line_no: u64,
+    ) -> Result<(), Error> {
+        let Some(f) = &self.config.flattening else {
+            return self.record(stream, record, properties, message, line_no);
+        };
+        let declared = |key: &str| {
+            self.streams
+                .iter()
+                .find(|s| s.name == stream)
+                .is_some_and(|s| s.declared.iter().any(|c| c.property == key))
+        };
+        let mut flat = Vec::with_capacity(record.len());
+        flatten::flatten_record(record, &declared, f, &mut flat).map_err(|why| {
+            Error::invalid(format!(
+                "line {line_no} (stream '{}'): {why}",
+                escaped(stream)
+            ))
+        })?;
+        let properties = keys_of(&flat, line_no)?;
+        self.record(stream, &flat, &properties, message, line_no)
+    }
+
+    /// A BATCH: each file of its manifest read (only under `batch_dirs`), and each of its
+    /// records taken as a RECORD of the stream read at this line.
+    fn batch(
+        &mut self,
+        stream: &str,
+        (format, compression): (&str, Option<&str>),
+        manifest: &[String],
+        line_no: u64,
+    ) -> Result<(), Error> {
+        let bad = |why: String| {
+            Error::invalid(format!(
+                "line {line_no} (BATCH of stream '{}'): {why}",
+                escaped(stream)
+            ))
+        };
+        if format != "jsonl" {
+            return Err(bad(format!(
+                "encoding format '{}' is not read: set the tap's batch_config encoding format to jsonl",
+                escaped(format)
+            )));
+        }
+        for uri in manifest {
+            let path = batch::file_path(uri).map_err(bad)?;
+            if !batch::allowed(&path, &self.config.batch_dirs) {
+                return Err(bad(format!(
+                    "{} is not in a directory batch_dirs names: the target reads batch files only there (set batch_dirs to the tap's batch_config storage root)",
+                    escaped(&path)
+                )));
+            }
+            let text = batch::read(&path, compression).map_err(bad)?;
+            for (n, line) in text.split(|b| *b == b'\n').enumerate() {
+                if line.iter().all(u8::is_ascii_whitespace) {
+                    continue;
+                }
+                let in_file = |e: Error| {
+                    let message =
+                        format!("{} (file {}, line {})", e.message, escaped(&path), n + 1);
+                    e.clone().reclassify(e.kind, message)
+                };
+                let properties = keys_of(line, line_no).map_err(in_file)?;
+                self.record_message(stream, line, &properties, Default::default(), line_no)
+                    .map_err(in_file)?;
+            }
+        }
+        Ok(())
     }
 
     /// Full-table replication's marker: the stream's rows of versions before `version` are
@@ -543,6 +606,13 @@ impl<'w, T: Transport + Clone, P: Platform + Clone> Target<'w, T, P> {
         self.summary.states_emitted += 1;
         Ok(())
     }
+}
+
+/// The property names of a record object (refused, naming the line, when it is not one).
+fn keys_of(record: &[u8], line_no: u64) -> Result<Vec<crate::sink::json::Key<'_>>, Error> {
+    let fields = crate::sink::json::object_fields(record, None)
+        .map_err(|r| crate::sink::encode::row_refusal(&format!("line {line_no}"), r))?;
+    Ok(fields.into_iter().map(|(k, _)| k).collect())
 }
 
 /// The index of the first newline (the buffer's lines all end with one).

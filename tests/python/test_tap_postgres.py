@@ -943,6 +943,18 @@ def test_full_table_with_activate_version_retires_rows_deleted_at_the_source(
         full = Tap(pg, tap_config, catalog_path)
 
         def run(hard_delete: bool) -> Run:
+            # The SDK's version is the tap's start in whole seconds: a run in the same second
+            # as the one before would send the same version, and retire nothing.
+            exists = sql(
+                "SELECT count() FROM system.tables "
+                "WHERE database = {db:String} AND name = {t:String}",
+                db=database,
+                t=FULL_TABLE,
+            )
+            if exists.strip() == "1":
+                last = sql(f"SELECT max(_sdc_table_version) FROM `{database}`.`{FULL_TABLE}`")
+                while time.time() < int(last) + 1:
+                    time.sleep(0.05)
             config = tmp_path / "target-full.json"
             config.write_text(
                 json.dumps(
@@ -993,3 +1005,52 @@ def test_full_table_with_activate_version_retires_rows_deleted_at_the_source(
         assert left == [["900", "900", "1", "0"]]
     finally:
         pg.psql(f"DROP TABLE IF EXISTS public.{FULL_TABLE};")
+
+
+# 5. BATCH messages: the tap writes its records into gzip JSON Lines files.
+
+
+def test_batch_files_of_the_tap_load_exactly_once_through_a_kill(tap, database, tmp_path, capsys):
+    """tap-postgres with `batch_config` (jsonl, gzip; the SDK writes a STATE after each
+    BATCH): the target, given the files' directory in `batch_dirs`, is killed while the proxy
+    holds one of the first batch's INSERTs (seeded: before any STATE), then the tap is run
+    again from the start, writing new files; every row once, every value equal to
+    PostgreSQL's."""
+    rng = random.Random(SEED)
+    batches = tmp_path / "batches"
+    batches.mkdir()
+    config = json.loads(tap.config.read_text())
+    config["batch_config"] = {
+        "encoding": {"format": "jsonl", "compression": "gzip"},
+        "storage": {"root": f"file://{batches}", "prefix": "pg-"},
+    }
+    tap_config = tmp_path / "tap-batch.json"
+    tap_config.write_text(json.dumps(config))
+    batching = Tap(tap.pg, tap_config, tap.catalog)
+    n, action = rng.randint(2, SDK_STATE_EVERY // BATCH - 1), rng.choice(KILL_ACTIONS)
+    proxy = HoldProxy()
+    settings = {"engine_type": "MergeTree", "batch_size_rows": BATCH, "batch_dirs": [str(batches)]}
+    killed = target_config(tmp_path / "killed.json", database, port=proxy.port, **settings)
+    proxy.add(lambda r: r.inserts_into(database, TABLE), action, skip=n - 1)
+    tap_proc, target = start_pipeline(batching, killed, None, tmp_path)
+    try:
+        proxy.wait_held(timeout=120)
+        target.send_signal(signal.SIGKILL)
+    finally:
+        proxy.close()
+        run = finish(tap_proc, target)
+    assert run.code == -signal.SIGKILL and run.states == [], run.stderr[-4000:]
+    landed = counts(database)[0]
+    files = len(list(batches.iterdir()))
+    config = target_config(tmp_path / "target.json", database, **settings)
+    run = finish(*start_pipeline(batching, config, None, tmp_path))
+    assert run.code == 0 and run.tap_code == 0, run.stderr[-4000:]
+    assert bookmark(run.states[-1]) == ROWS
+    assert len(list(batches.iterdir())) > files, "the rerun wrote files of its own"
+    assert counts(database) == (ROWS, ROWS)
+    check_values(tap, database)
+    with capsys.disabled():
+        print(
+            f"\nBATCH: killed at INSERT {n} ({action}) with {landed} rows in; "
+            f"the rerun's new files: every row once"
+        )

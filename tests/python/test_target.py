@@ -562,6 +562,7 @@ def test_about_lists_settings_and_capabilities():
     assert about["capabilities"] == [
         "about",
         "activate-version",
+        "batch",
         "hard-delete",
         "schema-flattening",
         "target-schema",
@@ -611,6 +612,7 @@ def test_about_lists_settings_and_capabilities():
         "create_tables",
         "ca_file",
         "allowed_hosts",
+        "batch_dirs",
     }
     assert set(settings) >= hub | sdk | ours
     assert settings["password"]["secret"] is True

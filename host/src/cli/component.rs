@@ -47,6 +47,7 @@ pub async fn run_component(
     // The target's connection is in its config file: the host reads it for the allow-list
     // (its hosts, and the config's allowed_hosts, with --allow-host) and its `ca_file`, which
     // replaces `--ca-file`.
+    let mut readable = readable.to_vec();
     let (allow, network) = match &cli.cli.command {
         Command::Target(TargetArgs {
             config: Some(path), ..
@@ -54,6 +55,7 @@ pub async fn run_component(
             let hosting = TargetHosting::read(path).map_err(CallError::Component)?;
             let mut allow = hosting.allow;
             allow.extend(cli.host.extra_allow_list().map_err(CallError::Component)?);
+            readable.extend(hosting.readable);
             (allow, hosting.network)
         }
         // `target --about`: no connection, nothing to reach.
@@ -84,7 +86,7 @@ pub async fn run_component(
     .with_limits(limits)
     .with_network(network);
     let mut instance = runtime
-        .instantiate_command(allow, &args, &component_env(), stdin, stdout, readable)
+        .instantiate_command(allow, &args, &component_env(), stdin, stdout, &readable)
         .await?;
     instance.run_command().await
 }
