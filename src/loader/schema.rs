@@ -429,12 +429,15 @@ fn on_cluster(config: &TargetConfig) -> String {
 /// `CREATE TABLE IF NOT EXISTS` for a stream's table: names as `Identifier` parameters and
 /// through [`quote_identifier`], types printed from [`Type`] (none of the SCHEMA's text), a
 /// Replicated engine's path and replica as `String` parameters.
+/// `path_uuid`: what `{uuid}` in `table_path` stands for when the statement is not
+/// `ON CLUSTER` (ClickHouse expands it only there, in a Replicated database, or with the
+/// table's UUID given in the statement, which takes no parameter): a UUID the target drew, so
+/// each table it creates gets a ZooKeeper path of its own.
 pub fn create_table(
     config: &TargetConfig,
-    database: &str,
-    table: &str,
-    columns: &[Column],
-    keys: &[String],
+    (database, table): (&str, &str),
+    (columns, keys): (&[Column], &[String]),
+    path_uuid: Option<&str>,
 ) -> Result<Query, Error> {
     let definitions: Vec<String> = columns
         .iter()
@@ -466,7 +469,13 @@ pub fn create_table(
                 config
                     .table_path
                     .replace("${table_name}", table)
-                    .replace("$table_name", table),
+                    .replace("$table_name", table)
+                    .replace(
+                        "{uuid}",
+                        path_uuid
+                            .filter(|_| config.cluster.is_none())
+                            .unwrap_or("{uuid}"),
+                    ),
             )
             .param("replica", &config.replica_name)
     } else {
@@ -744,7 +753,7 @@ mod tests {
                 false,
             )
             .unwrap();
-            create_table(c, "db", "t", &columns, &keys).map(|q| q.sql)
+            create_table(c, ("db", "t"), (&columns, &keys), None).map(|q| q.sql)
         };
         let auto = config(json!({}));
         assert!(ddl(&auto, &["id"])
@@ -770,7 +779,20 @@ mod tests {
         assert!(e.message.contains("adds rows up"), "{}", e.message);
         let replicated =
             config(json!({"engine_type": "ReplicatedMergeTree", "table_path": "/t/${table_name}"}));
-        let q = create_table(&replicated, "db", "t", &[], &[]).unwrap();
+        // `{uuid}` in the default table_path: a drawn UUID, but ON CLUSTER (which expands it).
+        let default_path = config(json!({"engine_type": "ReplicatedMergeTree"}));
+        let q = create_table(&default_path, ("db", "t"), (&[], &[]), Some("u-1")).unwrap();
+        assert!(
+            format!("{q:?}").contains("/clickhouse/tables/u-1/{shard}"),
+            "{q:?}"
+        );
+        let on_cluster = config(json!({"cluster_name": "c"}));
+        let q = create_table(&on_cluster, ("db", "t"), (&[], &[]), Some("u-1")).unwrap();
+        assert!(
+            format!("{q:?}").contains("/clickhouse/tables/{uuid}/{shard}"),
+            "{q:?}"
+        );
+        let q = create_table(&replicated, ("db", "t"), (&[], &[]), None).unwrap();
         assert!(
             q.sql
                 .contains("ReplicatedMergeTree({path:String}, {replica:String})"),
@@ -786,7 +808,13 @@ mod tests {
             nullable: false,
         };
         let keys = ["id".to_string()];
-        let q = create_table(&auto, "db", "t", std::slice::from_ref(&version), &keys).unwrap();
+        let q = create_table(
+            &auto,
+            ("db", "t"),
+            (std::slice::from_ref(&version), &keys),
+            None,
+        )
+        .unwrap();
         assert!(
             q.sql
                 .contains("ENGINE = ReplacingMergeTree(`_sdc_upsert_version`) ORDER BY (`id`)"),
@@ -794,7 +822,13 @@ mod tests {
             q.sql
         );
         let cluster = config(json!({"cluster_name": "c"}));
-        let q = create_table(&cluster, "db", "t", std::slice::from_ref(&version), &keys).unwrap();
+        let q = create_table(
+            &cluster,
+            ("db", "t"),
+            (std::slice::from_ref(&version), &keys),
+            None,
+        )
+        .unwrap();
         assert!(
             q.sql.contains(
                 "ReplicatedReplacingMergeTree({path:String}, {replica:String}, `_sdc_upsert_version`)"
@@ -802,14 +836,25 @@ mod tests {
             "{}",
             q.sql
         );
-        let e = create_table(&by_at, "db", "t", std::slice::from_ref(&version), &keys).unwrap_err();
+        let e = create_table(
+            &by_at,
+            ("db", "t"),
+            (std::slice::from_ref(&version), &keys),
+            None,
+        )
+        .unwrap_err();
         assert!(
             e.message.contains("other than the key properties"),
             "{}",
             e.message
         );
-        let e =
-            create_table(&by_both, "db", "t", std::slice::from_ref(&version), &keys).unwrap_err();
+        let e = create_table(
+            &by_both,
+            ("db", "t"),
+            (std::slice::from_ref(&version), &keys),
+            None,
+        )
+        .unwrap_err();
         assert!(
             e.message.contains("other than the key properties"),
             "{}",

@@ -260,10 +260,14 @@ impl<T: Transport + Clone, P: Platform + Clone> Target<'_, T, P> {
                 self.execute(&client, &schema::create_database(&self.config, &database))?;
                 self.databases_ready.push(database.clone());
             }
-            self.execute(
-                &client,
-                &schema::create_table(&self.config, &database, &table, &columns, keys)?,
+            let uuid = self.platform.random_uuid();
+            let create = schema::create_table(
+                &self.config,
+                (&database, &table),
+                (&columns, keys),
+                Some(&uuid),
             )?;
+            self.execute(&client, &create)?;
             self.summary.tables_created += 1;
             let _ = writeln!(
                 self.log,

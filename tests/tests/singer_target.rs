@@ -1041,3 +1041,46 @@ fn a_batch_outside_batch_dirs_or_in_another_format_is_refused() {
     );
     assert_eq!(tables, 0, "nothing written");
 }
+
+/// Replicated tables with the default `table_path` (`/clickhouse/tables/{uuid}/{shard}`), on a
+/// fresh server without `cluster_name`: ClickHouse expands `{uuid}` only `ON CLUSTER`, in a
+/// Replicated database, or with the table's UUID in the statement, so the target puts a UUID
+/// it draws in the path (before, every such table was refused: BAD_ARGUMENTS). An overwrite's
+/// tables each get their own path, and the swap (RENAME, then EXCHANGE and DROP ... SYNC)
+/// runs on them. SCHEMAs only: the local engine never activates a replica, so it refuses
+/// writes to Replicated tables (tests/tests/replicated_state.rs); inserts and mutations on
+/// them are not run here.
+#[test]
+fn replicated_tables_get_a_path_of_their_own_and_an_overwrite_swaps_them() {
+    let run = Run::new(&clickhouse().url);
+    run.configure(&[
+        ("engine_type", json!("ReplicatedMergeTree")),
+        ("load_method", json!("overwrite")),
+    ]);
+    let mut paths = Vec::new();
+    for _ in 0..2 {
+        let (code, _, err) = finish(run.spawn(&messages(RECORDS)));
+        assert_eq!(code, Some(0), "{err}");
+        let rows = sql().rows(
+            "SELECT name, engine, zookeeper_path FROM system.tables t
+             JOIN system.replicas r ON r.database = t.database AND r.table = t.name
+             WHERE t.database = {db:String}",
+            &[("db", run.database.as_str())],
+        );
+        assert_eq!(
+            rows.len(),
+            1,
+            "the loaded table swapped in, the old one gone: {rows:?}"
+        );
+        assert_eq!(rows[0]["name"], json!("rows"));
+        assert_eq!(rows[0]["engine"], json!("ReplicatedMergeTree"));
+        let path = rows[0]["zookeeper_path"].as_str().unwrap().to_string();
+        let uuid = path
+            .strip_prefix("/clickhouse/tables/")
+            .and_then(|p| p.strip_suffix("/1"))
+            .unwrap_or_else(|| panic!("{path}"));
+        assert!(uuid.len() == 36 && uuid.matches('-').count() == 4, "{path}");
+        paths.push(path);
+    }
+    assert_ne!(paths[0], paths[1], "each run's table has a path of its own");
+}
