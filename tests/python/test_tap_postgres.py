@@ -910,6 +910,58 @@ FULL_TABLE = "pg_full"
 FULL_ROWS = 1000
 
 
+@dataclass
+class FullTable:
+    """A PostgreSQL table of its own (`public.pg_full`: id, name; FULL_ROWS rows) and the tap
+    replicating it FULL_TABLE (with `tap_settings`), into `database` (its table `pg_full`)."""
+
+    tap: Tap
+    database: str
+    work: Path
+
+    @classmethod
+    def make(cls, tap: Tap, database: str, work: Path, **tap_settings) -> FullTable:
+        tap.pg.psql(
+            f"DROP TABLE IF EXISTS public.{FULL_TABLE};"
+            f"CREATE TABLE public.{FULL_TABLE} (id bigint PRIMARY KEY, name text);"
+            f"INSERT INTO public.{FULL_TABLE} SELECT i, 'row ' || i "
+            f"FROM generate_series(1, {FULL_ROWS}) i;"
+        )
+        config = json.loads(tap.config.read_text()) | tap_settings
+        tap_config = work / "tap-full.json"
+        tap_config.write_text(json.dumps(config))
+        catalog = discover(tap_config)
+        for stream in catalog["streams"]:
+            for entry in stream["metadata"]:
+                chosen = stream["tap_stream_id"] == f"public-{FULL_TABLE}"
+                entry["metadata"]["selected"] = chosen
+                if chosen and entry["breadcrumb"] == []:
+                    entry["metadata"]["replication-method"] = "FULL_TABLE"
+        catalog_path = work / "catalog-full.json"
+        catalog_path.write_text(json.dumps(catalog))
+        return cls(Tap(tap.pg, tap_config, catalog_path), database, work)
+
+    def run(self, **settings) -> Run:
+        """tap | target with these settings, to the end."""
+        config = self.work / "target-full.json"
+        base = {
+            "uri": uri(self.database, password=PASSWORD),
+            "default_target_schema": self.database,
+        }
+        config.write_text(json.dumps(base | settings))
+        done = finish(*start_pipeline(self.tap, config, None, self.work))
+        assert done.code == 0 and done.tap_code == 0, done.stderr[-4000:]
+        return done
+
+    def table(self, query: str) -> list[list[str]]:
+        """The rows (TSV fields) of `query`, whose `{T}` is the table."""
+        text = sql(query.format(T=f"`{self.database}`.`{FULL_TABLE}`"))
+        return [line.split("\t") for line in text.splitlines()]
+
+    def drop(self) -> None:
+        self.tap.pg.psql(f"DROP TABLE IF EXISTS public.{FULL_TABLE};")
+
+
 def test_full_table_with_activate_version_retires_rows_deleted_at_the_source(
     tap, database, tmp_path
 ):
@@ -918,29 +970,9 @@ def test_full_table_with_activate_version_retires_rows_deleted_at_the_source(
     into a target with `add_record_metadata`. After 100 rows are deleted in PostgreSQL, a run
     without `hard_delete` marks them in `_sdc_deleted_at` (and nothing else), then one with it
     leaves exactly the rows PostgreSQL has, each once."""
+    full = FullTable.make(tap, database, tmp_path, emit_activate_version_messages=True)
     pg = tap.pg
-    pg.psql(
-        f"DROP TABLE IF EXISTS public.{FULL_TABLE};"
-        f"CREATE TABLE public.{FULL_TABLE} (id bigint PRIMARY KEY, name text);"
-        f"INSERT INTO public.{FULL_TABLE} SELECT i, 'row ' || i "
-        f"FROM generate_series(1, {FULL_ROWS}) i;"
-    )
     try:
-        config = json.loads(tap.config.read_text())
-        config["emit_activate_version_messages"] = True
-        tap_config = tmp_path / "tap-full.json"
-        tap_config.write_text(json.dumps(config))
-        catalog = discover(tap_config)
-        stream_id = f"public-{FULL_TABLE}"
-        for stream in catalog["streams"]:
-            for entry in stream["metadata"]:
-                chosen = stream["tap_stream_id"] == stream_id
-                entry["metadata"]["selected"] = chosen
-                if chosen and entry["breadcrumb"] == []:
-                    entry["metadata"]["replication-method"] = "FULL_TABLE"
-        catalog_path = tmp_path / "catalog-full.json"
-        catalog_path.write_text(json.dumps(catalog))
-        full = Tap(pg, tap_config, catalog_path)
 
         def run(hard_delete: bool) -> Run:
             # The SDK's version is the tap's start in whole seconds: a run in the same second
@@ -955,25 +987,9 @@ def test_full_table_with_activate_version_retires_rows_deleted_at_the_source(
                 last = sql(f"SELECT max(_sdc_table_version) FROM `{database}`.`{FULL_TABLE}`")
                 while time.time() < int(last) + 1:
                     time.sleep(0.05)
-            config = tmp_path / "target-full.json"
-            config.write_text(
-                json.dumps(
-                    {
-                        "uri": uri(database, password=PASSWORD),
-                        "default_target_schema": database,
-                        "add_record_metadata": True,
-                        "hard_delete": hard_delete,
-                    }
-                )
-            )
-            done = finish(*start_pipeline(full, config, None, tmp_path))
-            assert done.code == 0 and done.tap_code == 0, done.stderr[-4000:]
-            return done
+            return full.run(add_record_metadata=True, hard_delete=hard_delete)
 
-        def table(query: str) -> list[list[str]]:
-            text = sql(query.format(T=f"`{database}`.`{FULL_TABLE}`"))
-            return [line.split("\t") for line in text.splitlines()]
-
+        table = full.table
         run(hard_delete=False)
         first = table(
             "SELECT count(), uniqExact(_sdc_table_version), "
@@ -1004,7 +1020,7 @@ def test_full_table_with_activate_version_retires_rows_deleted_at_the_source(
         )
         assert left == [["900", "900", "1", "0"]]
     finally:
-        pg.psql(f"DROP TABLE IF EXISTS public.{FULL_TABLE};")
+        full.drop()
 
 
 # 5. BATCH messages: the tap writes its records into gzip JSON Lines files.
@@ -1054,3 +1070,54 @@ def test_batch_files_of_the_tap_load_exactly_once_through_a_kill(tap, database, 
             f"\nBATCH: killed at INSERT {n} ({action}) with {landed} rows in; "
             f"the rerun's new files: every row once"
         )
+
+
+# 6. load_method upsert and overwrite with the real tap.
+
+
+def test_upsert_keeps_the_row_updated_at_the_source_under_final(tap, database, tmp_path):
+    """`load_method: upsert` from a fresh server (a ReplacingMergeTree versioned by
+    `_sdc_upsert_version`): after 50 rows are updated in PostgreSQL, a second full-table run
+    leaves, under FINAL, each row once with PostgreSQL's values."""
+    full = FullTable.make(tap, database, tmp_path)
+    try:
+        full.run(load_method="upsert")
+        tap.pg.psql(f"UPDATE public.{FULL_TABLE} SET name = 'updated ' || id WHERE id % 20 = 0;")
+        full.run(load_method="upsert")
+        rows = full.table(
+            "SELECT count(), uniqExact(id), countIf(name = 'updated ' || toString(id)), "
+            "countIf(name = 'row ' || toString(id)) FROM {T} FINAL"
+        )
+        assert rows == [[str(FULL_ROWS), str(FULL_ROWS), "50", str(FULL_ROWS - 50)]]
+        engine = sql(
+            "SELECT engine_full FROM system.tables "
+            "WHERE database = {db:String} AND name = {t:String}",
+            db=database,
+            t=FULL_TABLE,
+        )
+        assert engine.startswith("ReplacingMergeTree(_sdc_upsert_version)"), engine
+    finally:
+        full.drop()
+
+
+def test_overwrite_replaces_the_table_with_the_sources_rows(tap, database, tmp_path):
+    """`load_method: overwrite` from a fresh server, then after 100 rows are deleted and 10
+    updated in PostgreSQL: the table holds exactly PostgreSQL's rows (no FINAL: the old table
+    is swapped out), and the table loaded aside is gone."""
+    full = FullTable.make(tap, database, tmp_path)
+    try:
+        full.run(load_method="overwrite")
+        tap.pg.psql(
+            f"DELETE FROM public.{FULL_TABLE} WHERE id % 10 = 0;"
+            f"UPDATE public.{FULL_TABLE} SET name = 'updated' WHERE id % 100 = 1;"
+        )
+        run = full.run(load_method="overwrite")
+        assert "replaced by the records of this run" in run.stderr, run.stderr[-4000:]
+        rows = full.table(
+            "SELECT count(), uniqExact(id), max(id % 10 = 0), countIf(name = 'updated') FROM {T}"
+        )
+        assert rows == [["900", "900", "0", "10"]]
+        tables = sql("SELECT name FROM system.tables WHERE database = {db:String}", db=database)
+        assert tables.split() == [FULL_TABLE]
+    finally:
+        full.drop()
