@@ -27,8 +27,11 @@ pub fn file_path(uri: &str) -> Result<String, String> {
     }
     let path = decode_component(rest, false)
         .map_err(|_| format!("{} is not a well-formed URI", shown()))?;
-    if path.split('/').any(|part| part == "..") || path.contains('\0') {
+    if path.split('/').any(|part| part == "..") {
         return Err(format!("{} passes through '..'", shown()));
+    }
+    if path.contains('\0') {
+        return Err(format!("{} names a path with a NUL character", shown()));
     }
     Ok(path)
 }
@@ -46,6 +49,9 @@ pub fn allowed(path: &str, dirs: &[String]) -> bool {
 pub fn read(path: &str, compression: Option<&str>) -> Result<Vec<u8>, String> {
     let bytes = std::fs::read(path).map_err(|e| format!("cannot read {}: {e}", escaped(path)))?;
     match compression {
+        None | Some("none") if bytes.len() > MAX_TEXT => {
+            Err(format!("{}: {}", escaped(path), too_large()))
+        }
         None | Some("none") => Ok(bytes),
         Some("gzip") => gunzip(&bytes).map_err(|why| format!("{}: {why}", escaped(path))),
         Some(other) => Err(format!(
@@ -55,17 +61,25 @@ pub fn read(path: &str, compression: Option<&str>) -> Result<Vec<u8>, String> {
     }
 }
 
-/// gzip (RFC 1952) members, one after another, each checked against its CRC-32 and length.
+/// The most text a batch file may hold (gunzipped): the whole file is read into the
+/// component's memory (1 GiB by default), with the records it holds.
+pub const MAX_TEXT: usize = 256 << 20;
+
+/// gzip (RFC 1952) members, one after another, each checked against its CRC-32 and length;
+/// refused past [`MAX_TEXT`] of text.
 pub fn gunzip(mut input: &[u8]) -> Result<Vec<u8>, String> {
-    let mut out = Vec::with_capacity(input.len() * 4);
+    let mut out = Vec::with_capacity((input.len() * 4).min(MAX_TEXT));
     loop {
         let header = header_length(input)?;
         let start = out.len();
         let mut state = InflateState::new_boxed(DataFormat::Raw);
         let mut at = header;
         loop {
+            if out.len() >= MAX_TEXT {
+                return Err(too_large());
+            }
             if out.len() == out.capacity() {
-                out.reserve(out.len().max(64 * 1024));
+                out.reserve(out.len().max(64 * 1024).min(MAX_TEXT + 1 - out.len()));
             }
             let len = out.len();
             out.resize(out.capacity(), 0);
@@ -92,6 +106,13 @@ pub fn gunzip(mut input: &[u8]) -> Result<Vec<u8>, String> {
             return Ok(out);
         }
     }
+}
+
+fn too_large() -> String {
+    format!(
+        "it holds more than {} MiB of text: have the tap write smaller files (its batch_config batch_size)",
+        MAX_TEXT >> 20
+    )
 }
 
 /// The length of a gzip member's header (its optional fields included).
@@ -141,6 +162,7 @@ mod tests {
             ("file://tmp/x", "no absolute path"),
             ("file:///tmp/b/../../etc/passwd", "'..'"),
             ("file:///tmp/%2e%2e/etc", "'..'"),
+            ("file:///tmp/a%00b", "NUL"),
             ("file:///tmp/%zz", "not a well-formed URI"),
         ] {
             let e = file_path(uri).unwrap_err();
@@ -180,5 +202,14 @@ mod tests {
         assert!(gunzip(b"{\"a\":1}")
             .unwrap_err()
             .contains("not a gzip file"));
+        // A bomb: 300 MiB of zeros in a few hundred KiB is refused, not read into memory.
+        let mut bomb = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::best());
+        let zeros = vec![0u8; 1 << 20];
+        for _ in 0..300 {
+            bomb.write_all(&zeros).unwrap();
+        }
+        let bomb = bomb.finish().unwrap();
+        assert!(bomb.len() < 1 << 20);
+        assert!(gunzip(&bomb).unwrap_err().contains("more than 256 MiB"));
     }
 }

@@ -58,20 +58,23 @@ pub fn flatten_key(key: &str, parents: &[&str], f: &Flattening) -> String {
     parts.join(&f.separator)
 }
 
-/// `inflection.camelize`: the first character, and each after an underscore (which goes),
-/// in upper case.
+/// `inflection.camelize` (`re.sub(r"(?:^|_)(.)", upper, word)`): the first character, and
+/// each after an underscore (which goes), in upper case; an underscore with no character after
+/// it, or a newline (which `.` does not match), stays.
 fn camelize(word: &str) -> String {
     let mut out = String::with_capacity(word.len());
-    let mut upper = true;
-    for c in word.chars() {
-        if upper {
+    let mut chars = word.chars().peekable();
+    let mut first = true;
+    while let Some(c) = chars.next() {
+        if first && c != '\n' {
             out.extend(c.to_uppercase());
-            upper = false;
-        } else if c == '_' {
-            upper = true;
+        } else if c == '_' && chars.peek().is_some_and(|n| *n != '\n') {
+            let next = chars.next().expect("peeked");
+            out.extend(next.to_uppercase());
         } else {
             out.push(c);
         }
+        first = false;
     }
     out
 }
@@ -105,6 +108,18 @@ pub fn flatten_schema(schema: &Value, stream: &str, f: &Flattening) -> Result<Va
         object.insert("properties".into(), Value::Object(properties));
     }
     Ok(flat)
+}
+
+/// Python's truth of a JSON value (`{}`, `[]`, `""`, `0`, `false` and `null` are false).
+fn truthy(value: &Value) -> bool {
+    match value {
+        Value::Null => false,
+        Value::Bool(b) => *b,
+        Value::Number(n) => n.as_f64() != Some(0.0),
+        Value::String(s) => !s.is_empty(),
+        Value::Array(a) => !a.is_empty(),
+        Value::Object(o) => !o.is_empty(),
+    }
 }
 
 /// The SDK's `_flatten_schema` of one node, its items appended to `items` (nullable when
@@ -153,8 +168,10 @@ fn flatten_properties(
             .and_then(|o| o.values().next())
             .and_then(Value::as_array)
             .and_then(|choices| choices.first())
+            .filter(|first| truthy(first))
         {
-            // oneOf, anyOf, ...: the first choice, nullable, when it is one of these kinds.
+            // oneOf, anyOf, ...: the first choice, nullable, when it is one of these kinds;
+            // a choice of another kind is dropped (as the SDK drops it).
             let kind = first.get("type").and_then(Value::as_str).unwrap_or("");
             if matches!(kind, "string" | "array" | "object") {
                 let mut choice = first.clone();
@@ -214,10 +231,15 @@ fn flatten_into(
         serde_json::to_writer(&mut *out, &key).expect("a string writes");
         out.push(b':');
         if nested || value.first() == Some(&b'[') {
-            let parsed: Value = serde_json::from_slice(value)
-                .map_err(|_| format!("property '{}' is not JSON", escaped(&key)))?;
+            let parsed: Value = serde_json::from_slice(value).map_err(|e| {
+                format!(
+                    "property '{}' cannot be written as JSON text ({e}; flattening reads it up to 128 levels deep)",
+                    escaped(&key)
+                )
+            })?;
             let mut text = String::new();
-            python_json(&parsed, &mut text);
+            python_json(&parsed, &mut text)
+                .map_err(|why| format!("property '{}': {why}", escaped(&key)))?;
             serde_json::to_writer(&mut *out, &text).expect("a string writes");
         } else {
             out.extend_from_slice(value);
@@ -228,11 +250,11 @@ fn flatten_into(
 
 /// A value as the SDK's `serialize_json` writes it (simplejson: `separators=(",", ":")`,
 /// `ensure_ascii`, numbers read as `int` or `Decimal` and printed back).
-fn python_json(value: &Value, out: &mut String) {
+fn python_json(value: &Value, out: &mut String) -> Result<(), String> {
     match value {
         Value::Null => out.push_str("null"),
         Value::Bool(b) => out.push_str(if *b { "true" } else { "false" }),
-        Value::Number(n) => out.push_str(&python_number(&n.to_string())),
+        Value::Number(n) => out.push_str(&python_number(&n.to_string())?),
         Value::String(s) => ascii_string(s, out),
         Value::Array(items) => {
             out.push('[');
@@ -240,7 +262,7 @@ fn python_json(value: &Value, out: &mut String) {
                 if i > 0 {
                     out.push(',');
                 }
-                python_json(item, out);
+                python_json(item, out)?;
             }
             out.push(']');
         }
@@ -252,11 +274,12 @@ fn python_json(value: &Value, out: &mut String) {
                 }
                 ascii_string(k, out);
                 out.push(':');
-                python_json(v, out);
+                python_json(v, out)?;
             }
             out.push('}');
         }
     }
+    Ok(())
 }
 
 /// A JSON string with every character outside space..`~` escaped (`ensure_ascii`).
@@ -284,30 +307,36 @@ fn ascii_string(s: &str, out: &mut String) {
 }
 
 /// A JSON number's text as Python prints what `json.loads(..., parse_float=Decimal)` reads:
-/// an integer as `int` (`-0` is `0`), anything else as `Decimal.__str__`.
-fn python_number(text: &str) -> String {
+/// an integer as `int` (`-0` is `0`), anything else as `Decimal.__str__`. An exponent past
+/// what Python's `Decimal` takes is refused (the SDK fails on it too).
+fn python_number(text: &str) -> Result<String, String> {
     let (negative, body) = match text.strip_prefix('-') {
         Some(rest) => (true, rest),
         None => (false, text),
     };
+    let too_large = || format!("the number {text} has an exponent Python's Decimal does not take");
     let (mantissa, exponent) = match body.find(['e', 'E']) {
-        Some(at) => (&body[..at], body[at + 1..].parse::<i64>().unwrap_or(0)),
+        Some(at) => match body[at + 1..].parse::<i64>() {
+            Ok(e) if e.unsigned_abs() <= 999_999_999_999_999_999 => (&body[..at], e),
+            _ => return Err(too_large()),
+        },
         None => (body, 0),
     };
     let (whole, fraction) = mantissa.split_once('.').unwrap_or((mantissa, ""));
     if fraction.is_empty() && !mantissa.contains('.') && !body.contains(['e', 'E']) {
         let digits = whole.trim_start_matches('0');
-        return match (negative && !digits.is_empty(), digits.is_empty()) {
+        return Ok(match (negative && !digits.is_empty(), digits.is_empty()) {
             (_, true) => "0".into(),
             (true, false) => format!("-{digits}"),
             (false, false) => digits.to_string(),
-        };
+        });
     }
     let all = format!("{whole}{fraction}");
     let coefficient = match all.trim_start_matches('0') {
         "" => "0",
         digits => digits,
     };
+    // |exponent| <= 10^18 and a line's length: no overflow.
     let exp = exponent - fraction.len() as i64;
     let len = coefficient.len() as i64;
     let left = exp + len;
@@ -333,7 +362,7 @@ fn python_number(text: &str) -> String {
         false => format!("E{:+}", left - dot),
     };
     let sign = if negative { "-" } else { "" };
-    format!("{sign}{int_part}{frac_part}{exp_part}")
+    Ok(format!("{sign}{int_part}{frac_part}{exp_part}"))
 }
 
 #[cfg(test)]
@@ -368,7 +397,17 @@ mod tests {
             ("0e3", "0E+3"),
             ("100", "100"),
         ] {
-            assert_eq!(python_number(text), want, "{text}");
+            assert_eq!(python_number(text).unwrap(), want, "{text}");
+        }
+        for text in [
+            "1e99999999999999999999",
+            "1e9223372036854775807",
+            "-1e-9223372036854775808",
+        ] {
+            assert!(
+                python_number(text).unwrap_err().contains("exponent"),
+                "{text}"
+            );
         }
     }
 
@@ -394,6 +433,12 @@ mod tests {
             flatten_key("éa_b", &["Über_straße", "x"], &shorter),
             "üsß__x__éb"
         );
+        // An underscore with nothing after it stays (inflection's pattern needs a character).
+        assert_eq!(
+            flatten_key("type_", &["longparentname"], &shorter),
+            "lon__t_"
+        );
+        assert_eq!(flatten_key("ab_", &["longparentname"], &shorter), "lon__a_");
     }
 
     #[test]
@@ -407,6 +452,8 @@ mod tests {
             "tags": {"type": ["array", "null"], "items": {"type": "string"}},
             "free": {"type": "object"},
             "either": {"anyOf": [{"type": "string"}, {"type": "integer"}]},
+            "empty_first": {"anyOf": [{}, {"type": "integer"}]},
+            "int_first": {"anyOf": [{"type": "integer"}, {"type": "string"}]},
             "untyped": {}
         }});
         let flat = flatten_schema(&schema, "s", &options(1)).unwrap();
@@ -420,6 +467,7 @@ mod tests {
                 "tags": {"type": ["string", "null"]},
                 "free": {"type": "string"},
                 "either": {"type": ["null", "string"]},
+                "empty_first": {"type": ["null", "string"]},
                 "untyped": {"type": ["null", "string"]}
             })
         );

@@ -76,6 +76,9 @@ struct Stream<T: Transport, P: Platform> {
     /// Records of the stream wait for the tap's next run (not loaded at the end): its older
     /// versions are kept.
     held: bool,
+    /// A STATE was read after the stream's ACTIVATE_VERSION and its last record: the tap got
+    /// past them (one that fails mid-stream leaves its older versions in place).
+    settled: bool,
 }
 
 impl<T: Transport, P: Platform> Stream<T, P> {
@@ -98,6 +101,7 @@ impl<T: Transport, P: Platform> Stream<T, P> {
             upsert: false,
             activated: None,
             held: false,
+            settled: false,
         }
     }
 }
@@ -151,6 +155,8 @@ pub struct Target<'w, T: Transport + Clone, P: Platform + Clone> {
     last_version: u64,
     /// An ACTIVATE_VERSION was not acted on (warned once).
     activate_warned: bool,
+    /// The input's last STATE waits for the older versions to be retired (in `held_state`).
+    hold_final: bool,
 }
 
 impl<'w, T: Transport + Clone, P: Platform + Clone> Target<'w, T, P> {
@@ -192,6 +198,7 @@ impl<'w, T: Transport + Clone, P: Platform + Clone> Target<'w, T, P> {
             held_state: None,
             last_version: 0,
             activate_warned: false,
+            hold_final: false,
         }
     }
 
@@ -261,6 +268,9 @@ impl<'w, T: Transport + Clone, P: Platform + Clone> Target<'w, T, P> {
             tails.push((s.lines.split_off(lines), s.pending.split_off(bytes)));
         }
         let last = self.state.take();
+        // The last STATE is printed once the older versions are retired: a rerun after a
+        // failure there retires them.
+        self.hold_final = self.streams.iter().any(|s| s.activated.is_some());
         self.flush(last)?;
         let batch = self.config.batch_size_rows as usize;
         let (mut sent, mut held) = (0usize, Vec::new());
@@ -299,10 +309,9 @@ impl<'w, T: Transport + Clone, P: Platform + Clone> Target<'w, T, P> {
         self.retire_versions()?;
         if self.config.overwrite {
             self.swap_in()?;
-            self.deferred_state = self.held_state.take();
-            self.emit_state()?;
         }
-        Ok(())
+        self.deferred_state = self.held_state.take();
+        self.emit_state()
     }
 
     fn tail_notes(&mut self, sent: usize, held: &[String]) {
@@ -371,6 +380,9 @@ impl<'w, T: Transport + Clone, P: Platform + Clone> Target<'w, T, P> {
         message: records::FromMessage,
         line_no: u64,
     ) -> Result<(), Error> {
+        if let Some(s) = self.streams.iter_mut().find(|s| s.name == stream) {
+            s.settled = false;
+        }
         let Some(f) = &self.config.flattening else {
             return self.record(stream, record, properties, message, line_no);
         };
@@ -412,6 +424,16 @@ impl<'w, T: Transport + Clone, P: Platform + Clone> Target<'w, T, P> {
                 escaped(format)
             )));
         }
+        // The files hold records alone: each gets the version its stream's ACTIVATE_VERSION
+        // made current (as a RECORD of a full-table sync carries it).
+        let version = (self.streams.iter())
+            .find(|s| s.name == stream)
+            .and_then(|s| s.activated)
+            .map(|v| v.to_string());
+        let message = records::FromMessage {
+            time_extracted: None,
+            version: version.as_deref().map(str::as_bytes),
+        };
         for uri in manifest {
             let path = batch::file_path(uri).map_err(bad)?;
             if !batch::allowed(&path, &self.config.batch_dirs) {
@@ -431,7 +453,7 @@ impl<'w, T: Transport + Clone, P: Platform + Clone> Target<'w, T, P> {
                     e.clone().reclassify(e.kind, message)
                 };
                 let properties = keys_of(line, line_no).map_err(in_file)?;
-                self.record_message(stream, line, &properties, Default::default(), line_no)
+                self.record_message(stream, line, &properties, message, line_no)
                     .map_err(in_file)?;
             }
         }
@@ -443,15 +465,15 @@ impl<'w, T: Transport + Clone, P: Platform + Clone> Target<'w, T, P> {
     /// acknowledged. Not where rows carry no version (`add_record_metadata` off: warned once),
     /// nor for an overwrite (the table is replaced anyway).
     fn activate_version(&mut self, stream: &str, version: i64, line_no: u64) -> Result<(), Error> {
+        if !self.config.activate_versions || self.config.overwrite {
+            return Ok(());
+        }
         let Some(s) = self.streams.iter_mut().find(|s| s.name == stream) else {
             return Err(Error::invalid(format!(
                 "line {line_no}: an ACTIVATE_VERSION of stream '{}' before its SCHEMA",
                 escaped(stream)
             )));
         };
-        if !self.config.activate_versions || self.config.overwrite {
-            return Ok(());
-        }
         if !self.config.add_record_metadata {
             if !std::mem::replace(&mut self.activate_warned, true) {
                 let _ = writeln!(
@@ -463,6 +485,7 @@ impl<'w, T: Transport + Clone, P: Platform + Clone> Target<'w, T, P> {
             return Ok(());
         }
         s.activated = Some(version);
+        s.settled = false;
         Ok(())
     }
 
@@ -471,6 +494,9 @@ impl<'w, T: Transport + Clone, P: Platform + Clone> Target<'w, T, P> {
     fn state(&mut self, value: &str) -> Result<(), Error> {
         self.state = Some(value.to_string());
         self.seen_state = true;
+        for s in &mut self.streams {
+            s.settled = true;
+        }
         if self.pending_rows >= u64::from(self.config.batch_size_rows) {
             let state = self.state.take();
             self.flush(state)?;
@@ -513,8 +539,9 @@ impl<'w, T: Transport + Clone, P: Platform + Clone> Target<'w, T, P> {
             for s in &mut self.streams {
                 s.chunks_since_state = 0;
             }
-            if self.config.overwrite {
-                // Its records are in tables swapped in at the end: emitted then (`finish`).
+            if self.config.overwrite || self.hold_final {
+                // Its records are in tables swapped in at the end, or older versions are
+                // retired at the end: emitted then (`finish`).
                 self.held_state = Some(state);
             } else {
                 self.deferred_state = Some(state);

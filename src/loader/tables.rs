@@ -417,7 +417,8 @@ impl<T: Transport + Clone, P: Platform + Clone> Target<'_, T, P> {
     /// ACTIVATE_VERSION's end, once every record is acknowledged: each stream that sent one
     /// has its rows of older versions deleted (`hard_delete`) or marked in `_sdc_deleted_at`.
     /// Not a stream whose last records wait for the tap's next run (they are this version's
-    /// too: its older rows stay until a run loads all of it).
+    /// too: its older rows stay until a run loads all of it), nor one without a STATE after
+    /// its last record (a tap that failed mid-stream: its rows so far are not the source's).
     pub(super) fn retire_versions(&mut self) -> Result<(), Error> {
         if !self.streams.iter().any(|s| s.activated.is_some()) {
             return Ok(());
@@ -448,10 +449,17 @@ impl<T: Transport + Clone, P: Platform + Clone> Target<'_, T, P> {
                 true => "deleted",
                 false => "marked deleted in _sdc_deleted_at",
             };
-            if s.held {
+            let kept = match (s.held, s.settled) {
+                (true, _) => Some("records of this version wait for the tap's next run"),
+                (false, false) => Some(
+                    "no STATE came after the stream's last record (the tap may have stopped early)",
+                ),
+                _ => None,
+            };
+            if let Some(why) = kept {
                 let _ = writeln!(
                     self.log,
-                    "target: warning: stream '{}': rows of versions before {version} are kept in {}.{}: records of this version wait for the tap's next run",
+                    "target: warning: stream '{}': rows of versions before {version} are kept in {}.{}: {why}",
                     escaped(&s.name), escaped(db), escaped(table)
                 );
                 continue;

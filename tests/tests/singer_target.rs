@@ -1084,3 +1084,42 @@ fn replicated_tables_get_a_path_of_their_own_and_an_overwrite_swaps_them() {
     }
     assert_ne!(paths[0], paths[1], "each run's table has a path of its own");
 }
+
+/// ACTIVATE_VERSION is acted on only once the tap got past the stream: a run whose input ends
+/// without a STATE after the stream's last record (a tap that failed mid-stream) keeps the
+/// older versions, with a warning. Records from BATCH files get the version their stream's
+/// ACTIVATE_VERSION made current, so a full-table sync in batches retires the rows it
+/// replaces.
+#[test]
+fn activate_version_waits_for_a_state_after_the_last_record_and_covers_batch_files() {
+    let run = Run::new(&clickhouse().url);
+    run.configure(&[
+        ("add_record_metadata", json!(true)),
+        ("hard_delete", json!(true)),
+    ]);
+    let (code, _, err) = finish(run.spawn(&versioned(RECORDS, 1)));
+    assert_eq!(code, Some(0), "{err}");
+    // Version 2's sync stops after 25 records, before any STATE after them.
+    let cut: String = versioned(45, 2)
+        .lines()
+        .take(2 + 25 + 1) // SCHEMA, ACTIVATE_VERSION, 15 records, STATE 15, 10 records
+        .map(|l| format!("{l}\n"))
+        .collect();
+    let (code, _, err) = finish(run.spawn(&cut));
+    assert_eq!(code, Some(0), "{err}");
+    assert!(
+        err.contains("rows of versions before 2 are kept") && err.contains("no STATE came after"),
+        "{err}"
+    );
+    assert_eq!(versions(&run, 1).1, RECORDS, "version 1 whole");
+
+    // The same in BATCH files, version 3: the files' records carry it, version 1 and 2 go.
+    let dir = run.dir.0.join("batches");
+    run.configure(&[("batch_dirs", json!([dir.to_str().unwrap()]))]);
+    let activate = json!({"type": "ACTIVATE_VERSION", "stream": "rows", "version": 3});
+    let input = batched(&run, 0).replacen('\n', &format!("\n{activate}\n"), 1);
+    let (code, _, err) = finish(run.spawn(&input));
+    assert_eq!(code, Some(0), "{err}");
+    assert!(err.contains("versions before 3 deleted"), "{err}");
+    assert_eq!(versions(&run, 3), (RECORDS, RECORDS, RECORDS));
+}
