@@ -4,7 +4,11 @@
 //! (`--dedup`, into a table of the same definition), against shaped-target-clickhouse 0.2.5
 //! (the Meltano Hub's `target-clickhouse`, in its own venv; fewer records, it is slow), and our
 //! target under `meltano run` with a tap that replays the file (what Meltano adds). Each
-//! reports wall time and records/s, and the rows found after it.
+//! reports wall time and records/s, and the rows found after it. Then the load methods (issue
+//! 46): the same file into our target append-only, with `add_record_metadata`, with
+//! `load_method: upsert` and with `load_method: overwrite` (a first run, then one over the
+//! table it left, which swaps), each on a fresh database, median of 3, every run's table
+//! checked (the bench fails on a wrong row count).
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -17,6 +21,9 @@ use super::{cli, count_rows};
 
 /// Records between STATE messages in the replayed file.
 const STATE_EVERY: usize = 1000;
+
+/// Our target's `batch_size_rows` in every run of the section.
+const BATCH_SIZE_ROWS: usize = 10_000;
 
 /// Writes the tap's output for `records` records (and the same records as NDJSON); returns
 /// both paths.
@@ -147,14 +154,24 @@ fn make_executable(path: &Path) {
 
 /// Our target's config for `database` (on `server`).
 fn config(dir: &Path, server: &Server, database: &str, name: &str) -> PathBuf {
+    config_with(dir, server, database, name, &serde_json::json!({}))
+}
+
+/// [`config`] with the settings of `extra` added.
+fn config_with(
+    dir: &Path,
+    server: &Server,
+    database: &str,
+    name: &str,
+    extra: &serde_json::Value,
+) -> PathBuf {
     let path = dir.join(name);
-    std::fs::write(
-        &path,
-        serde_json::json!({"uri": server.url, "username": server.user,
-            "password": server.password, "database": database, "batch_size_rows": 10_000})
-        .to_string(),
-    )
-    .unwrap();
+    let mut config = serde_json::json!({"uri": server.url, "username": server.user,
+        "password": server.password, "database": database, "batch_size_rows": BATCH_SIZE_ROWS});
+    for (key, value) in extra.as_object().unwrap() {
+        config[key] = value.clone();
+    }
+    std::fs::write(&path, config.to_string()).unwrap();
     path
 }
 
@@ -305,7 +322,7 @@ pub fn bench_loader(records: usize, shaped_records: usize) {
                     "settings": [{"name": "uri"}, {"name": "username"}, {"name": "password", "kind": "password"},
                         {"name": "database"}, {"name": "batch_size_rows", "kind": "integer"}],
                     "config": {"uri": server.url, "username": server.user, "password": server.password,
-                        "database": melt_db, "batch_size_rows": 10_000}}]}});
+                        "database": melt_db, "batch_size_rows": BATCH_SIZE_ROWS}}]}});
         std::fs::write(project.join("meltano.yml"), yml.to_string()).unwrap();
         let mut command = Command::new(&meltano);
         command
@@ -367,6 +384,10 @@ pub fn bench_loader(records: usize, shaped_records: usize) {
         }
     }
 
+    // The load methods (issue 46): the same file into our target, configuration by
+    // configuration.
+    let methods = bench_load_methods(&dir, server, &sql, &singer, records);
+
     println!("\n## Meltano's loader: {records} records of 5 typed columns, a STATE every {STATE_EVERY}, batch 10,000\n");
     println!("| path | records | seconds | records/s | rows in the table |");
     println!("|---|---:|---:|---:|---:|");
@@ -400,5 +421,290 @@ pub fn bench_loader(records: usize, shaped_records: usize) {
     for (loader, at, last, dups) in &crashes {
         println!("| {loader} | {at} | {last} | {dups} |");
     }
+    print_load_methods(&methods, records);
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Timed runs of each configuration of the load-method comparison; its median is reported.
+const METHOD_RUNS: usize = 3;
+
+/// One configuration of the load-method comparison (issue 46), each run on the same file
+/// with the same `batch_size_rows`.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Method {
+    /// Today's default: `load_method: append-only`, no metadata.
+    Append,
+    /// `add_record_metadata: true`, appended.
+    AppendMetadata,
+    /// `load_method: upsert` (the stream is keyed by `id`).
+    Upsert,
+    /// `load_method: overwrite`, the first run on a fresh database: loaded beside, then a
+    /// `RENAME TABLE` into place.
+    OverwriteFirst,
+    /// `load_method: overwrite` over a table that already holds the rows (the run after
+    /// [`Method::OverwriteFirst`]): loaded beside, then `EXCHANGE TABLES` and the old one
+    /// dropped.
+    Overwrite,
+}
+
+impl Method {
+    /// In the order they are run in each round (an overwrite needs its first run before it).
+    const ALL: [Method; 5] = [
+        Method::Append,
+        Method::AppendMetadata,
+        Method::Upsert,
+        Method::OverwriteFirst,
+        Method::Overwrite,
+    ];
+
+    fn label(self) -> &'static str {
+        match self {
+            Method::Append => "append-only (the default)",
+            Method::AppendMetadata => "append-only, `add_record_metadata: true`",
+            Method::Upsert => "`load_method: upsert` (keyed by `id`)",
+            Method::OverwriteFirst => {
+                "`load_method: overwrite`, first run (fresh database: `RENAME` into place)"
+            }
+            Method::Overwrite => {
+                "`load_method: overwrite` over the loaded table (`EXCHANGE TABLES`, old dropped)"
+            }
+        }
+    }
+
+    fn settings(self) -> serde_json::Value {
+        match self {
+            Method::Append => serde_json::json!({}),
+            Method::AppendMetadata => serde_json::json!({"add_record_metadata": true}),
+            Method::Upsert => serde_json::json!({"load_method": "upsert"}),
+            Method::OverwriteFirst | Method::Overwrite => {
+                serde_json::json!({"load_method": "overwrite"})
+            }
+        }
+    }
+
+    /// The `_sdc_` columns the table must have, and no others.
+    fn sdc_columns(self) -> &'static [&'static str] {
+        match self {
+            Method::AppendMetadata => &[
+                "_sdc_batched_at",
+                "_sdc_deleted_at",
+                "_sdc_extracted_at",
+                "_sdc_received_at",
+                "_sdc_sequence",
+                "_sdc_sync_started_at",
+                "_sdc_table_version",
+            ],
+            Method::Upsert => &["_sdc_upsert_version"],
+            _ => &[],
+        }
+    }
+}
+
+/// A table's UUID (`system.tables`).
+fn table_uuid(sql: &Sql, db: &str, table: &str) -> String {
+    let rows = sql.rows(
+        "SELECT toString(uuid) AS u FROM system.tables WHERE database = {db:String} AND name = {t:String}",
+        &[("db", db), ("t", table)],
+    );
+    assert_eq!(rows.len(), 1, "bench loader: no table {db}.{table}");
+    rows[0]["u"].as_str().unwrap().to_string()
+}
+
+/// Checks that a run of `method` into `db` left exactly what it must, and panics (failing the
+/// bench) otherwise: `records` rows under `count()` and under `count() FINAL`, the `_sdc_`
+/// columns of the configuration and no others, every record's metadata filled, an upsert's
+/// versioned engine with one version per record, no `rows__loading` left behind, and, for an
+/// overwrite over a loaded table, another table than the one before it (`before`: its UUID).
+/// Returns (`count()`, `count() FINAL`).
+fn check_method(
+    sql: &Sql,
+    db: &str,
+    method: Method,
+    records: usize,
+    before: Option<&str>,
+) -> (u64, u64) {
+    let label = method.label();
+    let params = [("db", db)];
+    let count = sql.count("SELECT count() FROM {db:Identifier}.rows", &params);
+    let fin = sql.count("SELECT count() FROM {db:Identifier}.rows FINAL", &params);
+    assert!(
+        count == records as u64 && fin == records as u64,
+        "bench loader, {label}: {count} rows (count()), {fin} under FINAL; expected {records}"
+    );
+    let sdc: Vec<String> = sql
+        .rows(
+            "SELECT name FROM system.columns WHERE database = {db:String} AND table = 'rows' \
+             AND startsWith(name, '_sdc_') ORDER BY name",
+            &params,
+        )
+        .iter()
+        .map(|r| r["name"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(
+        sdc,
+        method.sdc_columns(),
+        "bench loader, {label}: the table's _sdc_ columns"
+    );
+    if method == Method::AppendMetadata {
+        let unfilled = sql.count(
+            "SELECT countIf(_sdc_received_at IS NULL OR _sdc_batched_at IS NULL \
+             OR _sdc_sequence IS NULL OR _sdc_sync_started_at IS NULL) FROM {db:Identifier}.rows",
+            &params,
+        );
+        assert_eq!(unfilled, 0, "bench loader, {label}: rows without metadata");
+    }
+    if method == Method::Upsert {
+        let engine = sql.rows(
+            "SELECT engine_full FROM system.tables WHERE database = {db:String} AND name = 'rows'",
+            &params,
+        );
+        let engine = engine[0]["engine_full"].as_str().unwrap();
+        assert!(
+            engine.starts_with("ReplacingMergeTree(_sdc_upsert_version)"),
+            "bench loader, {label}: engine {engine}"
+        );
+        let versions = sql.count(
+            "SELECT uniqExact(_sdc_upsert_version) FROM {db:Identifier}.rows",
+            &params,
+        );
+        assert_eq!(
+            versions, records as u64,
+            "bench loader, {label}: distinct versions"
+        );
+    }
+    let left = sql.count(
+        "SELECT count() FROM system.tables WHERE database = {db:String} AND name != 'rows'",
+        &params,
+    );
+    assert_eq!(left, 0, "bench loader, {label}: tables left beside `rows`");
+    if let Some(before) = before {
+        assert_ne!(
+            table_uuid(sql, db, "rows"),
+            before,
+            "bench loader, {label}: the table was not swapped"
+        );
+    }
+    (count, fin)
+}
+
+/// One configuration's measurements: its runs' seconds, and the rows the last run left
+/// (`count()`, `count() FINAL`).
+struct MethodRuns {
+    method: Method,
+    seconds: Vec<f64>,
+    found: (u64, u64),
+}
+
+impl MethodRuns {
+    fn median(&self) -> f64 {
+        let mut s = self.seconds.clone();
+        s.sort_by(f64::total_cmp);
+        s[s.len() / 2]
+    }
+}
+
+/// The load-method comparison (issue 46): the same file (`singer`, `records` records) into our
+/// target, each configuration of [`Method`] on a fresh database, [`METHOD_RUNS`] rounds (one
+/// run of each configuration per round, so a change in the machine's load falls on all of
+/// them); every run's table checked ([`check_method`]) and its database dropped.
+fn bench_load_methods(
+    dir: &Path,
+    server: &Server,
+    sql: &Sql,
+    singer: &Path,
+    records: usize,
+) -> Vec<MethodRuns> {
+    let mut runs: Vec<MethodRuns> = Method::ALL
+        .iter()
+        .map(|&method| MethodRuns {
+            method,
+            seconds: Vec::new(),
+            found: (0, 0),
+        })
+        .collect();
+    let run = |db: &str, method: Method, round: usize| {
+        let cfg = config_with(
+            dir,
+            server,
+            db,
+            &format!("method-{round}-{}.json", db),
+            &method.settings(),
+        );
+        let mut command = Command::new(cli());
+        command.args(["target", "--config"]).arg(&cfg);
+        timed(command, Some(singer))
+    };
+    for round in 0..METHOD_RUNS {
+        let mut overwritten: Option<(String, String)> = None;
+        for (i, &method) in Method::ALL.iter().enumerate() {
+            // A fresh database for each configuration, but the second overwrite: it runs over
+            // the table its first run left.
+            let (db, before) = match (method, overwritten.take()) {
+                (Method::Overwrite, Some((db, uuid))) => (db, Some(uuid)),
+                _ => (unique_name("bench_method"), None),
+            };
+            let seconds = run(&db, method, round);
+            let found = check_method(sql, &db, method, records, before.as_deref());
+            runs[i].seconds.push(seconds);
+            runs[i].found = found;
+            if method == Method::OverwriteFirst {
+                let uuid = table_uuid(sql, &db, "rows");
+                overwritten = Some((db, uuid));
+            } else {
+                sql.exec("DROP DATABASE {db:Identifier} SYNC", &[("db", &db)]);
+            }
+        }
+    }
+    runs
+}
+
+/// Prints the load-method comparison's table and its ratios.
+fn print_load_methods(runs: &[MethodRuns], records: usize) {
+    println!(
+        "\n### Load methods: the same {records} records, batch_size_rows {BATCH_SIZE_ROWS}, \
+         each on a fresh database (median of {METHOD_RUNS}, one round of each at a time)\n"
+    );
+    println!("| configuration | records | median seconds | records/s | runs (s) | count() | count() FINAL |");
+    println!("|---|---:|---:|---:|---|---:|---:|");
+    for r in runs {
+        let each: Vec<String> = r.seconds.iter().map(|s| format!("{s:.2}")).collect();
+        println!(
+            "| {} | {records} | {:.2} | {:.0} | {} | {} | {} |",
+            r.method.label(),
+            r.median(),
+            records as f64 / r.median(),
+            each.join(", "),
+            r.found.0,
+            r.found.1
+        );
+    }
+    let of = |m: Method| runs.iter().find(|r| r.method == m).unwrap();
+    let append = of(Method::Append);
+    // Per round, against that round's append-only run: the spread of a ratio.
+    let ratio = |m: Method| {
+        let r = of(m);
+        let mut each: Vec<f64> = r
+            .seconds
+            .iter()
+            .zip(&append.seconds)
+            .map(|(a, b)| a / b)
+            .collect();
+        each.sort_by(f64::total_cmp);
+        (r.median() / append.median(), each[0], each[each.len() - 1])
+    };
+    let (m, lo, hi) = ratio(Method::AppendMetadata);
+    println!(
+        "\nmetadata on / append-only, wall time: {:+.1}% (per round {:+.1}% to {:+.1}%)",
+        (m - 1.0) * 100.0,
+        (lo - 1.0) * 100.0,
+        (hi - 1.0) * 100.0
+    );
+    for (method, name) in [
+        (Method::Upsert, "upsert"),
+        (Method::OverwriteFirst, "overwrite, first run"),
+        (Method::Overwrite, "overwrite over the loaded table"),
+    ] {
+        let (m, lo, hi) = ratio(method);
+        println!("{name} / append-only, wall time: {m:.2}x (per round {lo:.2}x to {hi:.2}x)");
+    }
 }
