@@ -40,6 +40,7 @@ PY_SOURCES := python/clickhouse_component tests/python
 # Defined before the rules that name it: make expands a rule's prerequisites as it reads them.
 TAP_POSTGRES_DEPS := $(VENV)-tap-postgres/.meltanolabs-tap-postgres-0.10.0
 MAP_TRANSFORMER_DEPS := $(VENV)-map-transformer/.meltano-map-transform-0.12.3
+SHAPED_DEPS := $(VENV)-shaped/.shaped-target-clickhouse-0.2.5
 
 .PHONY: meltano-diff run test setup wasm-target venv zookeeper postgres binaryen build bench diff lint fmt clean js wasmtime-cli wheel plugin-wheel wheels python-test compose wac-cli wasm-tools planted-bugs soak check-history
 
@@ -269,7 +270,6 @@ $(VENV)-meltano/.meltano-4.4.1:
 
 # shaped-target-clickhouse 0.2.5 (the Meltano Hub's target-clickhouse: the loader benchmark's
 # comparison), in a venv of its own.
-SHAPED_DEPS := $(VENV)-shaped/.shaped-target-clickhouse-0.2.5
 $(SHAPED_DEPS):
 	python3 -m venv $(VENV)-shaped
 	$(VENV)-shaped/bin/pip install --quiet --disable-pip-version-check "shaped-target-clickhouse==0.2.5"
