@@ -57,9 +57,9 @@ struct Stream<T: Transport, P: Platform> {
     /// Properties not in the SCHEMA, warned about once.
     dropped: Vec<Vec<u8>>,
     sink: Sink<T, P>,
-    /// Waiting records, one NDJSON line each, and the input line each came from.
+    /// Waiting records, one NDJSON line each, and where each came from.
     pending: Vec<u8>,
-    lines: Vec<u64>,
+    lines: Vec<Origin>,
     /// Chunks sent since the last emitted STATE (their place, in the token).
     chunks_since_state: u64,
     /// How many of the waiting records (and their bytes) came before the last STATE read.
@@ -157,6 +157,18 @@ pub struct Target<'w, T: Transport + Clone, P: Platform + Clone> {
     activate_warned: bool,
     /// The input's last STATE waits for the older versions to be retired (in `held_state`).
     hold_final: bool,
+    /// The batch files read in this run (a refusal names the file a record came from), and
+    /// the one being read with the line in it: its index and the line's number.
+    batch_files: Vec<String>,
+    reading_file: Option<(u32, u32)>,
+}
+
+/// Where a waiting record came from: its input line, and for a record of a BATCH's file, the
+/// file (its index in `Target::batch_files`) and its line in it.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(crate) struct Origin {
+    line: u64,
+    file: Option<(u32, u32)>,
 }
 
 impl<'w, T: Transport + Clone, P: Platform + Clone> Target<'w, T, P> {
@@ -198,6 +210,8 @@ impl<'w, T: Transport + Clone, P: Platform + Clone> Target<'w, T, P> {
             held_state: None,
             last_version: 0,
             activate_warned: false,
+            batch_files: Vec::new(),
+            reading_file: None,
             hold_final: false,
         }
     }
@@ -258,7 +272,7 @@ impl<'w, T: Transport + Clone, P: Platform + Clone> Target<'w, T, P> {
     /// STATE, sends them again. `load_partial_tail` sends it too (at least once). A run
     /// without any STATE sends everything: its rerun starts from the beginning, as it did.
     fn finish(&mut self) -> Result<(), Error> {
-        let mut tails: Vec<(Vec<u64>, Vec<u8>)> = Vec::with_capacity(self.streams.len());
+        let mut tails: Vec<(Vec<Origin>, Vec<u8>)> = Vec::with_capacity(self.streams.len());
         for s in &mut self.streams {
             let (lines, bytes) = if self.seen_state {
                 s.covered
@@ -443,6 +457,8 @@ impl<'w, T: Transport + Clone, P: Platform + Clone> Target<'w, T, P> {
                 )));
             }
             let text = batch::read(&path, compression).map_err(bad)?;
+            let file = u32::try_from(self.batch_files.len()).unwrap_or(u32::MAX);
+            self.batch_files.push(path.clone());
             for (n, line) in text.split(|b| *b == b'\n').enumerate() {
                 if line.iter().all(u8::is_ascii_whitespace) {
                     continue;
@@ -453,8 +469,11 @@ impl<'w, T: Transport + Clone, P: Platform + Clone> Target<'w, T, P> {
                     e.clone().reclassify(e.kind, message)
                 };
                 let properties = keys_of(line, line_no).map_err(in_file)?;
-                self.record_message(stream, line, &properties, message, line_no)
-                    .map_err(in_file)?;
+                // (A file's text is at most 256 MiB: its line numbers fit.)
+                self.reading_file = Some((file, u32::try_from(n + 1).unwrap_or(u32::MAX)));
+                let read = self.record_message(stream, line, &properties, message, line_no);
+                self.reading_file = None;
+                read.map_err(in_file)?;
             }
         }
         Ok(())
@@ -592,7 +611,7 @@ impl<'w, T: Transport + Clone, P: Platform + Clone> Target<'w, T, P> {
             // The chunk before this one is acknowledged first (its error comes first).
             self.complete()?;
             let prepared = prepared.map_err(|e| {
-                let message = in_input(&e.message, chunk_lines, &name);
+                let message = in_input(&e.message, chunk_lines, &name, &self.batch_files);
                 e.clone().reclassify(e.kind, message)
             })?;
             let started = self.streams[index].sink.start(prepared)?;
@@ -651,16 +670,22 @@ fn memchr_newline(bytes: &[u8]) -> usize {
 }
 
 /// A sink message about `line N` of a chunk, about the input line it came from.
-fn in_input(message: &str, lines: &[u64], stream: &str) -> String {
+fn in_input(message: &str, lines: &[Origin], stream: &str, files: &[String]) -> String {
     let stream = crate::text::escaped(stream);
     if let Some(rest) = message.strip_prefix("line ") {
         let digits = rest.bytes().take_while(u8::is_ascii_digit).count();
-        if let Some(input_line) = rest[..digits]
+        if let Some(origin) = rest[..digits]
             .parse::<usize>()
             .ok()
             .and_then(|n| lines.get(n.checked_sub(1)?))
         {
-            return format!("line {input_line} (stream '{stream}'){}", &rest[digits..]);
+            let line = origin.line;
+            let file = origin.file.and_then(|(index, in_file)| {
+                let path = files.get(index as usize)?;
+                Some(format!(" (file {}, line {in_file})", escaped(path)))
+            });
+            let file = file.unwrap_or_default();
+            return format!("line {line} (stream '{stream}'){}{file}", &rest[digits..]);
         }
     }
     format!("stream '{stream}': {message}")

@@ -1042,6 +1042,43 @@ fn a_batch_outside_batch_dirs_or_in_another_format_is_refused() {
     assert_eq!(tables, 0, "nothing written");
 }
 
+/// A value the sink refuses in a batch file is named by its BATCH line, and by the file and
+/// the line in it (the typed read of a chunk runs when the chunk is sent, long after the file
+/// was read); nothing is written and no STATE passes it.
+#[test]
+fn a_value_refused_in_a_batch_file_names_the_file_and_its_line() {
+    let run = Run::new(&clickhouse().url);
+    let dir = run.dir.0.join("batches");
+    std::fs::create_dir_all(&dir).unwrap();
+    run.configure(&[("batch_dirs", json!([dir.to_str().unwrap()]))]);
+    let path = dir.join("bad.jsonl");
+    let lines: Vec<String> = (1..=5)
+        .map(|id| match id {
+            4 => json!({"id": "four", "name": "row 4"}).to_string(),
+            _ => json!({"id": id, "name": format!("row {id}")}).to_string(),
+        })
+        .collect();
+    std::fs::write(&path, lines.join("\n") + "\n").unwrap();
+    let batch = json!({"type": "BATCH", "stream": "rows",
+        "encoding": {"format": "jsonl"},
+        "manifest": [format!("file://{}", path.display())]});
+    let state = json!({"type": "STATE", "value": {"bookmarks": {"rows": {"last": 5}}}});
+    let input = format!("{}{batch}\n{state}\n", messages(RECORDS));
+    let (code, out, err) = finish(run.spawn(&input));
+    assert_eq!(code, Some(2), "{err}");
+    assert!(out.is_empty(), "no STATE: {out}");
+    let named = format!("(file {}, line 4)", path.display());
+    assert!(
+        err.contains("line 2 (stream 'rows')") && err.contains(&named) && err.contains("'id'"),
+        "{err}"
+    );
+    let tables = sql().count(
+        "SELECT count() FROM system.tables WHERE database = {db:String} AND total_rows > 0",
+        &[("db", run.database.as_str())],
+    );
+    assert_eq!(tables, 0, "nothing written");
+}
+
 /// Replicated tables with the default `table_path` (`/clickhouse/tables/{uuid}/{shard}`), on a
 /// fresh server without `cluster_name`: ClickHouse expands `{uuid}` only `ON CLUSTER`, in a
 /// Replicated database, or with the table's UUID in the statement, so the target puts a UUID
