@@ -62,24 +62,27 @@ fn is_json_number(t: &[u8]) -> bool {
 }
 
 /// The high bit of each byte of `x` (little-endian) that is `"`, `\\` or a control character
-/// (below 0x20), and perhaps of bytes above the lowest such: the zero-byte test of "Bit
-/// Twiddling Hacks", whose lowest bit is exact (a borrow only runs upwards).
-fn string_specials(x: u64) -> u64 {
+/// (below 0x20), or with `DEL` also 0x7f (the bytes the JSON writer escapes), and perhaps of
+/// bytes above the lowest such: the zero-byte test of "Bit Twiddling Hacks", whose lowest bit
+/// is exact (a borrow only runs upwards).
+fn string_specials<const DEL: bool>(x: u64) -> u64 {
     const ONES: u64 = 0x0101_0101_0101_0101;
     const HIGH: u64 = 0x8080_8080_8080_8080;
     let zero = |v: u64| v.wrapping_sub(ONES) & !v & HIGH;
     let quote = zero(x ^ (ONES * u64::from(b'"')));
     let backslash = zero(x ^ (ONES * u64::from(b'\\')));
     let control = x.wrapping_sub(ONES * 0x20) & !x & HIGH;
-    quote | backslash | control
+    let del = if DEL { zero(x ^ (ONES * 0x7f)) } else { 0 };
+    quote | backslash | control | del
 }
 
-/// Where, from `at` on, the first `"`, `\\` or control character of `s` is; or, if there is
-/// none in the whole eight-byte steps, where the last few bytes (fewer than eight) start, for
-/// the caller's byte-by-byte scan.
-fn first_string_special_scalar(s: &[u8], mut at: usize) -> usize {
+/// Where, from `at` on, the first `"`, `\\` or control character of `s` is (with `DEL`, or
+/// 0x7f); or, if there is none in the whole eight-byte steps, where the last few bytes (fewer
+/// than eight) start, for the caller's byte-by-byte scan.
+fn first_string_special_scalar<const DEL: bool>(s: &[u8], mut at: usize) -> usize {
     while let Some(chunk) = s.get(at..at + 8) {
-        let specials = string_specials(u64::from_le_bytes(chunk.try_into().unwrap_or_default()));
+        let word = u64::from_le_bytes(chunk.try_into().unwrap_or_default());
+        let specials = string_specials::<DEL>(word);
         if specials != 0 {
             return at + specials.trailing_zeros() as usize / 8;
         }
@@ -91,7 +94,7 @@ fn first_string_special_scalar(s: &[u8], mut at: usize) -> usize {
 /// [`first_string_special_scalar`], sixteen bytes a step with wasm's `simd128` (the
 /// component's build for speed has it; the library component's, for size, does not).
 #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
-fn first_string_special(s: &[u8], mut at: usize) -> usize {
+fn first_string_special<const DEL: bool>(s: &[u8], mut at: usize) -> usize {
     use core::arch::wasm32::{u8x16, u8x16_bitmask, u8x16_eq, u8x16_lt, u8x16_splat, v128_or};
     while let Some(b) = s.get(at..at + 16) {
         // (A safe load: the 16 lanes from the slice compile to one `v128.load`.)
@@ -99,25 +102,28 @@ fn first_string_special(s: &[u8], mut at: usize) -> usize {
             b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12], b[13],
             b[14], b[15],
         );
-        let specials = v128_or(
+        let mut specials = v128_or(
             v128_or(
                 u8x16_eq(v, u8x16_splat(b'"')),
                 u8x16_eq(v, u8x16_splat(b'\\')),
             ),
             u8x16_lt(v, u8x16_splat(0x20)),
         );
+        if DEL {
+            specials = v128_or(specials, u8x16_eq(v, u8x16_splat(0x7f)));
+        }
         let bits = u8x16_bitmask(specials);
         if bits != 0 {
             return at + bits.trailing_zeros() as usize;
         }
         at += 16;
     }
-    first_string_special_scalar(s, at)
+    first_string_special_scalar::<DEL>(s, at)
 }
 
 #[cfg(not(all(target_arch = "wasm32", target_feature = "simd128")))]
-fn first_string_special(s: &[u8], at: usize) -> usize {
-    first_string_special_scalar(s, at)
+fn first_string_special<const DEL: bool>(s: &[u8], at: usize) -> usize {
+    first_string_special_scalar::<DEL>(s, at)
 }
 
 /// One JSON value at a [`Cursor`].
@@ -247,7 +253,7 @@ impl<'a> Cursor<'a> {
         let from = self.at;
         // The common case: no escape. Straight to the first quote, backslash or control
         // character (strings are most of a row's bytes).
-        self.at = first_string_special(self.s, self.at);
+        self.at = first_string_special::<false>(self.s, self.at);
         while let Some(&b) = self.s.get(self.at) {
             match b {
                 b'"' => {
@@ -525,25 +531,35 @@ pub fn json_value(text: &[u8]) -> Result<&[u8], Refusal> {
 
 /// A JSON string of arbitrary bytes: quotes, backslashes and control characters escaped, every
 /// other byte unchanged (ClickHouse reads string bytes verbatim, UTF-8 or not).
+/// Runs without an escape are found a word at a time ([`first_string_special`]) and copied
+/// whole: the Python binding writes every str of a send through here.
 pub fn write_json_string(buf: &mut Vec<u8>, bytes: &[u8]) {
+    buf.reserve(bytes.len() + 2);
     buf.push(b'"');
-    let mut start = 0;
-    for (i, &b) in bytes.iter().enumerate() {
+    let (mut start, mut at) = (0, 0);
+    loop {
+        at = first_string_special::<true>(bytes, at);
+        // The scan stops at an escaped byte, or where the last few bytes start.
+        let Some(i) =
+            (at..bytes.len()).find(|&i| matches!(bytes[i], 0..=0x1f | b'"' | b'\\' | 0x7f))
+        else {
+            break;
+        };
+        let b = bytes[i];
         let escape: Option<&[u8]> = match b {
             b'"' => Some(b"\\\""),
             b'\\' => Some(b"\\\\"),
             b'\n' => Some(b"\\n"),
             b'\r' => Some(b"\\r"),
             b'\t' => Some(b"\\t"),
-            0..=0x1f | 0x7f => None,
-            _ => continue,
+            _ => None,
         };
         buf.extend_from_slice(&bytes[start..i]);
         match escape {
             Some(e) => buf.extend_from_slice(e),
             None => drop(std::io::Write::write_fmt(buf, format_args!("\\u{b:04x}"))),
         }
-        start = i + 1;
+        (start, at) = (i + 1, i + 1);
     }
     buf.extend_from_slice(&bytes[start..]);
     buf.push(b'"');
@@ -573,7 +589,7 @@ mod tests {
                         bytes[at + 3] = b'"';
                     }
                     for from in 0..=at {
-                        let found = first_string_special_scalar(&bytes, from);
+                        let found = first_string_special_scalar::<false>(&bytes, from);
                         let want = naive(&bytes, from);
                         // The first special byte, or where fewer than eight bytes before it
                         // are left to scan byte by byte.
@@ -584,8 +600,50 @@ mod tests {
                     }
                 }
             }
-            assert_eq!(first_string_special_scalar(&[fill; 20], 0), 16);
-            assert_eq!(first_string_special_scalar(&[fill; 20], 20), 20);
+            assert_eq!(first_string_special_scalar::<false>(&[fill; 20], 0), 16);
+            assert_eq!(first_string_special_scalar::<false>(&[fill; 20], 20), 20);
         }
+    }
+
+    /// The writer's word-at-a-time scan against the byte-by-byte writer it replaced: every
+    /// byte at every place of a 20-byte field (0x7f included, which only the writer escapes),
+    /// with a second escaped byte after it.
+    #[test]
+    fn json_strings_are_written_as_byte_by_byte() {
+        let naive = |bytes: &[u8]| {
+            let mut out = vec![b'"'];
+            for &b in bytes {
+                match b {
+                    b'"' => out.extend_from_slice(b"\\\""),
+                    b'\\' => out.extend_from_slice(b"\\\\"),
+                    b'\n' => out.extend_from_slice(b"\\n"),
+                    b'\r' => out.extend_from_slice(b"\\r"),
+                    b'\t' => out.extend_from_slice(b"\\t"),
+                    0..=0x1f | 0x7f => out.extend_from_slice(format!("\\u{b:04x}").as_bytes()),
+                    _ => out.push(b),
+                }
+            }
+            out.push(b'"');
+            out
+        };
+        for fill in [b'a', 0x80, 0xff, 0x7e, 0x20] {
+            for b in 0..=255u8 {
+                for at in 0..20 {
+                    let mut bytes = vec![fill; 20];
+                    bytes[at] = b;
+                    if at + 9 < 20 {
+                        bytes[at + 9] = 0x7f;
+                    }
+                    for len in [at + 1, 20] {
+                        let mut out = Vec::new();
+                        write_json_string(&mut out, &bytes[..len]);
+                        assert_eq!(out, naive(&bytes[..len]), "{b:#x} at {at} in {fill:#x}");
+                    }
+                }
+            }
+        }
+        let mut out = Vec::new();
+        write_json_string(&mut out, b"");
+        assert_eq!(out, b"\"\"");
     }
 }
