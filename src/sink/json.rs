@@ -629,7 +629,7 @@ mod tests {
         for fill in [b'a', 0x80, 0xff, 0x7e, 0x20] {
             for b in 0..=255u8 {
                 for at in 0..20 {
-                    let mut bytes = vec![fill; 20];
+                    let mut bytes = [fill; 20];
                     bytes[at] = b;
                     if at + 9 < 20 {
                         bytes[at + 9] = 0x7f;

@@ -286,6 +286,7 @@ fn plain_decimal(t: &[u8], precision: u8, scale: u8) -> Option<u64> {
 }
 
 /// 10^0 to 10^19: every power of ten a `u64` holds.
+#[cfg(any(test, feature = "speed"))]
 const POW10: [u64; 20] = {
     let mut p = [1u64; 20];
     let mut i = 1;
