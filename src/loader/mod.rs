@@ -28,6 +28,7 @@ mod records;
 mod tables;
 
 use std::io::{BufRead, Write};
+use std::num::NonZeroU32;
 use std::time::Duration;
 
 use crate::client::{Client, Error, ErrorKind, Transport};
@@ -59,7 +60,7 @@ struct Stream<T: Transport, P: Platform> {
     sink: Sink<T, P>,
     /// Waiting records, one NDJSON line each, and where each came from.
     pending: Vec<u8>,
-    lines: Vec<Origin>,
+    lines: Vec<RecordOrigin>,
     /// Chunks sent since the last emitted STATE (their place, in the token).
     chunks_since_state: u64,
     /// How many of the waiting records (and their bytes) came before the last STATE read.
@@ -160,15 +161,15 @@ pub struct Target<'w, T: Transport + Clone, P: Platform + Clone> {
     /// The batch files read in this run (a refusal names the file a record came from), and
     /// the one being read with the line in it: its index and the line's number.
     batch_files: Vec<String>,
-    reading_file: Option<(u32, u32)>,
+    reading_file: Option<(u32, NonZeroU32)>,
 }
 
 /// Where a waiting record came from: its input line, and for a record of a BATCH's file, the
-/// file (its index in `Target::batch_files`) and its line in it.
+/// file (its index in `Target::batch_files`) and its line in it (from 1: 16 bytes in all).
 #[derive(Clone, Copy, Debug, PartialEq)]
-pub(crate) struct Origin {
+pub(crate) struct RecordOrigin {
     line: u64,
-    file: Option<(u32, u32)>,
+    file: Option<(u32, NonZeroU32)>,
 }
 
 impl<'w, T: Transport + Clone, P: Platform + Clone> Target<'w, T, P> {
@@ -272,7 +273,7 @@ impl<'w, T: Transport + Clone, P: Platform + Clone> Target<'w, T, P> {
     /// STATE, sends them again. `load_partial_tail` sends it too (at least once). A run
     /// without any STATE sends everything: its rerun starts from the beginning, as it did.
     fn finish(&mut self) -> Result<(), Error> {
-        let mut tails: Vec<(Vec<Origin>, Vec<u8>)> = Vec::with_capacity(self.streams.len());
+        let mut tails: Vec<(Vec<RecordOrigin>, Vec<u8>)> = Vec::with_capacity(self.streams.len());
         for s in &mut self.streams {
             let (lines, bytes) = if self.seen_state {
                 s.covered
@@ -357,7 +358,8 @@ impl<'w, T: Transport + Clone, P: Platform + Clone> Target<'w, T, P> {
                     time_extracted,
                     version,
                 };
-                self.record_message(&stream, record, &properties, message, line_no)
+                self.record_message(&stream, record, &properties, message, line_no)?;
+                self.flush_if_full()
             }
             Message::Schema {
                 stream,
@@ -382,6 +384,15 @@ impl<'w, T: Transport + Clone, P: Platform + Clone> Target<'w, T, P> {
                 line_no,
             ),
         }
+    }
+
+    /// Flushes once the waiting records' bytes reach `batch_size_bytes` (after a record is
+    /// taken, outside the errors of that record: the flush's name the records they are about).
+    fn flush_if_full(&mut self) -> Result<(), Error> {
+        if self.pending_bytes >= self.config.batch_size_bytes {
+            self.flush(None)?;
+        }
+        Ok(())
     }
 
     /// A RECORD's record, flattened first with `flattening_enabled` (the SDK's mapper
@@ -470,10 +481,13 @@ impl<'w, T: Transport + Clone, P: Platform + Clone> Target<'w, T, P> {
                 };
                 let properties = keys_of(line, line_no).map_err(in_file)?;
                 // (A file's text is at most 256 MiB: its line numbers fit.)
-                self.reading_file = Some((file, u32::try_from(n + 1).unwrap_or(u32::MAX)));
+                let in_file_line = NonZeroU32::new(u32::try_from(n + 1).unwrap_or(u32::MAX));
+                self.reading_file = in_file_line.map(|l| (file, l));
                 let read = self.record_message(stream, line, &properties, message, line_no);
                 self.reading_file = None;
                 read.map_err(in_file)?;
+                // Not in the file's terms: the flush's errors name their own records.
+                self.flush_if_full()?;
             }
         }
         Ok(())
@@ -670,7 +684,7 @@ fn memchr_newline(bytes: &[u8]) -> usize {
 }
 
 /// A sink message about `line N` of a chunk, about the input line it came from.
-fn in_input(message: &str, lines: &[Origin], stream: &str, files: &[String]) -> String {
+fn in_input(message: &str, lines: &[RecordOrigin], stream: &str, files: &[String]) -> String {
     let stream = crate::text::escaped(stream);
     if let Some(rest) = message.strip_prefix("line ") {
         let digits = rest.bytes().take_while(u8::is_ascii_digit).count();

@@ -101,16 +101,13 @@ impl<T: Transport + Clone, P: Platform + Clone> Target<'_, T, P> {
             rewrite(record, &s.columns, &missing, &clocks, &mut s.pending).map_err(refused)?;
         }
         s.pending.push(b'\n');
-        s.lines.push(super::Origin {
+        s.lines.push(super::RecordOrigin {
             line: line_no,
             file: self.reading_file,
         });
         self.summary.records += 1;
         self.pending_rows += 1;
         self.pending_bytes += (s.pending.len() - before) as u64;
-        if self.pending_bytes >= self.config.batch_size_bytes {
-            self.flush(None)?;
-        }
         Ok(())
     }
 }

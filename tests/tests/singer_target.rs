@@ -1072,6 +1072,24 @@ fn a_value_refused_in_a_batch_file_names_the_file_and_its_line() {
         err.contains("line 2 (stream 'rows')") && err.contains(&named) && err.contains("'id'"),
         "{err}"
     );
+    // The same refusal found by a flush of batch_size_bytes while a later line of the file is
+    // read: named once, by its own line (not also by the line being read).
+    let lines: Vec<String> = (1..=RECORDS)
+        .map(|id| match id {
+            4 => json!({"id": "four", "name": "row 4"}).to_string(),
+            _ => json!({"id": id, "name": format!("row {id} {}", "x".repeat(40))}).to_string(),
+        })
+        .collect();
+    std::fs::write(&path, lines.join("\n") + "\n").unwrap();
+    run.configure(&[
+        ("batch_dirs", json!([dir.to_str().unwrap()])),
+        ("batch_size_bytes", json!(1024)),
+    ]);
+    let (code, out, err) = finish(run.spawn(&input));
+    assert_eq!(code, Some(2), "{err}");
+    assert!(out.is_empty(), "no STATE: {out}");
+    assert!(err.contains(&named), "{err}");
+    assert_eq!(err.matches(&path.display().to_string()).count(), 1, "{err}");
     let tables = sql().count(
         "SELECT count() FROM system.tables WHERE database = {db:String} AND total_rows > 0",
         &[("db", run.database.as_str())],
