@@ -417,33 +417,8 @@ pub const DATETIME64_RANGE_TEXT: &str =
 /// ever a Unix time). Fractions longer than `precision` are refused unless the extra digits are
 /// zeros; the time of day must exist (no hour 24, no second 60).
 pub fn moment(t: &[u8], precision: u8, number: bool) -> Result<Moment, Why> {
-    // At most 10^9 (a precision is at most 9).
-    let scale = 10i64.pow(u32::from(precision));
-    // Seconds and a fraction (in ticks, below `scale`) as ticks, if 64 bits hold them (the
-    // product bounded by a division, not checked: see `plain_decimal`).
-    let ticks = |secs: i64, fraction: i64| -> Result<i64, Why> {
-        (secs.unsigned_abs() <= (i64::MAX / scale).unsigned_abs())
-            .then(|| secs * scale)
-            .and_then(|t| t.checked_add(fraction))
-            .ok_or_else(|| beyond_ticks(precision))
-    };
-    let keeps = |digits: &[u8]| -> Result<i64, Why> {
-        let (kept, rest) = digits.split_at(digits.len().min(usize::from(precision)));
-        if rest.iter().any(|d| *d != b'0') {
-            return Err(if precision == 0 {
-                "has a fraction of a second, which the column does not keep (the server would drop it)".into()
-            } else {
-                "has more sub-second digits than the column keeps (the server would drop them)"
-                    .into()
-            });
-        }
-        // At most 9 digits.
-        let mut v = kept.iter().fold(0i64, |a, d| a * 10 + i64::from(d - b'0'));
-        for _ in kept.len()..usize::from(precision) {
-            v *= 10;
-        }
-        Ok(v)
-    };
+    let ticks = |secs: i64, fraction: i64| ticks(secs, fraction, precision);
+    let keeps = |digits: &[u8]| fraction_ticks(digits, precision);
     // A date's fifth byte is its dash: no Unix time has one there (most texts are dates).
     let dated = t.get(4) == Some(&b'-');
     if !dated {
@@ -479,32 +454,8 @@ pub fn moment(t: &[u8], precision: u8, number: bool) -> Result<Moment, Why> {
     let mut secs = days * 86_400;
     let mut fraction = 0;
     if let Some((b' ' | b'T', time)) = rest.split_first() {
-        if time.len() < 8 || time[2] != b':' || time[5] != b':' {
-            return Err(MOMENT_SHAPE.into());
-        }
-        let (Some(h), Some(m), Some(s)) = (
-            digits_at(time, 0, 2),
-            digits_at(time, 3, 2),
-            digits_at(time, 6, 2),
-        ) else {
-            return Err(MOMENT_SHAPE.into());
-        };
-        if h > 23 || m > 59 || s > 59 {
-            return Err(
-                "not a time of day (hours 00-23, minutes and seconds 00-59: no hour 24, no leap second)"
-                    .into(),
-            );
-        }
-        secs += i64::from(h * 3600 + m * 60 + s);
-        rest = &time[8..];
-        if let Some((b'.', frac)) = rest.split_first() {
-            let n = frac.iter().take_while(|b| b.is_ascii_digit()).count();
-            if n == 0 {
-                return Err(MOMENT_SHAPE.into());
-            }
-            fraction = keeps(&frac[..n])?;
-            rest = &frac[n..];
-        }
+        let (of_day, f, after) = time_of_day(time, precision)?;
+        (secs, fraction, rest) = (secs + of_day, f, after);
     }
     match rest {
         [] => Ok(Moment::Local(ticks(secs, fraction)?)),
@@ -526,6 +477,67 @@ pub fn moment(t: &[u8], precision: u8, number: bool) -> Result<Moment, Why> {
         }
         _ => Err(MOMENT_SHAPE.into()),
     }
+}
+
+/// `hh:mm:ss[.f]` at the start of `time`: its seconds since midnight, its fraction in ticks of
+/// 10^-precision s, and the text after it.
+fn time_of_day(time: &[u8], precision: u8) -> Result<(i64, i64, &[u8]), Why> {
+    if time.len() < 8 || time[2] != b':' || time[5] != b':' {
+        return Err(MOMENT_SHAPE.into());
+    }
+    let (Some(h), Some(m), Some(s)) = (
+        digits_at(time, 0, 2),
+        digits_at(time, 3, 2),
+        digits_at(time, 6, 2),
+    ) else {
+        return Err(MOMENT_SHAPE.into());
+    };
+    if h > 23 || m > 59 || s > 59 {
+        return Err(
+            "not a time of day (hours 00-23, minutes and seconds 00-59: no hour 24, no leap second)"
+                .into(),
+        );
+    }
+    let secs = i64::from(h * 3600 + m * 60 + s);
+    let rest = &time[8..];
+    let Some((b'.', frac)) = rest.split_first() else {
+        return Ok((secs, 0, rest));
+    };
+    let n = frac.iter().take_while(|b| b.is_ascii_digit()).count();
+    if n == 0 {
+        return Err(MOMENT_SHAPE.into());
+    }
+    Ok((secs, fraction_ticks(&frac[..n], precision)?, &frac[n..]))
+}
+
+/// Seconds and a fraction (in ticks of 10^-precision s, below one second) as ticks, if 64
+/// bits hold them (the product bounded by a division, not checked: see `plain_decimal`).
+fn ticks(secs: i64, fraction: i64, precision: u8) -> Result<i64, Why> {
+    // At most 10^9 (a precision is at most 9).
+    let scale = 10i64.pow(u32::from(precision));
+    (secs.unsigned_abs() <= (i64::MAX / scale).unsigned_abs())
+        .then(|| secs * scale)
+        .and_then(|t| t.checked_add(fraction))
+        .ok_or_else(|| beyond_ticks(precision))
+}
+
+/// A fraction's digits as ticks of 10^-precision s; digits past the precision must be zeros.
+fn fraction_ticks(digits: &[u8], precision: u8) -> Result<i64, Why> {
+    let (kept, rest) = digits.split_at(digits.len().min(usize::from(precision)));
+    if rest.iter().any(|d| *d != b'0') {
+        return Err(if precision == 0 {
+            "has a fraction of a second, which the column does not keep (the server would drop it)"
+                .into()
+        } else {
+            "has more sub-second digits than the column keeps (the server would drop them)".into()
+        });
+    }
+    // At most 9 digits.
+    let mut v = kept.iter().fold(0i64, |a, d| a * 10 + i64::from(d - b'0'));
+    for _ in kept.len()..usize::from(precision) {
+        v *= 10;
+    }
+    Ok(v)
 }
 
 /// `-?[0-9]+(.[0-9]+)?`: the sign, the seconds' digits and the fraction's.
