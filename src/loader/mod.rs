@@ -475,8 +475,7 @@ impl<'w, T: Transport + Clone, P: Platform + Clone> Target<'w, T, P> {
                     continue;
                 }
                 let in_file = |e: Error| {
-                    let message =
-                        format!("{} (file {}, line {})", e.message, escaped(&path), n + 1);
+                    let message = format!("{}{}", e.message, in_batch_file(&path, n + 1));
                     e.clone().reclassify(e.kind, message)
                 };
                 let properties = keys_of(line, line_no).map_err(in_file)?;
@@ -683,6 +682,11 @@ fn memchr_newline(bytes: &[u8]) -> usize {
         .unwrap_or(bytes.len())
 }
 
+/// Where in a batch file a record was, as messages name it: ` (file PATH, line N)`.
+fn in_batch_file(path: &str, line: impl std::fmt::Display) -> String {
+    format!(" (file {}, line {line})", escaped(path))
+}
+
 /// A sink message about `line N` of a chunk, about the input line it came from.
 fn in_input(message: &str, lines: &[RecordOrigin], stream: &str, files: &[String]) -> String {
     let stream = crate::text::escaped(stream);
@@ -696,7 +700,7 @@ fn in_input(message: &str, lines: &[RecordOrigin], stream: &str, files: &[String
             let line = origin.line;
             let file = origin.file.and_then(|(index, in_file)| {
                 let path = files.get(index as usize)?;
-                Some(format!(" (file {}, line {in_file})", escaped(path)))
+                Some(in_batch_file(path, in_file))
             });
             let file = file.unwrap_or_default();
             return format!("line {line} (stream '{stream}'){}{file}", &rest[digits..]);
