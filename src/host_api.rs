@@ -12,10 +12,12 @@ pub use crate::client::{
 pub use crate::hex::hex;
 pub use crate::state::{check_new_id, escape_id, LockEngineChoice, State};
 
-/// A row's values as a binding writes them for the sink's `send-json`: the value, and its JSON
-/// text as the component reads it.
+/// A row's values as a binding writes them for the sink: for `send-json` the value and its
+/// JSON text as the component reads it; for `send-packed` the packed rows' writer.
 pub mod rows {
     pub use crate::sink::encode::{write_json_string, write_value, Value};
+    #[cfg(feature = "speed")]
+    pub use crate::sink::packed::{Tag, Writer as PackedWriter};
 }
 
 /// The command line: its definitions, as the component parses them, and how it prints.

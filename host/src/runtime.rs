@@ -733,6 +733,17 @@ impl Instance {
         call!(self, clickhouse_connector_table_sink().sink() => call_send_json_at(sink.0, data, position))
     }
 
+    /// `sink.send-packed`: packed rows ([`clickhouse_component::host_api::rows::PackedWriter`]),
+    /// with a `position` through the checkpoint of a resumable sink.
+    pub async fn sink_send_packed(
+        &mut self,
+        sink: SinkHandle,
+        data: &[u8],
+        position: Option<&str>,
+    ) -> Result<Receipt, CallError> {
+        call!(self, clickhouse_connector_table_sink().sink() => call_send_packed(sink.0, data, position))
+    }
+
     /// `sink.close` (idempotent); the handle stays valid until [`Instance::drop_sink`].
     pub async fn sink_close(&mut self, sink: SinkHandle) -> Result<(), CallError> {
         self.begin_call();

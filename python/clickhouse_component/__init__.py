@@ -563,9 +563,10 @@ class Sink:
         self, rows: Iterable[Mapping[str, Any]] | PreparedRows, *, position: str | None = None
     ) -> Receipt:
         """Sends rows, each a dict of column name to value: None, bool, int, float, str,
-        bytes, or a dict/list (sent as JSON). Values are never coerced. Or rows that
-        `prepare_rows` converted earlier. A resumable sink (`resume`) needs the ``position``
-        the rows end at."""
+        bytes, a dict/list (sent as JSON), or datetime, date, time, Decimal, UUID,
+        IPv4Address, IPv6Address (which a String column refuses). Values are never coerced.
+        Or rows that `prepare_rows` converted earlier. A resumable sink (`resume`) needs the
+        ``position`` the rows end at."""
         if isinstance(rows, Mapping):
             raise InvalidInputError("send takes a list of rows (dicts), not one row")
         return _by_name(Receipt, self._native.send(rows, _str("position", position, optional=True)))

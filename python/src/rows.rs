@@ -1,12 +1,11 @@
-//! Python rows as the component takes them: JSONEachRow written from the Python objects,
-//! typed rows for bytes that are not UTF-8, and Python's own values (`datetime`, `Decimal`,
-//! ...) as the JSON text that means them.
+//! Python rows as the component takes them: packed rows (`send-packed`) written straight from
+//! the Python objects, no JSON text for a plain str, int, float, bool or None, and Python's
+//! own values (`datetime`, `Decimal`, ...) as their text under a tag of their own.
 
 use std::sync::Arc;
 
 use crate::errors::*;
-use clickhouse_component::host_api::rows::{self as encode, Value as JsonValue};
-use clickhouse_component_host::{CallError, Value};
+use clickhouse_component::host_api::rows::{self as encode, PackedWriter, Tag, Value as JsonValue};
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{
@@ -58,7 +57,7 @@ pub(crate) fn to_value(
             .map_err(|e| format!("a value that is not JSON ({})", e.value(py)))?;
         return Ok(JsonValue::Json(text));
     }
-    if let Some(value) = std_value(v)? {
+    if let Some((_, value)) = std_value(v)? {
         return Ok(value);
     }
     let type_name = v
@@ -108,8 +107,8 @@ pub(crate) fn std_types(py: Python<'_>) -> PyResult<&StdTypes> {
 }
 
 /// A value of a standard library type as the JSON value that means exactly it under the
-/// component's rules for its column's type (docs/python.md, "Values"), which then reads it
-/// as it reads any JSON (no second set of rules here):
+/// component's rules for its column's type (docs/python.md, "Values"), which reads it as it
+/// reads that JSON (no second set of rules here), packed under the type's tag:
 /// - `datetime`: its text, `YYYY-MM-DD hh:mm:ss[.ffffff]`, read as a wall-clock time in the
 ///   column's zone; an aware one with its offset (`+hh:mm`), read as that instant (an offset
 ///   with seconds, which that text cannot hold, is given in UTC);
@@ -118,8 +117,9 @@ pub(crate) fn std_types(py: Python<'_>) -> PyResult<&StdTypes> {
 /// - `Decimal`: its digits as a JSON number (never through a float); NaN and infinities are
 ///   refused.
 ///
-/// `None`: not one of these types.
-pub(crate) fn std_value(v: &Bound<'_, PyAny>) -> Result<Option<JsonValue>, String> {
+/// With the packed rows' tag of the value's type (which a `String` column refuses). `None`:
+/// not one of these types.
+pub(crate) fn std_value(v: &Bound<'_, PyAny>) -> Result<Option<(Tag, JsonValue)>, String> {
     let py = v.py();
     let types = std_types(py).map_err(|e| e.to_string())?;
     let is = |t: &Py<PyAny>| v.is_instance(t.bind(py)).unwrap_or(false);
@@ -140,10 +140,10 @@ pub(crate) fn std_value(v: &Bound<'_, PyAny>) -> Result<Option<JsonValue>, Strin
                 let utc = v
                     .call_method1("astimezone", (types.utc.bind(py),))
                     .map_err(|e| format!("a datetime that has no UTC time ({e})"))?;
-                return Ok(Some(JsonValue::Text(text(&utc)?)));
+                return Ok(Some((Tag::DateTime, JsonValue::Text(text(&utc)?))));
             }
         }
-        return Ok(Some(JsonValue::Text(text(v)?)));
+        return Ok(Some((Tag::DateTime, JsonValue::Text(text(v)?))));
     }
     if is(&types.decimal) {
         let finite = v
@@ -153,48 +153,23 @@ pub(crate) fn std_value(v: &Bound<'_, PyAny>) -> Result<Option<JsonValue>, Strin
         if !finite {
             return Err("a Decimal that is not a finite number (NaN or an infinity)".into());
         }
-        return Ok(Some(JsonValue::Json(text(v)?)));
+        return Ok(Some((Tag::Decimal, JsonValue::Json(text(v)?))));
     }
-    if [
-        &types.date,
-        &types.time,
-        &types.uuid,
-        &types.ipv4,
-        &types.ipv6,
-    ]
-    .into_iter()
-    .any(is)
-    {
-        return Ok(Some(JsonValue::Text(text(v)?)));
-    }
-    Ok(None)
-}
-
-/// The WIT value of a sink value.
-pub(crate) fn typed(value: JsonValue) -> Value {
-    match value {
-        JsonValue::Null => Value::Null,
-        JsonValue::Bool(b) => Value::Boolean(b),
-        JsonValue::Int(i) => Value::Int(i),
-        JsonValue::Uint(u) => Value::Uint(u),
-        JsonValue::Float(f) => Value::Float(f),
-        JsonValue::Text(t) => Value::Text(t),
-        JsonValue::Json(j) => Value::Json(j),
-        JsonValue::Bytes(b) => Value::Bytes(b),
+    let tags = [
+        (&types.date, Tag::Date),
+        (&types.time, Tag::Time),
+        (&types.uuid, Tag::Uuid),
+        (&types.ipv4, Tag::Ip),
+        (&types.ipv6, Tag::Ip),
+    ];
+    match tags.into_iter().find(|(t, _)| is(t)) {
+        Some((_, tag)) => Ok(Some((tag, JsonValue::Text(text(v)?)))),
+        None => Ok(None),
     }
 }
 
-/// Rows as `send` gives them to the component.
-pub(crate) enum Rows {
-    /// JSONEachRow, one line per row, keys in each dict's order (`send-json`).
-    Json(Vec<u8>),
-    /// Typed rows (`send`): only for rows with a bytes value that is not UTF-8, which JSON
-    /// text cannot carry.
-    Typed(Vec<Vec<(String, Value)>>),
-}
-
-/// The rows of a `send`, as an iterator, and the `json.dumps` its values that only Python can
-/// write go through.
+/// The rows of `send`, iterated, and the `json.dumps` its values that only Python can write
+/// go through.
 pub(crate) fn rows_and_dumps<'py>(
     py: Python<'py>,
     rows: &Bound<'py, PyAny>,
@@ -209,82 +184,65 @@ pub(crate) fn rows_and_dumps<'py>(
     Ok((dumps, iter))
 }
 
-/// Calls `each(index, key, value)` for every value of every row, in order.
-pub(crate) fn each_value(
+/// One value of a row as a packed value: the exact built-in types (nearly every value)
+/// straight from the Python object; a list, tuple or dict as its JSON text; Python's own
+/// values as their text under their tag; anything else through [`to_value`].
+pub(crate) fn write_packed_value(
     py: Python<'_>,
-    rows: &Bound<'_, PyAny>,
-    mut each: impl FnMut(usize, Option<(String, JsonValue)>) -> Result<bool, String>,
-) -> Result<bool, String> {
-    let (dumps, iter) = rows_and_dumps(py, rows)?;
-    for (index, row) in (1..).zip(iter) {
-        let row = row.map_err(|e| e.to_string())?;
-        let Ok(dict) = row.cast::<PyDict>() else {
-            return Err(format!("row {index} is not a dict"));
-        };
-        for (k, v) in dict.iter() {
-            let Ok(key) = k.cast::<PyString>() else {
-                return Err(format!("row {index} has a key that is not a str"));
-            };
-            let key = key
-                .to_str()
-                .map_err(|_| format!("row {index} has a key that is not valid UTF-8"))?
-                .to_string();
-            let value = to_value(py, &v, &dumps)
-                .map_err(|m| format!("row {index}, column '{}': {m}", key.escape_debug()))?;
-            if !each(index, Some((key, value)))? {
-                return Ok(false);
-            }
-        }
-        // The end of the row.
-        if !each(index, None)? {
-            return Ok(false);
-        }
-    }
-    Ok(true)
-}
-
-/// One value of a row into `json`: the exact built-in types (nearly every value) straight
-/// from the Python object, anything else through [`to_value`]; the same JSON as
-/// `encode::write_value` writes. `Ok(false)`: a bytes value that is not UTF-8, which JSON text
-/// cannot carry.
-pub(crate) fn write_json_value(
-    py: Python<'_>,
-    json: &mut Vec<u8>,
+    w: &mut PackedWriter,
     v: &Bound<'_, PyAny>,
     dumps: &Bound<'_, PyAny>,
-) -> Result<bool, String> {
+) -> Result<(), String> {
     if v.is_exact_instance_of::<PyString>() {
         let s = v.cast::<PyString>().map_err(|e| e.to_string())?;
         let text = s
             .to_str()
             .map_err(|_| "a str that is not valid UTF-8 (a lone surrogate)")?;
-        encode::write_json_string(json, text.as_bytes());
-        return Ok(true);
+        w.bytes(Tag::Str, text.as_bytes());
+        return Ok(());
     }
     if v.is_exact_instance_of::<PyInt>() {
         if let Ok(i) = v.extract::<i64>() {
-            json.extend_from_slice(itoa::Buffer::new().format(i).as_bytes());
-            return Ok(true);
+            w.int(i);
+            return Ok(());
         }
+    }
+    if v.is_none() {
+        w.null();
+        return Ok(());
     }
     if v.is_exact_instance_of::<PyList>()
         || v.is_exact_instance_of::<PyTuple>()
         || v.is_exact_instance_of::<PyDict>()
     {
-        let start = json.len();
+        let (mark, json) = w.start_json();
         if write_json_nested(json, v, 0) {
-            return Ok(true);
+            w.end_json(mark);
+            return Ok(());
         }
         // Something `json.dumps` writes its own way (a big int, NaN, a key that is not a
         // str, a deep or circular value): it writes the whole value, or names the problem.
-        json.truncate(start);
+        w.cancel_json(mark);
     }
-    let value = to_value(py, v, dumps)?;
-    if matches!(&value, JsonValue::Bytes(b) if std::str::from_utf8(b).is_err()) {
-        return Ok(false);
+    if let Some((tag, value)) = std_value(v)? {
+        let text = match &value {
+            JsonValue::Text(t) | JsonValue::Json(t) => t.as_bytes(),
+            _ => unreachable!("Python's own values are text"),
+        };
+        w.bytes(tag, text);
+        return Ok(());
     }
-    encode::write_value(json, &value)?;
-    Ok(true)
+    match to_value(py, v, dumps)? {
+        JsonValue::Null => w.null(),
+        JsonValue::Bool(b) => w.bool(b),
+        JsonValue::Int(i) => w.int(i),
+        JsonValue::Uint(u) => w.uint(u),
+        JsonValue::Float(f) => w.float(f),
+        JsonValue::Text(t) => w.bytes(Tag::Str, t.as_bytes()),
+        JsonValue::Json(j) => w.bytes(Tag::Json, j.as_bytes()),
+        JsonValue::Bytes(b) => w.bytes(Tag::Bytes, &b),
+    }
+    Ok(())
 }
 
 /// A list, tuple or dict (a JSON column's value, an array's elements, a String column's JSON
@@ -353,40 +311,40 @@ pub(crate) fn write_json_nested(json: &mut Vec<u8>, v: &Bound<'_, PyAny>, depth:
     } else {
         // A standard library value (a datetime in a list, say): its JSON, as a row's.
         match std_value(v) {
-            Ok(Some(value)) => return encode::write_value(json, &value).is_ok(),
+            Ok(Some((_, value))) => return encode::write_value(json, &value).is_ok(),
             _ => return false,
         }
     }
     true
 }
 
-/// The JSONEachRow text of `rows` (a list of dicts), one line per row, keys in each dict's
-/// order, written straight from the Python objects: no Rust string per key or value, and a
-/// key that is the same object as the previous row's key in its place (dicts built by the
-/// same code share their key strings) is written from the previous row's escaped bytes.
-/// `Ok(None)`: a bytes value is not UTF-8.
-pub(crate) fn write_json_rows(
-    py: Python<'_>,
-    rows: &Bound<'_, PyAny>,
-) -> Result<Option<(Vec<u8>, usize)>, String> {
+/// The packed rows of `send` (a list of dicts, or any iterable of them), one row per dict,
+/// keys in each dict's order, written straight from the Python objects: no Rust string per
+/// key or value, and a key that is the same object as the previous row's key in its place
+/// (dicts built by the same code share their key strings) is not looked up again. With the
+/// number of rows.
+pub(crate) fn to_rows(py: Python<'_>, rows: &Bound<'_, PyAny>) -> Result<(Vec<u8>, usize), String> {
     let (dumps, iter) = rows_and_dumps(py, rows)?;
-    let mut json = Vec::new();
+    let mut w = PackedWriter::new();
     // The previous row's keys, in order, held (so their addresses stay theirs), with their
-    // JSON (`"key":`).
-    let mut keys: Vec<(Bound<'_, PyAny>, Vec<u8>)> = Vec::new();
+    // index.
+    let mut keys: Vec<(Bound<'_, PyAny>, usize)> = Vec::new();
     let mut count = 0;
+    // Rows of a list: once the first few are written, room for the rest at once, from their
+    // size (growing the buffer row by row copied it over and over: a tenth of the time).
+    let total = rows.len().ok();
     for (index, row) in (1..).zip(iter) {
         let row = row.map_err(|e| e.to_string())?;
         let Ok(dict) = row.cast::<PyDict>() else {
             return Err(format!("row {index} is not a dict"));
         };
-        json.push(b'{');
+        if let Some(total) = total.filter(|&t| index == 257 && t > 256) {
+            w.reserve(w.written() / 256 * (total - 256) / 8 * 9);
+        }
+        w.row(dict.len());
         for (place, (k, v)) in dict.iter().enumerate() {
-            if place > 0 {
-                json.push(b',');
-            }
-            match keys.get(place) {
-                Some((key, text)) if key.as_ptr() == k.as_ptr() => json.extend_from_slice(text),
+            let key = match keys.get(place) {
+                Some((key, n)) if key.as_ptr() == k.as_ptr() => *n,
                 _ => {
                     let Ok(key) = k.cast::<PyString>() else {
                         return Err(format!("row {index} has a key that is not a str"));
@@ -394,68 +352,24 @@ pub(crate) fn write_json_rows(
                     let key = key
                         .to_str()
                         .map_err(|_| format!("row {index} has a key that is not valid UTF-8"))?;
-                    let mut text = Vec::with_capacity(key.len() + 3);
-                    encode::write_json_string(&mut text, key.as_bytes());
-                    text.push(b':');
-                    json.extend_from_slice(&text);
+                    let n = w.key(key.as_bytes());
                     keys.truncate(place);
-                    keys.push((k.clone(), text));
+                    keys.push((k.clone(), n));
+                    n
                 }
-            }
-            let written = write_json_value(py, &mut json, &v, &dumps).map_err(|m| {
+            };
+            w.key_index(key);
+            write_packed_value(py, &mut w, &v, &dumps).map_err(|m| {
                 let key = k
                     .cast::<PyString>()
                     .map(|k| k.to_string())
                     .unwrap_or_default();
                 format!("row {index}, column '{}': {m}", key.escape_debug())
             })?;
-            if !written {
-                return Ok(None);
-            }
         }
-        json.extend_from_slice(b"}\n");
         count = index;
     }
-    Ok(Some((json, count)))
-}
-
-/// The rows of a `send`: JSONEachRow built here ([`write_json_rows`]; the component's typed
-/// path lowers every string into guest memory at once: 1,000,000 five-column rows needed more
-/// than its 1 GiB, and took 3x the time of the same rows as JSON), with the same JSON per value
-/// as the typed path writes (`encode::write_value`); typed rows when a bytes value is not
-/// UTF-8. With the number of rows.
-pub(crate) fn to_rows(py: Python<'_>, rows: &Bound<'_, PyAny>) -> Result<(Rows, usize), String> {
-    // Rows sent typed are walked a second time: an iterator is read once, into a list (of the
-    // same dicts), so the second walk sees the rows the first consumed.
-    let listed;
-    let rows = if rows.is_instance_of::<PyList>() || rows.is_instance_of::<PyTuple>() {
-        rows
-    } else {
-        let not_rows = |_| "rows must be a list of dicts".to_string();
-        let items = rows
-            .try_iter()
-            .map_err(not_rows)?
-            .collect::<PyResult<Vec<_>>>()
-            .map_err(|e| e.to_string())?;
-        listed = PyList::new(py, items)
-            .map_err(|e| e.to_string())?
-            .into_any();
-        &listed
-    };
-    if let Some((json, count)) = write_json_rows(py, rows)? {
-        return Ok((Rows::Json(json), count));
-    }
-    let mut out: Vec<Vec<(String, Value)>> = Vec::new();
-    let mut row = Vec::new();
-    each_value(py, rows, |_, value| {
-        match value {
-            Some((key, value)) => row.push((key, typed(value))),
-            None => out.push(std::mem::take(&mut row)),
-        }
-        Ok(true)
-    })?;
-    let count = out.len();
-    Ok((Rows::Typed(out), count))
+    Ok((w.finish(), count))
 }
 
 /// Rows converted for `send` at once and sent later (`prepare_rows`): what is sent is the
@@ -465,7 +379,7 @@ pub(crate) fn to_rows(py: Python<'_>, rows: &Bound<'_, PyAny>) -> Result<(Rows, 
 /// dict there cost more than the conversion, through Python's garbage collector).
 #[pyclass(frozen, module = "clickhouse_component._native")]
 pub(crate) struct PreparedRows {
-    pub(crate) rows: Arc<Rows>,
+    pub(crate) rows: Arc<Vec<u8>>,
     pub(crate) count: usize,
 }
 
@@ -485,18 +399,4 @@ pub(crate) fn prepare_rows(py: Python<'_>, rows: &Bound<'_, PyAny>) -> PyResult<
         rows: Arc::new(rows),
         count,
     })
-}
-
-/// A refused row of a `send` as the caller gave it: the component names a `send-json` line
-/// `line N` (from 1); the rows of a list are `row N`, as the typed path names them.
-pub(crate) fn as_rows(e: CallError) -> CallError {
-    match e {
-        CallError::Component(mut e) => {
-            if let Some(rest) = e.message.strip_prefix("line ") {
-                e.message = format!("row {rest}");
-            }
-            CallError::Component(e)
-        }
-        other => other,
-    }
 }

@@ -113,8 +113,8 @@ impl NativeSink {
         on_instance!(py, self, |i| i.sink_resume(s, &checkpoint, &store).await)
     }
 
-    /// Sends rows (a list of dicts): validated, chunked, each chunk acknowledged; with a
-    /// position, through the checkpoint (`send-at`).
+    /// Sends rows (a list of dicts) as packed rows: validated, chunked, each chunk
+    /// acknowledged; with a position, through the checkpoint (`send-packed`).
     #[pyo3(signature = (rows, position=None))]
     fn send(
         &self,
@@ -127,17 +127,9 @@ impl NativeSink {
             Err(_) => Arc::new(to_rows(py, rows).map_err(|m| invalid(py, m))?.0),
         };
         let s = self.sink;
-        on_instance!(py, self, |i| {
-            let at = position.as_deref();
-            Ok(receipt(match (&*rows, at) {
-                (Rows::Json(json), None) => i.sink_send_json(s, json).await.map_err(as_rows)?,
-                (Rows::Json(json), Some(at)) => {
-                    i.sink_send_json_at(s, json, at).await.map_err(as_rows)?
-                }
-                (Rows::Typed(rows), None) => i.sink_send(s, rows).await?,
-                (Rows::Typed(rows), Some(at)) => i.sink_send_at(s, rows, at).await?,
-            }))
-        })
+        on_instance!(py, self, |i| Ok(receipt(
+            i.sink_send_packed(s, &rows, position.as_deref()).await?
+        )))
     }
 
     /// Sends NDJSON or a JSON array of objects, as bytes; with a position, through the

@@ -119,6 +119,17 @@ impl TableColumns {
         end: usize,
         block: &mut Block,
     ) -> Result<(), Error> {
+        #[cfg(feature = "speed")]
+        if let Some(keys) = encoded.packed_keys() {
+            let columns: Vec<Option<usize>> = keys.iter().map(|k| block.column_index(k)).collect();
+            let mut scratch = Vec::new();
+            for row in start..end {
+                block
+                    .push_packed_row(encoded.line(row), keys, &columns, &mut scratch)
+                    .map_err(|e| self.refused(encoded, row, block, e))?;
+            }
+            return Ok(());
+        }
         for row in start..end {
             block
                 .push_row(encoded.line(row))
@@ -197,13 +208,14 @@ fn keys_refused(name: &str, keys: &[Vec<u8>], encoded: &Encoded) -> Error {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::sink::encode::encode_json;
     use crate::sink::json::MAX_ROW_DEPTH;
     use crate::sink::native::RowRefusal;
 
-    fn table(columns: &[(&str, &str)]) -> TableColumns {
+    /// A table of these columns (name, type), its server in UTC.
+    pub(crate) fn table(columns: &[(&str, &str)]) -> TableColumns {
         TableColumns::new(
             columns
                 .iter()

@@ -24,6 +24,8 @@ use super::columns::{Format, TableColumns};
 use super::config::{SinkConfig, SinkOptions};
 #[cfg(any(test, feature = "command"))]
 use super::encode::encode_lines;
+#[cfg(feature = "speed")]
+use super::encode::encode_packed;
 use super::encode::{encode_json, encode_rows, Encoded, Row};
 use super::native::Block;
 use super::resume::{Checkpoints, InFlightSend};
@@ -275,6 +277,23 @@ impl<T: Transport, P: Platform> Sink<T, P> {
         self.check_plain()?;
         let encoded = encode_json(data, self.config.columns.as_deref())?;
         self.deliver(&encoded)
+    }
+
+    #[cfg(feature = "speed")]
+    /// Sends packed rows ([`super::packed`], a binding's own values without JSON text). Every
+    /// row is read for its columns' types before the first INSERT.
+    pub fn send_packed(&self, data: &[u8]) -> Result<Receipt, Error> {
+        self.check_plain()?;
+        let encoded = encode_packed(data, self.config.columns.as_deref())?;
+        self.deliver(&encoded)
+    }
+
+    #[cfg(feature = "speed")]
+    /// [`Sink::send_json_at`] for packed rows.
+    pub fn send_packed_at(&self, data: &[u8], position: &str) -> Result<Receipt, Error> {
+        self.check_open()?;
+        let prepared = self.prepare(&encode_packed(data, self.columns().as_deref())?)?;
+        self.finish(self.start_at(prepared, position)?)
     }
 
     /// Reads every row of `encoded` for its columns' types, `batch_size` rows at a time into

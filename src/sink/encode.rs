@@ -49,6 +49,9 @@ enum Source {
     Elements,
     /// Typed rows: by its place in the call (from 1).
     Rows,
+    /// Packed rows ([`super::packed`]): by their place, as typed rows.
+    #[cfg(feature = "speed")]
+    Packed,
 }
 
 /// A send's rows: each row's JSON text, as a range of the input (or of the typed rows'
@@ -62,6 +65,10 @@ pub struct Encoded<'a> {
     input: Cow<'a, [u8]>,
     spans: Vec<(usize, usize)>,
     source: Source,
+    /// Packed rows' keys, which their rows name by index (with `speed`: the library component
+    /// leaves packed rows out).
+    #[cfg(feature = "speed")]
+    keys: Vec<Vec<u8>>,
 }
 
 // A count of rows found, never asked whether it is zero (an empty input is refused earlier).
@@ -85,7 +92,15 @@ impl Encoded<'_> {
             Source::Lines => format!("line {}", line_number(&self.input, self.spans[n].0)),
             Source::Elements => format!("element {}", n + 1),
             Source::Rows => format!("row {}", n + 1),
+            #[cfg(feature = "speed")]
+            Source::Packed => format!("row {}", n + 1),
         }
+    }
+
+    /// Packed rows' keys (their rows name them by index); `None`: JSON rows.
+    #[cfg(feature = "speed")]
+    pub fn packed_keys(&self) -> Option<&[Vec<u8>]> {
+        (self.source == Source::Packed).then_some(&self.keys[..])
     }
 
     /// The bytes of rows `start..end` as JSONEachRow, each row on one line, in one new buffer
@@ -95,6 +110,12 @@ impl Encoded<'_> {
         let mut out = Vec::with_capacity(size);
         for n in start..end {
             let from = out.len();
+            #[cfg(feature = "speed")]
+            if self.source == Source::Packed {
+                super::packed::write_json_row(&mut out, self.line(n), &self.keys);
+                out.push(b'\n');
+                continue;
+            }
             out.extend_from_slice(self.line(n));
             if self.source == Source::Elements {
                 for b in &mut out[from..] {
@@ -120,7 +141,15 @@ impl Encoded<'_> {
             return Ok(());
         }
         let name = self.name(0);
-        let keys = match object_keys_until(self.line(0)) {
+        #[cfg(feature = "speed")]
+        let first = if self.source == Source::Packed {
+            (super::packed::row_keys(self.line(0), &self.keys), None)
+        } else {
+            object_keys_until(self.line(0))
+        };
+        #[cfg(not(feature = "speed"))]
+        let first = object_keys_until(self.line(0));
+        let keys = match first {
             (keys, None) => keys,
             // A value that is not JSON: the row's reader names its column.
             (keys, Some(_)) if !keys.is_empty() => keys,
@@ -170,6 +199,25 @@ pub fn row_refusal(name: &str, refusal: Refusal) -> Error {
 pub fn shown(name: &str) -> String {
     let s: String = name.chars().take(64).collect();
     format!("'{}'", crate::text::escaped(&s))
+}
+
+#[cfg(feature = "speed")]
+/// Finds the rows of packed input ([`super::packed`]): its keys, and every row, each checked
+/// for its layout, its key indexes and its text's UTF-8; each row is read later, into its
+/// columns.
+pub fn encode_packed<'a>(data: &'a [u8], columns: Option<&[String]>) -> Result<Encoded<'a>, Error> {
+    let (keys, spans) = super::packed::find_rows(data, &|n, bytes| {
+        check_row_size(bytes, || format!("row {n}"))
+    })?;
+    let mut out = Encoded {
+        input: Cow::Borrowed(data),
+        spans,
+        source: Source::Packed,
+        keys,
+        ..Default::default()
+    };
+    out.columns_from(columns)?;
+    Ok(out)
 }
 
 /// Writes typed rows as JSON lines (each row's keys in its own order: the reader takes keys

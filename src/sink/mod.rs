@@ -21,6 +21,10 @@ pub mod driver;
 pub mod encode;
 pub mod json;
 pub mod native;
+// Packed rows: the full component's (feature `speed`); the library component leaves them
+// out for its size budget.
+#[cfg(feature = "speed")]
+pub mod packed;
 pub mod resume;
 pub mod scalars;
 pub mod statements;

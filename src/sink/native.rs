@@ -13,6 +13,8 @@
 use std::fmt::Write as _;
 
 use super::json::{object_keys_until, refuse, write_json_string, Cursor, Refusal, Token};
+#[cfg(feature = "speed")]
+use super::packed::{self, Packed};
 use super::scalars::{self, Moment, Why, Wide};
 use super::types::Type;
 
@@ -460,6 +462,86 @@ impl Builder {
                 }
             }
         }
+    }
+
+    /// Reads one packed value into the column by the rules its JSON is read by
+    /// ([`Packed::write_json`] read by [`Builder::push`]), the common cases straight in: a
+    /// null into a `Nullable`, a string into a `String`, an integer into an integer column of
+    /// up to 64 bits that holds it. Python's own values (a date-time, a `Decimal`, ...) are
+    /// refused by `String` and `FixedString` columns, as clickhouse-connect refuses them there.
+    /// `scratch`: a buffer for the other cases' JSON text.
+    #[cfg(feature = "speed")]
+    pub fn push_packed(&mut self, v: Packed<'_>, scratch: &mut Vec<u8>) -> Result<(), Refusal> {
+        match (&mut *self, v) {
+            (Builder::Nullable { nulls, inner }, Packed::Null) => {
+                nulls.push(1);
+                inner.push_default();
+                return Ok(());
+            }
+            (Builder::Nullable { nulls, inner }, v) => {
+                nulls.push(0);
+                return inner.push_packed(v, scratch);
+            }
+            (Builder::Strings { data, zoned: None }, Packed::Str(s) | Packed::Bytes(s)) => {
+                write_string(data, s);
+                return Ok(());
+            }
+            (
+                Builder::Strings { zoned: None, .. }
+                | Builder::Fixed {
+                    kind: Scalar::FixedString(_),
+                    ..
+                },
+                Packed::Std(tag, text),
+            ) => {
+                return Err(refuse(
+                    text,
+                    format!(
+                        "{}, for a column of strings (give its text, a str)",
+                        tag.name()
+                    ),
+                ));
+            }
+            (
+                Builder::Fixed {
+                    kind: Scalar::Int { signed, bits },
+                    data,
+                },
+                Packed::Int(_) | Packed::Uint(_),
+            ) if *bits <= 64 => {
+                let n = match v {
+                    Packed::Int(i) => i128::from(i),
+                    Packed::Uint(u) => i128::from(u),
+                    _ => unreachable!("integers only"),
+                };
+                let (low, high) = match signed {
+                    true => (-(1i128 << (*bits - 1)), (1i128 << (*bits - 1)) - 1),
+                    false => (0, (1i128 << *bits) - 1),
+                };
+                if (low..=high).contains(&n) {
+                    data.extend_from_slice(&n.to_le_bytes()[..usize::from(*bits) / 8]);
+                    return Ok(());
+                }
+            }
+            (_, Packed::Float(f)) if !f.is_finite() => {
+                let text = if f.is_nan() { "NaN" } else { "an infinity" };
+                return Err(refuse(
+                    text.as_bytes(),
+                    "NaN or an infinity, which the sink does not send (JSON has no text for it)",
+                ));
+            }
+            _ => {}
+        }
+        scratch.clear();
+        v.write_json(scratch);
+        let mut c = Cursor::new(scratch);
+        // Inside a row's object, as a JSON row's values are.
+        c.depth = 1;
+        self.push(&mut c)?;
+        if !c.at_end() {
+            return Err(c.malformed());
+        }
+        Ok(())
     }
 
     /// A default value (under a null of a Nullable column).
@@ -1127,6 +1209,48 @@ impl Block {
         }
         self.rows += 1;
         Ok(())
+    }
+
+    /// Reads one packed row ([`super::packed`]) whose keys are the block's columns, in any
+    /// order: `columns` maps each of the send's keys to its column. On a refusal the block is
+    /// left part-read: clear it.
+    #[cfg(feature = "speed")]
+    pub fn push_packed_row(
+        &mut self,
+        row: &[u8],
+        keys: &[Vec<u8>],
+        columns: &[Option<usize>],
+        scratch: &mut Vec<u8>,
+    ) -> Result<(), RowRefusal> {
+        let keys_refusal = || RowRefusal::Keys(packed::row_keys(row, keys));
+        let mut r = packed::Reader::new(row);
+        let count = r.varuint().map_err(RowRefusal::Shape)?;
+        if count != self.columns.len() {
+            return Err(keys_refusal());
+        }
+        self.seen.clear();
+        self.seen.resize(count, false);
+        for _ in 0..count {
+            let key = r.varuint().map_err(RowRefusal::Shape)?;
+            let n = match columns.get(key) {
+                Some(&Some(n)) if !self.seen[n] => n,
+                _ => return Err(keys_refusal()),
+            };
+            self.seen[n] = true;
+            let value = r.value().map_err(RowRefusal::Shape)?;
+            self.columns[n]
+                .builder
+                .push_packed(value, scratch)
+                .map_err(|refusal| RowRefusal::Value { column: n, refusal })?;
+        }
+        self.rows += 1;
+        Ok(())
+    }
+
+    /// The column named `key`, if the block has it.
+    #[cfg(feature = "speed")]
+    pub fn column_index(&self, key: &[u8]) -> Option<usize> {
+        self.columns.iter().position(|c| c.name.as_bytes() == key)
     }
 
     /// The column the key at the cursor names (its colon read), `read` keys into `row`. The

@@ -461,9 +461,22 @@ CASES: list[Case] = [
     Case("python_datetime_into_string", BASIC, [{"id": 1, "name": "2024-05-06 07:08:00"}],
          objects=[{"id": 1, "name": dt.datetime(2024, 5, 6, 7, 8)}],
          diff=Diff("rejected:unclassified(AttributeError)", "accepted",
-                   "clickhouse-connect refuses a datetime in a String column; ours stores its text "
-                   "(str(value)), as the JSON it travels as",
-                   onestep_rows=[], ours_rows=[{"id": 1, "name": "2024-05-06 07:08:00"}])),
+                   "clickhouse-connect refuses a datetime in a String column; our CLI is given "
+                   "its text, which a String column stores",
+                   onestep_rows=[], ours_rows=[{"id": 1, "name": "2024-05-06 07:08:00"}]),
+         plugin=PluginDiff("rejected:invalid-input", "the plugin is given the datetime itself "
+                           "(a packed value of its own), which a String column refuses before "
+                           "any request, as clickhouse-connect refuses it", rows=[])),
+    Case("python_values_into_string", BASIC + ", more String",
+         [{"id": 1, "name": "12.50", "more": str(UUID)}],
+         objects=[{"id": 1, "name": decimal.Decimal("12.50"), "more": UUID}],
+         diff=Diff("rejected:unclassified(AttributeError)", "accepted",
+                   "clickhouse-connect refuses a Decimal or UUID in a String column; our CLI is "
+                   "given their text, which a String column stores",
+                   onestep_rows=[], ours_rows=[{"id": 1, "name": "12.50", "more": str(UUID)}]),
+         plugin=PluginDiff("rejected:invalid-input", "the plugin is given the Decimal itself, "
+                           "which a String column refuses, as clickhouse-connect refuses it",
+                           rows=[])),
     # --- unknown and missing columns, tables, databases -------------------------------------
     Case("unknown_column", BASIC, [{"id": 1, "name": "a", "zz": 1}],
          diff=Diff("rejected:unclassified(ProgrammingError)", "rejected:misconfigured",

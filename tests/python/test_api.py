@@ -703,7 +703,7 @@ def test_values_of_pythons_standard_library_are_read_exactly_or_refused(conn, da
         "ip6": ipaddress.IPv6Address("2001:db8::1"),
         "mapped": ipaddress.IPv4Address("10.1.2.3"),
         "days": [dt.date(2024, 1, 1), dt.date(2024, 1, 2)],
-        "t": dt.time(1, 2, 3),
+        "t": "01:02:03",
     }
     with cc.Sink(conn, f"{database}.t") as sink:
         assert sink.send([row, dict(row, id=2, nd=None)]).rows == 2
@@ -719,6 +719,14 @@ def test_values_of_pythons_standard_library_are_read_exactly_or_refused(conn, da
             ("dec", decimal.Decimal("NaN"), "not a finite number"),
             ("d", dt.datetime(2024, 5, 6), "column 'd'"),
             ("u", "not a uuid", "column 'u'"),
+            # A String column takes a str (or bytes), as clickhouse-connect's does: Python's own
+            # values are refused there, not stored as their text.
+            ("t", dt.time(1, 2, 3), "a time, for a column of strings"),
+            ("t", dt.datetime(2024, 5, 6), "a datetime, for a column of strings"),
+            ("t", dt.date(2024, 5, 6), "a date, for a column of strings"),
+            ("t", decimal.Decimal("1.5"), "a Decimal, for a column of strings"),
+            ("t", u, "a UUID, for a column of strings"),
+            ("t", ipaddress.IPv4Address("10.1.2.3"), "an IP address, for a column of strings"),
         ]
         for column, value, words in refused:
             with pytest.raises(cc.InvalidInputError) as info:

@@ -333,6 +333,19 @@ pub async fn instance_for(
         .unwrap()
 }
 
+/// A sink's options for `table`, every other option the sink's default.
+pub fn sink_options(table: &str) -> clickhouse_component_host::SinkOptions {
+    clickhouse_component_host::SinkOptions {
+        table: table.into(),
+        columns: None,
+        batch_size: None,
+        settings: vec![],
+        dedup: None,
+        retries: None,
+        compression: None,
+    }
+}
+
 /// A fresh instance of `runtime` for `conn`, with a state store (default options) open in
 /// database `db`; the first store opened there creates the schema.
 pub async fn store_in(

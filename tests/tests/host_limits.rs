@@ -7,10 +7,10 @@ use std::time::{Duration, Instant};
 
 use clickhouse_component::client::{ConnectionOptions, ErrorKind};
 use clickhouse_component_host::{
-    default_allow_list, CachePolicy, CallError, ComponentSource, Limits, Runtime, SinkOptions,
+    default_allow_list, CachePolicy, CallError, ComponentSource, Limits, Runtime,
 };
 use clickhouse_component_tests::{
-    cache_dir, clickhouse, raw_http_server, runtime, trickling_server,
+    cache_dir, clickhouse, raw_http_server, runtime, sink_options, trickling_server,
 };
 
 /// A server that answers every request with a 500 whose body never ends (as fast as it can).
@@ -130,15 +130,7 @@ async fn guest_memory_is_capped() {
     let connection = clickhouse().connection();
     // 48 MiB of input (not valid rows): validating it needs it in guest memory.
     let data = vec![b'x'; 48 << 20];
-    let options = SinkOptions {
-        table: "never_written".into(),
-        columns: None,
-        batch_size: None,
-        settings: vec![],
-        dedup: None,
-        retries: None,
-        compression: None,
-    };
+    let options = sink_options("never_written");
     // With the default limit (1 GiB) the input is read and refused as bad rows.
     let mut instance = runtime()
         .instantiate(default_allow_list(&connection).unwrap())

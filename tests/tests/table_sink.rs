@@ -12,8 +12,8 @@ use clickhouse_component_host::{
 use clickhouse_component_tests::native::sql;
 use clickhouse_component_tests::proxy::{Fault, Proxy, Rule};
 use clickhouse_component_tests::{
-    cli, clickhouse, instance, output_with_stdin, runtime, split_peak_rss, unique_name,
-    with_peak_rss,
+    cli, clickhouse, instance, output_with_stdin, runtime, sink_options, split_peak_rss,
+    unique_name, with_peak_rss,
 };
 use serde_json::{json, Value as Json};
 
@@ -37,18 +37,6 @@ fn count(table: &str) -> u64 {
         "SELECT count() FROM {db:Identifier}.{t:Identifier}",
         &[("db", db), ("t", t)],
     )
-}
-
-fn options(table: &str) -> SinkOptions {
-    SinkOptions {
-        table: table.into(),
-        columns: None,
-        batch_size: None,
-        settings: vec![],
-        dedup: None,
-        retries: None,
-        compression: None,
-    }
 }
 
 async fn open(i: &mut Instance, options: &SinkOptions) -> SinkHandle {
@@ -77,61 +65,61 @@ async fn option_rules_are_checked_at_open() {
             .collect::<Vec<_>>()
     };
     let cases: Vec<(SinkOptions, &str)> = vec![
-        (options(" "), "table must not be blank"),
-        (options("db."), "both parts non-blank"),
+        (sink_options(" "), "table must not be blank"),
+        (sink_options("db."), "both parts non-blank"),
         (
             SinkOptions {
                 columns: cols(&[]),
-                ..options("t")
+                ..sink_options("t")
             },
             "at least one column",
         ),
         (
             SinkOptions {
                 columns: cols(&["a", "a"]),
-                ..options("t")
+                ..sink_options("t")
             },
             "listed twice",
         ),
         (
             SinkOptions {
                 columns: cols(&["a", ""]),
-                ..options("t")
+                ..sink_options("t")
             },
             "must not be blank",
         ),
         (
             SinkOptions {
                 batch_size: Some(0),
-                ..options("t")
+                ..sink_options("t")
             },
             "batch-size must be greater than 0",
         ),
         (
             SinkOptions {
                 settings: settings(&[("async_insert", "1")]),
-                ..options("t")
+                ..sink_options("t")
             },
             "fire-and-forget",
         ),
         (
             SinkOptions {
                 settings: settings(&[("async_insert", "True")]),
-                ..options("t")
+                ..sink_options("t")
             },
             "fire-and-forget",
         ),
         (
             SinkOptions {
                 settings: settings(&[("async_insert", "1"), ("wait_for_async_insert", "0")]),
-                ..options("t")
+                ..sink_options("t")
             },
             "fire-and-forget",
         ),
         (
             SinkOptions {
                 settings: settings(&[("bad-name", "1")]),
-                ..options("t")
+                ..sink_options("t")
             },
             "unknown option",
         ),
@@ -147,12 +135,12 @@ async fn option_rules_are_checked_at_open() {
 async fn row_rules_are_checked_before_any_request() {
     let t = table("a Int64, b String", "");
     let mut i = instance().await;
-    let s = open(&mut i, &options(&t)).await;
+    let s = open(&mut i, &sink_options(&t)).await;
     let configured = open(
         &mut i,
         &SinkOptions {
             columns: Some(vec!["a".into(), "b".into()]),
-            ..options(&t)
+            ..sink_options(&t)
         },
     )
     .await;
@@ -244,7 +232,7 @@ async fn every_value_type_round_trips_exactly() {
         "",
     );
     let mut i = instance().await;
-    let s = open(&mut i, &options(&t)).await;
+    let s = open(&mut i, &sink_options(&t)).await;
     let row = |id: i64,
                b: bool,
                int: i64,
@@ -354,7 +342,7 @@ async fn nulls_never_become_defaults_and_unknown_keys_are_never_dropped() {
         "",
     );
     let mut i = instance().await;
-    let s = open(&mut i, &options(&t)).await;
+    let s = open(&mut i, &sink_options(&t)).await;
     let ok = r#"{"a":1,"s":"x","arr":[1],"m":{"k":1},"n":null,"an":[1,null]}"#;
     // A null where the type holds none: refused before any INSERT (ClickHouse's JSON input
     // would store 0 for the numbers whatever input_format_null_as_default says).
@@ -400,7 +388,7 @@ async fn nulls_never_become_defaults_and_unknown_keys_are_never_dropped() {
     );
     assert_eq!(got, vec![json!({"n": null, "an": [1, null]})]);
     let t = table("a Int64, s String", "");
-    let s = open(&mut i, &options(&t)).await;
+    let s = open(&mut i, &sink_options(&t)).await;
     // A key the table does not have is an unknown column (misconfigured), not silently dropped.
     let e = i
         .sink_send_json(s, b"{\"a\":1,\"s\":\"x\",\"zz\":1}")
@@ -424,7 +412,7 @@ async fn chunking_acknowledges_each_insert_in_order() {
         &mut i,
         &SinkOptions {
             batch_size: Some(1000),
-            ..options(&t)
+            ..sink_options(&t)
         },
     )
     .await;
@@ -479,7 +467,7 @@ async fn every_compression_method_lands_the_same_rows_and_shrinks_the_wire() {
                 &SinkOptions {
                     batch_size: Some(1000),
                     compression: method,
-                    ..options(&t)
+                    ..sink_options(&t)
                 },
             )
             .await
@@ -540,7 +528,7 @@ async fn a_rejected_chunk_after_committed_ones_is_uncertain() {
         &mut i,
         &SinkOptions {
             batch_size: Some(1000),
-            ..options(&t)
+            ..sink_options(&t)
         },
     )
     .await;
@@ -577,7 +565,7 @@ async fn a_rejected_chunk_after_committed_ones_is_uncertain() {
         &mut i,
         &SinkOptions {
             batch_size: Some(1000),
-            ..options(&t2)
+            ..sink_options(&t2)
         },
     )
     .await;
@@ -627,7 +615,7 @@ async fn dedup_makes_resends_harmless_on_a_deduplicating_table_only() {
     let deduped = SinkOptions {
         batch_size: Some(1000),
         dedup: Some(true),
-        ..options(&t)
+        ..sink_options(&t)
     };
     let s = i.open_sink(&conn, &deduped).await.unwrap();
     i.sink_send_json(s, &data).await.unwrap();
@@ -642,7 +630,7 @@ async fn dedup_makes_resends_harmless_on_a_deduplicating_table_only() {
     let o = SinkOptions {
         batch_size: Some(1000),
         dedup: Some(true),
-        ..options(&t_retry)
+        ..sink_options(&t_retry)
     };
     let r = i.open_sink(&conn, &o).await.unwrap();
     i.sink_send_json(r, &ndjson((0..2000).map(|n| json!({"n": n}))))
@@ -659,7 +647,7 @@ async fn dedup_makes_resends_harmless_on_a_deduplicating_table_only() {
     let plain = table("n UInt32", "");
     let o = SinkOptions {
         batch_size: Some(1000),
-        ..options(&plain)
+        ..sink_options(&plain)
     };
     let s = i.open_sink(&conn, &o).await.unwrap();
     i.sink_send_json(s, &data).await.unwrap();
@@ -687,7 +675,7 @@ async fn dedup_makes_resends_harmless_on_a_deduplicating_table_only() {
     let contradiction = SinkOptions {
         settings: vec![("insert_deduplicate".into(), "0".into())],
         dedup: Some(true),
-        ..options(&t)
+        ..sink_options(&t)
     };
     let e = i
         .open_sink(&conn, &contradiction)
@@ -704,7 +692,7 @@ async fn async_inserts_only_with_wait_and_rows_are_visible_on_return() {
     let conn = clickhouse().connection();
     let without = SinkOptions {
         settings: vec![("async_insert".into(), "1".into())],
-        ..options(&t)
+        ..sink_options(&t)
     };
     let e = i
         .open_sink(&conn, &without)
@@ -717,7 +705,7 @@ async fn async_inserts_only_with_wait_and_rows_are_visible_on_return() {
             ("async_insert".into(), "1".into()),
             ("wait_for_async_insert".into(), "1".into()),
         ],
-        ..options(&t)
+        ..sink_options(&t)
     };
     let s = i.open_sink(&conn, &with).await.unwrap();
     let r = i
@@ -732,7 +720,7 @@ async fn async_inserts_only_with_wait_and_rows_are_visible_on_return() {
 async fn closed_sinks_refuse_and_missing_tables_are_misconfigured() {
     let t = table("n UInt32", "");
     let mut i = instance().await;
-    let s = open(&mut i, &options(&t)).await;
+    let s = open(&mut i, &sink_options(&t)).await;
     i.sink_close(s).await.unwrap();
     i.sink_close(s).await.unwrap();
     let e = i
@@ -746,7 +734,7 @@ async fn closed_sinks_refuse_and_missing_tables_are_misconfigured() {
     );
     let missing = open(
         &mut i,
-        &options(&format!("{}.no_such_table", t.split_once('.').unwrap().0)),
+        &sink_options(&format!("{}.no_such_table", t.split_once('.').unwrap().0)),
     )
     .await;
     let e = i
@@ -1178,7 +1166,7 @@ async fn awkward_column_names_round_trip_through_every_path() {
         Json::Object(row)
     };
     let mut i = instance().await;
-    let s = open(&mut i, &options(&t)).await;
+    let s = open(&mut i, &sink_options(&t)).await;
     // NDJSON (the exact-order fast path) and a JSON array.
     let receipt = i
         .sink_send_json(s, &ndjson([row_json(1), row_json(2)]))
@@ -1205,7 +1193,7 @@ async fn awkward_column_names_round_trip_through_every_path() {
                 .collect(),
         ),
         batch_size: Some(1),
-        ..options(&t)
+        ..sink_options(&t)
     };
     let s2 = open(&mut i, &with_columns).await;
     let receipt = i

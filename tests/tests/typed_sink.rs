@@ -15,11 +15,13 @@
 
 use clickhouse_component::client::ErrorKind;
 use clickhouse_component_host::{
-    CachePolicy, CallError, ComponentSource, Runtime, SinkOptions, LIBRARY_COMPONENT_PATH,
+    CachePolicy, CallError, ComponentSource, Runtime, LIBRARY_COMPONENT_PATH,
 };
 use clickhouse_component_tests::native::sql;
 use clickhouse_component_tests::values::{plus_one, Rng, BOUNDS};
-use clickhouse_component_tests::{cache_dir, clickhouse, instance_for, runtime, unique_name};
+use clickhouse_component_tests::{
+    cache_dir, clickhouse, instance_for, runtime, sink_options, unique_name,
+};
 use serde_json::Value;
 
 /// How a stored value is compared with its meaning.
@@ -644,7 +646,57 @@ fn stored(db: &str, t: &str) -> Vec<(u64, Value)> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_covered_type_reads_exactly_or_refuses_before_any_request() {
-    corpus_through(runtime(), true).await;
+    corpus_through(runtime(), Via::Json { with_server: true }).await;
+}
+
+/// The same corpus as packed rows (`send-packed`, the Python binding's path): each value as
+/// the Python value `json.loads` makes of it would be packed (a str, an int, a bool, None; a
+/// list or dict as its JSON), and a number that is not an i64 or u64 (a float, a decimal, a
+/// big integer) or text that `json.loads` cannot read as its JSON text.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn packed_rows_read_the_corpus_alike() {
+    corpus_through(runtime(), Via::Packed).await;
+}
+
+/// How the corpus's rows are sent.
+#[derive(Clone, Copy, PartialEq)]
+enum Via {
+    /// NDJSON (`send-json`); `with_server`: each value also sent as the server's own
+    /// JSONEachRow, where it disagrees reported.
+    Json { with_server: bool },
+    /// Packed rows (`send-packed`).
+    Packed,
+}
+
+/// Rows `{"k": k, "v": json}` as packed rows.
+fn packed_rows(rows: &[(usize, &str)]) -> Vec<u8> {
+    use clickhouse_component::host_api::rows::{PackedWriter, Tag};
+    let mut w = PackedWriter::new();
+    for (k, json) in rows {
+        w.row(2);
+        let key = w.key(b"k");
+        w.key_index(key);
+        w.int(*k as i64);
+        let key = w.key(b"v");
+        w.key_index(key);
+        match serde_json::from_str::<Value>(json) {
+            Ok(Value::Null) => w.null(),
+            Ok(Value::Bool(b)) => w.bool(b),
+            Ok(Value::String(s)) => w.bytes(Tag::Str, s.as_bytes()),
+            Ok(Value::Number(n)) if n.as_i64().is_some_and(|i| i.to_string() == n.to_string()) => {
+                w.int(n.as_i64().unwrap())
+            }
+            Ok(Value::Number(n)) if n.as_u64().is_some_and(|u| u.to_string() == n.to_string()) => {
+                w.uint(n.as_u64().unwrap())
+            }
+            _ => {
+                let (mark, buf) = w.start_json();
+                buf.extend_from_slice(json.as_bytes());
+                w.end_json(mark);
+            }
+        }
+    }
+    w.finish()
 }
 
 /// The same corpus through the library component, built for size without wasm's `simd128`
@@ -658,13 +710,56 @@ async fn the_library_components_scalar_reader_reads_the_corpus_alike() {
         &CachePolicy::Dir(cache_dir()),
     )
     .unwrap();
-    corpus_through(&runtime, false).await;
+    corpus_through(&runtime, Via::Json { with_server: false }).await;
 }
 
-/// The corpus through the component `runtime` runs: each type's near-misses refused one by
-/// one, its valid values sent together and read back; `with_server`: each value also sent as
-/// the server's own JSONEachRow, where it disagrees reported.
-async fn corpus_through(runtime: &Runtime, with_server: bool) {
+/// The library component, built for its size budget, leaves packed rows out: `send-packed`
+/// is refused as invalid input that names what to send instead, and nothing is sent.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_library_component_refuses_packed_rows_naming_send_json() {
+    let library = LIBRARY_COMPONENT_PATH.expect("built by host/build.rs");
+    let runtime = Runtime::new(
+        &ComponentSource::File(library.into()),
+        &CachePolicy::Dir(cache_dir()),
+    )
+    .unwrap();
+    let db = unique_name("packed_library");
+    sql().exec("CREATE DATABASE {db:Identifier}", &[("db", &db)]);
+    sql().exec(
+        "CREATE TABLE {db:Identifier}.t (k UInt64, v String) ENGINE = MergeTree ORDER BY k",
+        &[("db", &db)],
+    );
+    let mut i = instance_for(&runtime, &clickhouse().connection()).await;
+    let sink = i
+        .open_sink(
+            &clickhouse().connection(),
+            &sink_options(&format!("{db}.t")),
+        )
+        .await
+        .unwrap();
+    let rows = packed_rows(&[(1, "\"a\"")]);
+    for position in [None, Some("p")] {
+        match i.sink_send_packed(sink, &rows, position).await {
+            Err(CallError::Component(e)) => {
+                assert_eq!(e.kind, ErrorKind::InvalidInput);
+                assert!(e.message.contains("use send-json"), "{}", e.message);
+            }
+            other => panic!("send-packed on the library component: {other:?}"),
+        }
+    }
+    // The same row as JSON goes in.
+    i.sink_send_json(sink, b"{\"k\":1,\"v\":\"a\"}")
+        .await
+        .unwrap();
+    let stored = sql().rows("SELECT count() AS n FROM {db:Identifier}.t", &[("db", &db)]);
+    assert_eq!(stored[0]["n"], Value::from(1));
+    sql().exec("DROP DATABASE {db:Identifier}", &[("db", &db)]);
+}
+
+/// The corpus through the component `runtime` runs, sent `via` NDJSON or packed rows: each
+/// type's near-misses refused one by one, its valid values sent together and read back.
+async fn corpus_through(runtime: &Runtime, via: Via) {
+    let with_server = via == Via::Json { with_server: true };
     let seed = std::env::var("TYPED_SEED")
         .ok()
         .and_then(|s| s.parse().ok())
@@ -684,18 +779,7 @@ async fn corpus_through(runtime: &Runtime, with_server: bool) {
         let theirs = table_for(&db, n + 10_000, ty);
         let qualified = format!("{db}.{ours}");
         let sink = i
-            .open_sink(
-                &clickhouse().connection(),
-                &SinkOptions {
-                    table: qualified.clone(),
-                    columns: None,
-                    batch_size: None,
-                    settings: vec![],
-                    dedup: None,
-                    retries: None,
-                    compression: None,
-                },
-            )
+            .open_sink(&clickhouse().connection(), &sink_options(&qualified))
             .await
             .unwrap();
         let of_type: Vec<(usize, &Entry)> = entries
@@ -706,7 +790,14 @@ async fn corpus_through(runtime: &Runtime, with_server: bool) {
         // Near-misses one by one: each refused, invalid-input, nothing written.
         for (k, e) in of_type.iter().filter(|(_, e)| e.meaning.is_none()) {
             let row = format!("{{\"k\":{k},\"v\":{}}}\n", e.json);
-            match i.sink_send_json(sink, row.as_bytes()).await {
+            let sent = match via {
+                Via::Json { .. } => i.sink_send_json(sink, row.as_bytes()).await,
+                Via::Packed => {
+                    let rows = packed_rows(&[(*k, &e.json)]);
+                    i.sink_send_packed(sink, &rows, None).await
+                }
+            };
+            match sent {
                 Ok(receipt) => {
                     accepted += 1;
                     wrong.push(format!(
@@ -740,7 +831,15 @@ async fn corpus_through(runtime: &Runtime, with_server: bool) {
                 .iter()
                 .map(|(k, e)| format!("{{\"k\":{k},\"v\":{}}}\n", e.json))
                 .collect();
-            match i.sink_send_json(sink, body.as_bytes()).await {
+            let sent = match via {
+                Via::Json { .. } => i.sink_send_json(sink, body.as_bytes()).await,
+                Via::Packed => {
+                    let rows: Vec<(usize, &str)> =
+                        valid.iter().map(|(k, e)| (*k, e.json.as_str())).collect();
+                    i.sink_send_packed(sink, &packed_rows(&rows), None).await
+                }
+            };
+            match sent {
                 Ok(_) => accepted += valid.len(),
                 Err(err) => wrong.push(format!("{ty}: valid values refused: {err}")),
             }
