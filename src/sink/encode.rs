@@ -143,7 +143,7 @@ impl Encoded<'_> {
         let name = self.name(0);
         #[cfg(feature = "speed")]
         let first = if self.source == Source::Packed {
-            (super::packed::row_keys(self.line(0), &self.keys), None)
+            super::packed::row_keys(self.line(0), &self.keys)
         } else {
             object_keys_until(self.line(0))
         };
@@ -183,6 +183,10 @@ fn line_number(input: &[u8], at: usize) -> usize {
 
 /// `invalid-input` for a row that is not one JSON object, named `name`.
 pub fn row_refusal(name: &str, refusal: Refusal) -> Error {
+    #[cfg(feature = "speed")]
+    if refusal.reason.starts_with("packed rows") {
+        return Error::invalid(format!("{name}: {}", refusal.reason));
+    }
     if refusal.reason == "not a JSON object" {
         Error::invalid(format!("{name} is not a JSON object"))
     } else if refusal.reason.starts_with("nested ") {

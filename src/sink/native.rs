@@ -486,6 +486,15 @@ impl Builder {
                 write_string(data, s);
                 return Ok(());
             }
+            (Builder::Fixed { kind, data }, Packed::Str(s)) => {
+                // A string into a column of single values, as the JSON reader's fast path
+                // reads one; a refusal is read again below, for the JSON's own message.
+                let len = data.len();
+                if kind.read_text(s, s, true, data).is_ok() {
+                    return Ok(());
+                }
+                data.truncate(len);
+            }
             (
                 Builder::Strings { zoned: None, .. }
                 | Builder::Fixed {
@@ -1222,7 +1231,10 @@ impl Block {
         columns: &[Option<usize>],
         scratch: &mut Vec<u8>,
     ) -> Result<(), RowRefusal> {
-        let keys_refusal = || RowRefusal::Keys(packed::row_keys(row, keys));
+        let keys_refusal = || match packed::row_keys(row, keys) {
+            (_, Some(malformed)) => RowRefusal::Shape(malformed),
+            (keys, None) => RowRefusal::Keys(keys),
+        };
         let mut r = packed::Reader::new(row);
         let count = r.varuint().map_err(RowRefusal::Shape)?;
         if count != self.columns.len() {
@@ -1234,14 +1246,29 @@ impl Block {
             let key = r.varuint().map_err(RowRefusal::Shape)?;
             let n = match columns.get(key) {
                 Some(&Some(n)) if !self.seen[n] => n,
-                _ => return Err(keys_refusal()),
+                Some(_) => return Err(keys_refusal()),
+                None => {
+                    return Err(RowRefusal::Shape(packed::malformed(
+                        "a key index past the keys",
+                    )))
+                }
             };
             self.seen[n] = true;
-            let value = r.value().map_err(RowRefusal::Shape)?;
+            let value =
+                r.value()
+                    .map_err(|refusal| match refusal.reason.starts_with("packed") {
+                        true => RowRefusal::Shape(refusal),
+                        false => RowRefusal::Value { column: n, refusal },
+                    })?;
             self.columns[n]
                 .builder
                 .push_packed(value, scratch)
                 .map_err(|refusal| RowRefusal::Value { column: n, refusal })?;
+        }
+        if !r.at_end() {
+            return Err(RowRefusal::Shape(packed::malformed(
+                "bytes after its values",
+            )));
         }
         self.rows += 1;
         Ok(())

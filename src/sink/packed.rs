@@ -8,7 +8,8 @@
 //! ```text
 //! packed := "CCP1" row* keys keys-at:u32-le             keys-at: where `keys` starts
 //! keys   := count:varuint (len:varuint key-bytes){count}
-//! row    := count:varuint (key:varuint value){count}      key: an index into the keys
+//! row    := len:u32-le count:varuint (key:varuint value){count}
+//!                                      len: the bytes after it; key: an index into the keys
 //! value  := tag:u8 payload
 //! ```
 //! (The keys come last so that a writer writes each row once, into the buffer it sends.)
@@ -145,7 +146,7 @@ pub struct Reader<'a> {
 }
 
 /// Packed input that does not follow the layout.
-fn malformed(what: &str) -> Refusal {
+pub(super) fn malformed(what: &str) -> Refusal {
     refuse(b"", format!("packed rows that are malformed ({what})"))
 }
 
@@ -190,7 +191,7 @@ impl<'a> Reader<'a> {
         Ok(bytes.try_into().unwrap_or_default())
     }
 
-    /// One value. Text is not checked for UTF-8 here ([`find_rows`] checks every row once).
+    /// One value; its text, if any, checked for UTF-8.
     pub fn value(&mut self) -> Result<Packed<'a>, Refusal> {
         let b = *self.s.get(self.at).ok_or_else(|| malformed("cut short"))?;
         self.at += 1;
@@ -205,6 +206,9 @@ impl<'a> Reader<'a> {
             _ => {
                 let len = self.varuint()?;
                 let bytes = self.take(len)?;
+                if tag != Tag::Bytes && !is_utf8(bytes) {
+                    return Err(refuse(bytes, "text that is not UTF-8"));
+                }
                 match tag {
                     Tag::Str => Packed::Str(bytes),
                     Tag::Bytes => Packed::Bytes(bytes),
@@ -219,9 +223,10 @@ impl<'a> Reader<'a> {
 /// Packed input's keys, and its rows' spans.
 pub type KeysAndRows = (Vec<Vec<u8>>, Vec<(usize, usize)>);
 
-/// The keys and the rows of packed input: each key's bytes (UTF-8), and each row's span.
-/// Every key index and every text value is checked here, once (the rows are then read by
-/// [`Reader`] without checks of their own); `row_limit` names a row over the size limit.
+/// The keys and the rows of packed input: each key's bytes (UTF-8), and each row's span (by
+/// the length before it, which is not part of the span). The values are checked as they are
+/// read, into their columns, before anything is sent; `row_limit` names a row over the size
+/// limit.
 pub fn find_rows(
     data: &[u8],
     row_limit: &dyn Fn(usize, usize) -> Result<(), crate::client::Error>,
@@ -257,7 +262,7 @@ pub fn find_rows(
     for _ in 0..count {
         let len = r.varuint().map_err(|e| bad(None, e))?;
         let key = r.take(len).map_err(|e| bad(None, e))?;
-        if std::str::from_utf8(key).is_err() {
+        if !is_utf8(key) {
             return Err(Error::invalid(
                 "the packed rows' keys: a key that is not UTF-8",
             ));
@@ -271,48 +276,51 @@ pub fn find_rows(
     r.at = MAGIC.len();
     let mut spans = Vec::with_capacity(data.len() / 64 + 1);
     while !r.at_end() {
-        let start = r.at;
         let n = spans.len() + 1;
-        let values = r.varuint().map_err(|e| bad(Some(n), e))?;
-        for _ in 0..values {
-            let key = r.varuint().map_err(|e| bad(Some(n), e))?;
-            if key >= keys.len() {
-                return Err(bad(Some(n), malformed("a key index past the keys")));
-            }
-            let value = r.value().map_err(|e| bad(Some(n), e))?;
-            if let Packed::Str(t) | Packed::Json(t) | Packed::Std(_, t) = value {
-                if std::str::from_utf8(t).is_err() {
-                    return Err(Error::invalid(format!(
-                        "row {n}, column '{}': text that is not UTF-8",
-                        crate::text::escaped(&String::from_utf8_lossy(&keys[key]))
-                    )));
-                }
-            }
-        }
-        row_limit(n, r.at - start)?;
+        let len = r.take(4).map_err(|e| bad(Some(n), e))?;
+        let len = u32::from_le_bytes(len.try_into().unwrap_or_default()) as usize;
+        let start = r.at;
+        r.take(len).map_err(|e| bad(Some(n), e))?;
+        row_limit(n, len)?;
         spans.push((start, r.at));
     }
     Ok((keys, spans))
 }
 
-/// The keys of one packed row, in its order (for a message).
-pub fn row_keys(row: &[u8], keys: &[Vec<u8>]) -> Vec<Vec<u8>> {
+/// Whether `s` is UTF-8: ASCII a word at a time (core's test), else std's check (a value is
+/// mostly short and ASCII; std's check reads four bytes a step on wasm32).
+fn is_utf8(s: &[u8]) -> bool {
+    s.is_ascii() || std::str::from_utf8(s).is_ok()
+}
+
+/// The keys of one packed row, in its order (for a message); with why the row is malformed,
+/// if it is (the keys before that place).
+pub fn row_keys(row: &[u8], keys: &[Vec<u8>]) -> (Vec<Vec<u8>>, Option<Refusal>) {
+    let mut out = Vec::new();
     let mut r = Reader::new(row);
-    let count = r.varuint().unwrap_or(0);
-    let mut out = Vec::with_capacity(count.min(4096));
-    for _ in 0..count {
-        let (Ok(key), Ok(_)) = (r.varuint(), r.value()) else {
-            break;
-        };
-        out.extend(keys.get(key).cloned());
-    }
-    out
+    let mut read = || -> Result<(), Refusal> {
+        for _ in 0..r.varuint()? {
+            let key = keys
+                .get(r.varuint()?)
+                .ok_or_else(|| malformed("a key index past the keys"))?;
+            out.push(key.clone());
+            r.value()?;
+        }
+        match r.at_end() {
+            true => Ok(()),
+            false => Err(malformed("bytes after its values")),
+        }
+    };
+    let refusal = read().err();
+    (out, refusal)
 }
 
 /// Writes packed rows: the binding's side ([`MAGIC`], the rows, then the keys).
 pub struct Writer {
     keys: Vec<Vec<u8>>,
     rows: Vec<u8>,
+    /// Where the row being written starts (its length, written when it ends).
+    row_at: Option<usize>,
 }
 
 impl Default for Writer {
@@ -320,6 +328,7 @@ impl Default for Writer {
         Writer {
             keys: Vec::new(),
             rows: MAGIC.to_vec(),
+            row_at: None,
         }
     }
 }
@@ -358,9 +367,22 @@ impl Writer {
         self.rows.truncate(mark - 1);
     }
 
-    /// A row of `count` values starts; then `count` times a key index and a value.
+    /// A row of `count` values starts (the one before it ends); then `count` times a key
+    /// index and a value.
     pub fn row(&mut self, count: usize) {
+        self.end_row();
+        self.row_at = Some(self.rows.len());
+        self.rows.extend_from_slice(&[0; 4]);
         write_varuint(&mut self.rows, count);
+    }
+
+    /// The row being written ends: its length goes before it (a row past 4 GiB is cut to
+    /// it, and refused as malformed: the component's memory is smaller).
+    fn end_row(&mut self) {
+        if let Some(at) = self.row_at.take() {
+            let len = u32::try_from(self.rows.len() - at - 4).unwrap_or(u32::MAX);
+            self.rows[at..at + 4].copy_from_slice(&len.to_le_bytes());
+        }
     }
 
     /// The key index of the next value.
@@ -421,7 +443,8 @@ impl Writer {
     }
 
     /// The packed rows.
-    pub fn finish(self) -> Vec<u8> {
+    pub fn finish(mut self) -> Vec<u8> {
+        self.end_row();
         let mut out = self.rows;
         let keys_at = out.len();
         write_varuint(&mut out, self.keys.len());
@@ -699,19 +722,32 @@ mod tests {
             "{}",
             invalid(&cut)
         );
-        // A key index past the keys, and an unknown tag.
+        // A key index past the keys, an unknown tag, bytes after a row's values.
         let mut past = good.clone();
-        // The magic, the first row's count: its first key index.
-        let first_key = MAGIC.len() + 1;
+        // The magic, the first row's length and count: its first key index.
+        let first_key = MAGIC.len() + 4 + 1;
         assert_eq!(past[first_key], 0);
         past[first_key] = 9;
-        assert!(invalid(&past).contains("a key index past the keys"));
+        let e = invalid(&past);
+        assert!(
+            e.starts_with("row 1: packed rows that are malformed (a key index past the keys)"),
+            "{e}"
+        );
         let mut tag = good.clone();
         tag[first_key + 1] = 99;
-        assert!(invalid(&tag).contains("an unknown tag"));
-        // Text that is not UTF-8, and a key that is not.
+        assert!(invalid(&tag).starts_with("row 1: packed rows that are malformed (an unknown tag)"));
+        let mut count = good.clone();
+        count[first_key - 1] = 1;
+        assert!(invalid(&count)
+            .starts_with("row 1: packed rows that are malformed (bytes after its values)"));
+        // Text that is not UTF-8 (named by its column, as a refused value), and a key that
+        // is not.
         let text = packed(&[&[("a", Packed::Int(1)), ("s", Packed::Str(&[b'a', 0xff]))]]);
-        assert!(invalid(&text).contains("row 1, column 's': text that is not UTF-8"));
+        let e = invalid(&text);
+        assert!(
+            e.starts_with("row 1, column 's': a") && e.contains("is text that is not UTF-8"),
+            "{e}"
+        );
         let mut key = packed(&[&[("\u{e9}", Packed::Int(1))]]);
         let at = key.len() - 4 - 2;
         assert_eq!(key[at..at + 2], *"\u{e9}".as_bytes());
