@@ -9,7 +9,8 @@ Usage (CLICKHOUSE_URL / _USER / _PASSWORD set):
   (clickhouse-connect's Native format and its default compression, lz4, unless ONESTEP_COMPRESS
   names another: False, lz4, zstd, gzip);
 - `plugin`: the same `send` of the same rows through our onestep plugin
-  (`clickhouse_component.onestep`, the wheel; the sink's default compression, lz4);
+  (`clickhouse_component.onestep`, the wheel; the sink's default compression, lz4, unless
+  PLUGIN_COMPRESSION names another: none, lz4, zstd, gzip);
 - `send-json`: the wheel's `Sink.send_json` of the NDJSON file's bytes, in one call.
 
 A fifth argument `mixed` sends the typed section's 6-column rows (id, at, kind, amount
@@ -82,11 +83,11 @@ def documents(rows: int, as_datetime: bool) -> list[dict]:
 
 
 async def onestep_send(
-    connector, table: str, rows: int, batch_size: int, as_datetime: bool
+    connector, table: str, rows: int, batch_size: int, as_datetime: bool, **options
 ) -> float:
     from onestep import Envelope
 
-    sink = connector.table_sink(table=table, columns=COLUMNS, batch_size=batch_size)
+    sink = connector.table_sink(table=table, columns=COLUMNS, batch_size=batch_size, **options)
     body = documents(rows, as_datetime)
     started = time.perf_counter()
     await sink.send(Envelope(body=body))
@@ -117,10 +118,15 @@ def main() -> None:
         cc.warm_up()
 
         rows = int(what)
+        compression = os.environ.get("PLUGIN_COMPRESSION")
+        options = {"compression": compression} if compression else {}
         seconds = asyncio.run(
-            onestep_send(ClickHouseConnector(dsn()), table, rows, batch_size, False)
+            onestep_send(ClickHouseConnector(dsn()), table, rows, batch_size, False, **options)
         )
-        path = "our onestep plugin (`clickhouse_table_sink`, the wheel), the same dicts, lz4"
+        path = (
+            "our onestep plugin (`clickhouse_table_sink`, the wheel), the same dicts, "
+            + (compression or "lz4")
+        )
     elif mode == "send-json":
         import clickhouse_component as cc
 

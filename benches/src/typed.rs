@@ -124,6 +124,13 @@ fn table(sql: &Sql, shape: &Shape, name: &str) -> String {
     format!("{db}.{name}")
 }
 
+/// Drops a measured table's database ([`table`] makes one per table): its parts' background
+/// merges would otherwise run on through the next measurements, on the same two cores.
+fn drop_table(sql: &Sql, table: &str) {
+    let db = table.split('.').next().unwrap_or(table);
+    sql.exec("DROP DATABASE {db:Identifier} SYNC", &[("db", db)]);
+}
+
 /// CPU seconds (user + system) the local ClickHouse's process has used so far: the process
 /// listening on the server URL's port on this machine (`ss`), read from /proc; `None` for a
 /// server elsewhere.
@@ -425,6 +432,7 @@ pub fn bench_typed(rows: usize) {
                 let (client, seconds, server_cpu) =
                     measure(&cpu, || cli_run(server, &t, batch, &input, extra));
                 assert_eq!(count_rows(&sql, &t), rows as u64);
+                drop_table(&sql, &t);
                 results.push(Measured {
                     path: path.into(),
                     seconds,
@@ -456,6 +464,7 @@ pub fn bench_typed(rows: usize) {
                     }
                 });
                 assert_eq!(count_rows(&sql, &t), rows as u64);
+                drop_table(&sql, &t);
                 results.push(Measured {
                     path: path.into(),
                     seconds,
@@ -476,6 +485,7 @@ pub fn bench_typed(rows: usize) {
                     continue;
                 };
                 assert_eq!(count_rows(&sql, &t), rows as u64);
+                drop_table(&sql, &t);
                 results.push(Measured {
                     path,
                     seconds,
