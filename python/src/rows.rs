@@ -295,17 +295,21 @@ pub(crate) fn write_json_nested(json: &mut Vec<u8>, v: &Bound<'_, PyAny>, depth:
         json.push(b']');
     } else if let Ok(dict) = v.cast_exact::<PyDict>() {
         json.push(b'{');
-        for (n, (key, value)) in dict.iter().enumerate() {
+        let written = each_item(dict, |n, key, value| {
             if n > 0 {
                 json.push(b',');
             }
             if !key.is_exact_instance_of::<PyString>() || !write_json_nested(json, &key, depth) {
-                return false;
+                return Err(String::new());
             }
             json.push(b':');
             if !write_json_nested(json, &value, depth + 1) {
-                return false;
+                return Err(String::new());
             }
+            Ok(())
+        });
+        if written.is_err() {
+            return false;
         }
         json.push(b'}');
     } else {
@@ -316,6 +320,37 @@ pub(crate) fn write_json_nested(json: &mut Vec<u8>, v: &Bound<'_, PyAny>, depth:
         }
     }
     true
+}
+
+/// Calls `each(place, key, value)` for each item of `dict`, in order. Python code a value
+/// runs (a `__str__`, a `utcoffset`, `json.dumps`) may change the dict, or let another thread
+/// change it: then `Err("")` once it has changed size, where pyo3's iterator would panic.
+fn each_item<'py>(
+    dict: &Bound<'py, PyDict>,
+    mut each: impl FnMut(usize, Bound<'py, PyAny>, Bound<'py, PyAny>) -> Result<(), String>,
+) -> Result<(), String> {
+    let py = dict.py();
+    let len = dict.len();
+    let mut pos: pyo3::ffi::Py_ssize_t = 0;
+    let mut key = std::ptr::null_mut();
+    let mut value = std::ptr::null_mut();
+    let mut place = 0;
+    // SAFETY: the GIL is held (`py`); `PyDict_Next` lends its references, each taken as an
+    // owned one (`from_borrowed_ptr` adds a reference) before any Python code can run.
+    while unsafe { pyo3::ffi::PyDict_Next(dict.as_ptr(), &mut pos, &mut key, &mut value) } != 0 {
+        let (k, v) = unsafe {
+            (
+                Bound::from_borrowed_ptr(py, key),
+                Bound::from_borrowed_ptr(py, value),
+            )
+        };
+        each(place, k, v)?;
+        place += 1;
+        if dict.len() != len {
+            return Err(String::new());
+        }
+    }
+    Ok(())
 }
 
 /// The packed rows of `send` (a list of dicts, or any iterable of them), one row per dict,
@@ -339,10 +374,16 @@ pub(crate) fn to_rows(py: Python<'_>, rows: &Bound<'_, PyAny>) -> Result<(Vec<u8
             return Err(format!("row {index} is not a dict"));
         };
         if let Some(total) = total.filter(|&t| index == 257 && t > 256) {
-            w.reserve(w.written() / 256 * (total - 256) / 8 * 9);
+            // (At most 1 GiB, the component's default memory: an estimate past it is no
+            // use, and one from a few large first rows may be far too large.)
+            let estimate = (w.written() / 256)
+                .saturating_mul(total - 256)
+                .saturating_mul(9)
+                / 8;
+            w.reserve(estimate.min(1 << 30));
         }
         w.row(dict.len());
-        for (place, (k, v)) in dict.iter().enumerate() {
+        each_item(dict, |place, k, v| {
             let key = match keys.get(place) {
                 Some((key, n)) if key.as_ptr() == k.as_ptr() => *n,
                 _ => {
@@ -365,8 +406,12 @@ pub(crate) fn to_rows(py: Python<'_>, rows: &Bound<'_, PyAny>) -> Result<(Vec<u8
                     .map(|k| k.to_string())
                     .unwrap_or_default();
                 format!("row {index}, column '{}': {m}", key.escape_debug())
-            })?;
-        }
+            })
+        })
+        .map_err(|m| match m.is_empty() {
+            true => format!("row {index} changed size while it was read (a row's dict must not change during the call)"),
+            false => m,
+        })?;
         count = index;
     }
     Ok((w.finish(), count))

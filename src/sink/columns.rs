@@ -122,11 +122,15 @@ impl TableColumns {
         #[cfg(feature = "speed")]
         if let Some(keys) = encoded.packed_keys() {
             let columns: Vec<Option<usize>> = keys.iter().map(|k| block.column_index(k)).collect();
+            let json = self.format(&encoded.columns) == Format::JsonEachRow;
             let mut scratch = Vec::new();
             for row in start..end {
                 block
                     .push_packed_row(encoded.line(row), keys, &columns, &mut scratch)
                     .map_err(|e| self.refused(encoded, row, block, e))?;
+                if json {
+                    encoded.check_json_row(row, &mut scratch)?;
+                }
             }
             return Ok(());
         }
@@ -207,23 +211,26 @@ fn keys_refused(name: &str, keys: &[Vec<u8>], encoded: &Encoded) -> Error {
     Error::invalid(format!("{name}: {} ({rule})", parts.join("; ")))
 }
 
+/// A table of these columns (name, type), its server in UTC (the unit tests').
 #[cfg(test)]
-pub(crate) mod tests {
+pub(crate) fn test_table(columns: &[(&str, &str)]) -> TableColumns {
+    TableColumns::new(
+        columns
+            .iter()
+            .map(|(n, t)| (n.to_string(), Type::parse(t).unwrap()))
+            .collect(),
+        "UTC".into(),
+    )
+}
+
+#[cfg(test)]
+mod tests {
     use super::*;
     use crate::sink::encode::encode_json;
     use crate::sink::json::MAX_ROW_DEPTH;
     use crate::sink::native::RowRefusal;
 
-    /// A table of these columns (name, type), its server in UTC.
-    pub(crate) fn table(columns: &[(&str, &str)]) -> TableColumns {
-        TableColumns::new(
-            columns
-                .iter()
-                .map(|(n, t)| (n.to_string(), Type::parse(t).unwrap()))
-                .collect(),
-            "UTC".into(),
-        )
-    }
+    use super::test_table as table;
 
     #[test]
     fn the_first_refused_value_is_named_with_its_row_column_and_type() {

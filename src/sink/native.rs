@@ -471,12 +471,18 @@ impl Builder {
     /// refused by `String` and `FixedString` columns, as clickhouse-connect refuses them there.
     /// `scratch`: a buffer for the other cases' JSON text.
     #[cfg(feature = "speed")]
+    // (The integer case writes into its column: a match guard may not.)
+    #[allow(clippy::collapsible_match)]
     pub fn push_packed(&mut self, v: Packed<'_>, scratch: &mut Vec<u8>) -> Result<(), Refusal> {
         match (&mut *self, v) {
             (Builder::Nullable { nulls, inner }, Packed::Null) => {
                 nulls.push(1);
                 inner.push_default();
                 return Ok(());
+            }
+            (Builder::Nullable { .. }, Packed::Json(t)) if t.trim_ascii() == b"null" => {
+                // A nested value that is JSON's null is NULL, as in a JSON row.
+                return self.push_packed(Packed::Null, scratch);
             }
             (Builder::Nullable { nulls, inner }, v) => {
                 nulls.push(0);
@@ -503,13 +509,11 @@ impl Builder {
                 },
                 Packed::Std(tag, text),
             ) => {
-                return Err(refuse(
-                    text,
-                    format!(
-                        "{}, for a column of strings (give its text, a str)",
-                        tag.name()
-                    ),
-                ));
+                let why = format!(
+                    "{}, for a column of strings (give its text, a str)",
+                    tag.name()
+                );
+                return Err(refuse(text, why));
             }
             (
                 Builder::Fixed {
@@ -518,26 +522,15 @@ impl Builder {
                 },
                 Packed::Int(_) | Packed::Uint(_),
             ) if *bits <= 64 => {
-                let n = match v {
-                    Packed::Int(i) => i128::from(i),
-                    Packed::Uint(u) => i128::from(u),
-                    _ => unreachable!("integers only"),
-                };
-                let (low, high) = match signed {
-                    true => (-(1i128 << (*bits - 1)), (1i128 << (*bits - 1)) - 1),
-                    false => (0, (1i128 << *bits) - 1),
-                };
-                if (low..=high).contains(&n) {
-                    data.extend_from_slice(&n.to_le_bytes()[..usize::from(*bits) / 8]);
+                if push_fitting_integer(*signed, *bits, v, data) {
                     return Ok(());
                 }
             }
             (_, Packed::Float(f)) if !f.is_finite() => {
                 let text = if f.is_nan() { "NaN" } else { "an infinity" };
-                return Err(refuse(
-                    text.as_bytes(),
-                    "NaN or an infinity, which the sink does not send (JSON has no text for it)",
-                ));
+                let why =
+                    "NaN or an infinity, which the sink does not send (JSON has no text for it)";
+                return Err(refuse(text.as_bytes(), why));
             }
             _ => {}
         }
@@ -617,6 +610,26 @@ impl Builder {
             Builder::Unchecked { .. } => 0,
         }
     }
+}
+
+/// A packed integer into an integer column of `bits` (at most 64), if the column holds it;
+/// `false`: it does not (the general reading refuses it, saying why).
+#[cfg(feature = "speed")]
+fn push_fitting_integer(signed: bool, bits: u16, v: Packed<'_>, data: &mut Vec<u8>) -> bool {
+    let n = match v {
+        Packed::Int(i) => i128::from(i),
+        Packed::Uint(u) => i128::from(u),
+        _ => return false,
+    };
+    let (low, high) = match signed {
+        true => (-(1i128 << (bits - 1)), (1i128 << (bits - 1)) - 1),
+        false => (0, (1i128 << bits) - 1),
+    };
+    if !(low..=high).contains(&n) {
+        return false;
+    }
+    data.extend_from_slice(&n.to_le_bytes()[..usize::from(bits) / 8]);
+    true
 }
 
 /// A tuple's value: an array of its elements in order, or (its elements named) an object of

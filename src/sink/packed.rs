@@ -193,6 +193,17 @@ impl<'a> Reader<'a> {
 
     /// One value; its text, if any, checked for UTF-8.
     pub fn value(&mut self) -> Result<Packed<'a>, Refusal> {
+        let value = self.value_unchecked()?;
+        if let Packed::Str(t) | Packed::Json(t) | Packed::Std(_, t) = value {
+            if !is_utf8(t) {
+                return Err(refuse(t, "text that is not UTF-8"));
+            }
+        }
+        Ok(value)
+    }
+
+    /// One value by the layout alone (a row already read, or one looked at for its keys).
+    fn value_unchecked(&mut self) -> Result<Packed<'a>, Refusal> {
         let b = *self.s.get(self.at).ok_or_else(|| malformed("cut short"))?;
         self.at += 1;
         let tag = Tag::from_u8(b).ok_or_else(|| malformed("an unknown tag"))?;
@@ -206,9 +217,6 @@ impl<'a> Reader<'a> {
             _ => {
                 let len = self.varuint()?;
                 let bytes = self.take(len)?;
-                if tag != Tag::Bytes && !is_utf8(bytes) {
-                    return Err(refuse(bytes, "text that is not UTF-8"));
-                }
                 match tag {
                     Tag::Str => Packed::Str(bytes),
                     Tag::Bytes => Packed::Bytes(bytes),
@@ -219,6 +227,10 @@ impl<'a> Reader<'a> {
         })
     }
 }
+
+/// The most keys packed input may name: more than any table's columns (ClickHouse's own
+/// tables stay far below), so a send's keys take bounded memory.
+pub const MAX_KEYS: usize = 100_000;
 
 /// Packed input's keys, and its rows' spans.
 pub type KeysAndRows = (Vec<Vec<u8>>, Vec<(usize, usize)>);
@@ -258,7 +270,10 @@ pub fn find_rows(
     let mut r = Reader::new(&data[..end]);
     r.at = keys_at;
     let count = r.varuint().map_err(|e| bad(None, e))?;
-    let mut keys = Vec::with_capacity(count.min(4096));
+    if count > MAX_KEYS {
+        return Err(bad(None, malformed("more keys than a table has columns")));
+    }
+    let mut keys = Vec::with_capacity(count);
     for _ in 0..count {
         let len = r.varuint().map_err(|e| bad(None, e))?;
         let key = r.take(len).map_err(|e| bad(None, e))?;
@@ -268,6 +283,14 @@ pub fn find_rows(
             ));
         }
         keys.push(key.to_vec());
+    }
+    let mut sorted: Vec<&Vec<u8>> = keys.iter().collect();
+    sorted.sort_unstable();
+    if let Some(twice) = sorted.windows(2).find(|w| w[0] == w[1]) {
+        return Err(Error::invalid(format!(
+            "the packed rows' keys: '{}' is given twice",
+            crate::text::escaped(&String::from_utf8_lossy(twice[0]))
+        )));
     }
     if !r.at_end() {
         return Err(bad(None, malformed("bytes after the keys")));
@@ -293,18 +316,26 @@ fn is_utf8(s: &[u8]) -> bool {
     s.is_ascii() || std::str::from_utf8(s).is_ok()
 }
 
-/// The keys of one packed row, in its order (for a message); with why the row is malformed,
-/// if it is (the keys before that place).
+/// The keys of one packed row, in its order, up to the first one named twice (for a message
+/// and the first row's columns); with why the row is malformed, if it is (the keys before
+/// that place). Its values are skipped by their layout, not read.
 pub fn row_keys(row: &[u8], keys: &[Vec<u8>]) -> (Vec<Vec<u8>>, Option<Refusal>) {
-    let mut out = Vec::new();
+    let mut out: Vec<Vec<u8>> = Vec::new();
+    let mut named = vec![false; keys.len()];
     let mut r = Reader::new(row);
     let mut read = || -> Result<(), Refusal> {
         for _ in 0..r.varuint()? {
+            let n = r.varuint()?;
             let key = keys
-                .get(r.varuint()?)
+                .get(n)
                 .ok_or_else(|| malformed("a key index past the keys"))?;
             out.push(key.clone());
-            r.value()?;
+            // Up to the first key named twice, which is what a message names: a row of a
+            // million pairs of one key copies it twice, not a million times.
+            if std::mem::replace(&mut named[n], true) {
+                return Ok(());
+            }
+            r.value_unchecked()?;
         }
         match r.at_end() {
             true => Ok(()),
@@ -475,7 +506,7 @@ pub fn write_json_row(out: &mut Vec<u8>, row: &[u8], keys: &[Vec<u8>]) {
     let count = r.varuint().unwrap_or(0);
     out.push(b'{');
     for n in 0..count {
-        let (Ok(key), Ok(value)) = (r.varuint(), r.value()) else {
+        let (Ok(key), Ok(value)) = (r.varuint(), r.value_unchecked()) else {
             break;
         };
         if n > 0 {
@@ -483,17 +514,26 @@ pub fn write_json_row(out: &mut Vec<u8>, row: &[u8], keys: &[Vec<u8>]) {
         }
         write_json_string(out, keys.get(key).map_or(&b""[..], |k| &k[..]));
         out.push(b':');
+        let from = out.len();
         value.write_json(out);
+        if let Packed::Json(_) | Packed::Std(Tag::Decimal, _) = value {
+            // A JSON text's line ends are spaces between its tokens (a string holds none
+            // unescaped): one row, one line.
+            for b in &mut out[from..] {
+                if matches!(*b, b'\n' | b'\r') {
+                    *b = b' ';
+                }
+            }
+        }
     }
     out.push(b'}');
 }
 
-#[cfg(all(test, feature = "speed"))]
+#[cfg(test)]
 mod tests {
     use super::*;
     use crate::client::ErrorKind;
-    use crate::sink::columns::tests::table;
-    use crate::sink::columns::TableColumns;
+    use crate::sink::columns::{test_table as table, TableColumns};
     use crate::sink::encode::{encode_json, encode_packed, Encoded};
 
     /// The Native block `encoded`'s rows make, or the message refusing them.
@@ -504,6 +544,15 @@ mod tests {
         let mut out = Vec::new();
         block.write(&mut out);
         Ok(out)
+    }
+
+    /// The invalid-input message refusing packed `data` for `t`.
+    fn refused(t: &TableColumns, data: &[u8]) -> String {
+        let e = encode_packed(data, None)
+            .and_then(|e| block(t, &e).map_err(crate::client::Error::invalid))
+            .unwrap_err();
+        assert_eq!(e.kind, ErrorKind::InvalidInput);
+        e.message
     }
 
     /// Packed rows of `(key, value)` pairs.
@@ -699,13 +748,7 @@ mod tests {
                 }
             }
         }
-        let invalid = |data: &[u8]| {
-            let e = encode_packed(data, None)
-                .and_then(|e| block(&t, &e).map_err(crate::client::Error::invalid))
-                .unwrap_err();
-            assert_eq!(e.kind, ErrorKind::InvalidInput);
-            e.message
-        };
+        let invalid = |data: &[u8]| refused(&t, data);
         assert!(invalid(b"{\"a\":1}").contains("start with \"CCP1\""));
         assert!(invalid(b"CCP1").contains("the keys' place is not in them"));
         assert!(invalid(b"CCP1\0\x04\0\0\0").contains("send needs at least one row"));
@@ -765,5 +808,82 @@ mod tests {
         ]);
         let e = invalid(&keys);
         assert!(e.contains("row 2: missing 's'; extra 'zz'"), "{e}");
+    }
+
+    /// Raw packed bytes: `rows` (each a count and its pairs, already laid out) and the keys.
+    fn raw(rows: &[Vec<u8>], keys: &[&[u8]]) -> Vec<u8> {
+        let mut out = MAGIC.to_vec();
+        for row in rows {
+            out.extend_from_slice(&(row.len() as u32).to_le_bytes());
+            out.extend_from_slice(row);
+        }
+        let keys_at = out.len() as u32;
+        write_varuint(&mut out, keys.len());
+        for k in keys {
+            write_varuint(&mut out, k.len());
+            out.extend_from_slice(k);
+        }
+        out.extend_from_slice(&keys_at.to_le_bytes());
+        out
+    }
+
+    #[test]
+    fn hostile_keys_take_bounded_memory_and_time() {
+        let t = table(&[("a", "Nullable(UInt8)")]);
+        let invalid = |data: &[u8]| refused(&t, data);
+        // A row of a million pairs naming one key (2 MB): refused as a key named twice,
+        // its first row's keys read up to that place (not copied a million times).
+        let mut row = Vec::new();
+        write_varuint(&mut row, 1_000_000);
+        for _ in 0..1_000_000 {
+            row.extend_from_slice(&[0, Tag::Null as u8]);
+        }
+        let e = invalid(&raw(&[row.clone()], &[&[b'a'; 4096]]));
+        assert!(e.contains("appears twice"), "{e}");
+        // The same as the second row, the first being right.
+        let first = vec![1, 0, Tag::Null as u8];
+        let e = invalid(&raw(&[first.clone(), row], &[b"a"]));
+        assert!(e.starts_with("row 2: key 'a' appears twice"), "{e}");
+        // A key given twice in the keys, and more keys than any table has.
+        let e = invalid(&raw(std::slice::from_ref(&first), &[b"a", b"a"]));
+        assert!(e.contains("'a' is given twice"), "{e}");
+        let many: Vec<Vec<u8>> = (0..=MAX_KEYS).map(|n| n.to_string().into_bytes()).collect();
+        let many: Vec<&[u8]> = many.iter().map(Vec::as_slice).collect();
+        let e = invalid(&raw(&[first], &many));
+        assert!(e.contains("more keys than a table has columns"), "{e}");
+    }
+
+    #[test]
+    fn a_first_row_with_text_that_is_not_utf8_names_its_column() {
+        let t = table(&[("a", "String"), ("b", "UInt8")]);
+        let data = packed(&[&[("a", Packed::Str(&[0xff])), ("b", Packed::Int(1))]]);
+        let e = block(&t, &encode_packed(&data, None).unwrap()).unwrap_err();
+        assert!(
+            e.starts_with("row 1, column 'a': ") && e.contains("is text that is not UTF-8"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn nested_values_are_one_json_line_and_json_null_is_a_nullable_null() {
+        let t = table(&[("j", "Nullable(String)"), ("n", "Nullable(Int8)")]);
+        let data = packed(&[
+            &[
+                ("j", Packed::Json(b"[1,\n2]")),
+                ("n", Packed::Json(b" null\n")),
+            ],
+            &[("j", Packed::Null), ("n", Packed::Std(Tag::Decimal, b"5"))],
+        ]);
+        let encoded = encode_packed(&data, None).unwrap();
+        // (As a JSON array: a line of NDJSON holds no line end.)
+        let json = b"[{\"j\":[1,\n2],\"n\":null},{\"j\":null,\"n\":5}]";
+        assert_eq!(
+            block(&t, &encoded).unwrap(),
+            block(&t, &encode_json(json, None).unwrap()).unwrap()
+        );
+        assert_eq!(
+            encoded.rows(0, 2),
+            b"{\"j\":[1, 2],\"n\": null }\n{\"j\":null,\"n\":5}\n"
+        );
     }
 }

@@ -671,6 +671,52 @@ def test_a_resumable_sink_continues_from_its_checkpoint_and_refuses_another_send
     sql(f"DROP DATABASE IF EXISTS `{state}`")
 
 
+def test_rows_of_an_iterable_that_overstates_its_length_are_sent(conn, database):
+    # The binding sizes its buffer from the rows' len() after the first 256: an estimate far
+    # too large (here from sys.maxsize) is no error and takes no memory it does not use.
+    import sys
+
+    sql(f"CREATE DATABASE `{database}`")
+    sql(f"CREATE TABLE `{database}`.t (id UInt32, s String) ENGINE = MergeTree ORDER BY id")
+
+    class Rows:
+        def __len__(self):
+            return sys.maxsize
+
+        def __iter__(self):
+            return iter([{"id": n, "s": "x" * 100} for n in range(300)])
+
+    with cc.Sink(conn, f"{database}.t") as sink:
+        assert sink.send(Rows()).rows == 300
+    assert sql(f"SELECT count(), sum(id) FROM `{database}`.t FORMAT TSV").split() == [
+        "300",
+        str(sum(range(300))),
+    ]
+
+
+def test_a_row_changed_while_it_is_sent_is_refused_not_a_panic(conn, database):
+    # A value's own Python code (here a UUID's __str__) may change the row's dict while the
+    # binding reads it: refused with a message, where iterating on would panic.
+    import uuid
+
+    sql(f"CREATE DATABASE `{database}`")
+    sql(f"CREATE TABLE `{database}`.t (u UUID, x String, y String) ENGINE = Memory")
+    row: dict = {}
+
+    class Meddling(uuid.UUID):
+        def __str__(self):
+            row.pop("y", None)
+            return super().__str__()
+
+    row.update(u=Meddling("6f1c8a52-0e4b-4a55-9d1e-2b7c3f4a5d6e"), x="a", y="b")
+    with (
+        cc.Sink(conn, f"{database}.t") as sink,
+        pytest.raises(cc.InvalidInputError, match="row 1 changed size while it was read"),
+    ):
+        sink.send([row])
+    assert sql(f"SELECT count() FROM `{database}`.t FORMAT TSV").strip() == "0"
+
+
 def test_values_of_pythons_standard_library_are_read_exactly_or_refused(conn, database):
     import datetime as dt
     import decimal

@@ -452,12 +452,13 @@ fn the_dependency_rules_hold() {
     check("sink::types", &[], sink(&[]));
     check("sink::scalars", &[], sink(&[]));
     check("sink::json", &[], sink(&["sink::scalars"]));
+    check("sink::packed", &[], sink(&["sink::json"]));
     check(
         "sink::native",
         &[],
-        sink(&["sink::types", "sink::scalars", "sink::json"]),
+        sink(&["sink::types", "sink::scalars", "sink::json", "sink::packed"]),
     );
-    check("sink::encode", &[], sink(&["sink::json"]));
+    check("sink::encode", &[], sink(&["sink::json", "sink::packed"]));
     check("sink::statements", &[], sink(&[]));
     check(
         "sink::columns",
