@@ -57,8 +57,8 @@ pub(crate) fn to_value(
             .map_err(|e| format!("a value that is not JSON ({})", e.value(py)))?;
         return Ok(JsonValue::Json(text));
     }
-    if let Some((_, value)) = std_value(v)? {
-        return Ok(value);
+    if let Some(value) = std_value(v)? {
+        return Ok(std_json(value));
     }
     let type_name = v
         .get_type()
@@ -106,20 +106,20 @@ pub(crate) fn std_types(py: Python<'_>) -> PyResult<&StdTypes> {
     })
 }
 
-/// A value of a standard library type as the JSON value that means exactly it under the
-/// component's rules for its column's type (docs/python.md, "Values"), which reads it as it
-/// reads that JSON (no second set of rules here), packed under the type's tag:
+/// A value of a standard library type as the text that means exactly it under the
+/// component's rules for its column's type (docs/python.md, "Values"), with its packed rows'
+/// tag (which a `String` column refuses); the component reads it as it reads that text's JSON
+/// ([`std_json`]: no second set of rules here):
 /// - `datetime`: its text, `YYYY-MM-DD hh:mm:ss[.ffffff]`, read as a wall-clock time in the
 ///   column's zone; an aware one with its offset (`+hh:mm`), read as that instant (an offset
 ///   with seconds, which that text cannot hold, is given in UTC);
 /// - `date` (`YYYY-MM-DD`), `time` (`hh:mm:ss[.ffffff]`), `UUID`, `IPv4Address` and
 ///   `IPv6Address`: their text;
-/// - `Decimal`: its digits as a JSON number (never through a float); NaN and infinities are
+/// - `Decimal`: its digits, a JSON number (never through a float); NaN and infinities are
 ///   refused.
 ///
-/// With the packed rows' tag of the value's type (which a `String` column refuses). `None`:
-/// not one of these types.
-pub(crate) fn std_value(v: &Bound<'_, PyAny>) -> Result<Option<(Tag, JsonValue)>, String> {
+/// `None`: not one of these types.
+pub(crate) fn std_value(v: &Bound<'_, PyAny>) -> Result<Option<(Tag, String)>, String> {
     let py = v.py();
     let types = std_types(py).map_err(|e| e.to_string())?;
     let is = |t: &Py<PyAny>| v.is_instance(t.bind(py)).unwrap_or(false);
@@ -140,10 +140,10 @@ pub(crate) fn std_value(v: &Bound<'_, PyAny>) -> Result<Option<(Tag, JsonValue)>
                 let utc = v
                     .call_method1("astimezone", (types.utc.bind(py),))
                     .map_err(|e| format!("a datetime that has no UTC time ({e})"))?;
-                return Ok(Some((Tag::DateTime, JsonValue::Text(text(&utc)?))));
+                return Ok(Some((Tag::DateTime, text(&utc)?)));
             }
         }
-        return Ok(Some((Tag::DateTime, JsonValue::Text(text(v)?))));
+        return Ok(Some((Tag::DateTime, text(v)?)));
     }
     if is(&types.decimal) {
         let finite = v
@@ -153,7 +153,7 @@ pub(crate) fn std_value(v: &Bound<'_, PyAny>) -> Result<Option<(Tag, JsonValue)>
         if !finite {
             return Err("a Decimal that is not a finite number (NaN or an infinity)".into());
         }
-        return Ok(Some((Tag::Decimal, JsonValue::Json(text(v)?))));
+        return Ok(Some((Tag::Decimal, text(v)?)));
     }
     let tags = [
         (&types.date, Tag::Date),
@@ -163,8 +163,17 @@ pub(crate) fn std_value(v: &Bound<'_, PyAny>) -> Result<Option<(Tag, JsonValue)>
         (&types.ipv6, Tag::Ip),
     ];
     match tags.into_iter().find(|(t, _)| is(t)) {
-        Some((_, tag)) => Ok(Some((tag, JsonValue::Text(text(v)?)))),
+        Some((_, tag)) => Ok(Some((tag, text(v)?))),
         None => Ok(None),
+    }
+}
+
+/// A standard library value's JSON ([`std_value`]): a decimal's digits as a number, the
+/// others' text as a string.
+pub(crate) fn std_json((tag, text): (Tag, String)) -> JsonValue {
+    match tag {
+        Tag::Decimal => JsonValue::Json(text),
+        _ => JsonValue::Text(text),
     }
 }
 
@@ -224,12 +233,8 @@ pub(crate) fn write_packed_value(
         // str, a deep or circular value): it writes the whole value, or names the problem.
         w.cancel_json(mark);
     }
-    if let Some((tag, value)) = std_value(v)? {
-        let text = match &value {
-            JsonValue::Text(t) | JsonValue::Json(t) => t.as_bytes(),
-            _ => unreachable!("Python's own values are text"),
-        };
-        w.bytes(tag, text);
+    if let Some((tag, text)) = std_value(v)? {
+        w.bytes(tag, text.as_bytes());
         return Ok(());
     }
     match to_value(py, v, dumps)? {
@@ -315,7 +320,7 @@ pub(crate) fn write_json_nested(json: &mut Vec<u8>, v: &Bound<'_, PyAny>, depth:
     } else {
         // A standard library value (a datetime in a list, say): its JSON, as a row's.
         match std_value(v) {
-            Ok(Some((_, value))) => return encode::write_value(json, &value).is_ok(),
+            Ok(Some(value)) => return encode::write_value(json, &std_json(value)).is_ok(),
             _ => return false,
         }
     }

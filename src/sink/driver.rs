@@ -291,9 +291,15 @@ impl<T: Transport, P: Platform> Sink<T, P> {
     #[cfg(feature = "speed")]
     /// [`Sink::send_json_at`] for packed rows.
     pub fn send_packed_at(&self, data: &[u8], position: &str) -> Result<Receipt, Error> {
-        self.check_open()?;
-        let prepared = self.prepare(&encode_packed(data, self.columns().as_deref())?)?;
+        let prepared = self.prepare_packed(data)?;
         self.finish(self.start_at(prepared, position)?)
+    }
+
+    #[cfg(feature = "speed")]
+    /// [`Sink::prepare_json`] for packed rows.
+    pub fn prepare_packed(&self, data: &[u8]) -> Result<PreparedSend, Error> {
+        self.check_open()?;
+        self.prepare(&encode_packed(data, self.columns().as_deref())?)
     }
 
     /// Reads every row of `encoded` for its columns' types, `batch_size` rows at a time into

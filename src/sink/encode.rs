@@ -223,9 +223,9 @@ pub fn shown(name: &str) -> String {
 }
 
 #[cfg(feature = "speed")]
-/// Finds the rows of packed input ([`super::packed`]): its keys, and every row, each checked
-/// for its layout, its key indexes and its text's UTF-8; each row is read later, into its
-/// columns.
+/// Finds the rows of packed input ([`super::packed`]): its keys, checked, and every row by
+/// the length before it; each row is read (its layout, key indexes and text checked) later,
+/// into its columns, before anything is sent.
 pub fn encode_packed<'a>(data: &'a [u8], columns: Option<&[String]>) -> Result<Encoded<'a>, Error> {
     let (keys, spans) = super::packed::find_rows(data, &|n, bytes| {
         check_row_size(bytes, || format!("row {n}"))

@@ -616,20 +616,24 @@ impl Builder {
 /// `false`: it does not (the general reading refuses it, saying why).
 #[cfg(feature = "speed")]
 fn push_fitting_integer(signed: bool, bits: u16, v: Packed<'_>, data: &mut Vec<u8>) -> bool {
+    // (Shifts of 64 bits, not 128: wasm32 has no 128-bit arithmetic.)
+    let fits = match (v, signed) {
+        // The bits past the column's are copies of its sign bit.
+        (Packed::Int(i), true) => bits == 64 || (i >> (bits - 1)) == (i >> 63),
+        (Packed::Int(i), false) => i >= 0 && (bits == 64 || (i as u64) >> bits == 0),
+        (Packed::Uint(u), false) => bits == 64 || u >> bits == 0,
+        // (A `Uint` is above i64::MAX, past every signed column of 64 bits or fewer.)
+        _ => false,
+    };
     let n = match v {
-        Packed::Int(i) => i128::from(i),
-        Packed::Uint(u) => i128::from(u),
+        Packed::Int(i) => i as u64,
+        Packed::Uint(u) => u,
         _ => return false,
     };
-    let (low, high) = match signed {
-        true => (-(1i128 << (bits - 1)), (1i128 << (bits - 1)) - 1),
-        false => (0, (1i128 << bits) - 1),
-    };
-    if !(low..=high).contains(&n) {
-        return false;
+    if fits {
+        data.extend_from_slice(&n.to_le_bytes()[..usize::from(bits) / 8]);
     }
-    data.extend_from_slice(&n.to_le_bytes()[..usize::from(bits) / 8]);
-    true
+    fits
 }
 
 /// A tuple's value: an array of its elements in order, or (its elements named) an object of
